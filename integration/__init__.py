@@ -1,0 +1,1 @@
+"""The speculative decode loop, built-in and SGLang, for validating profiles."""

@@ -1,0 +1,1 @@
+"""Measuring programs that torchrun runs on every rank."""

@@ -1,0 +1,1 @@
+"""CLI commands, one module each; loaded lazily by nccl_tune.cli."""

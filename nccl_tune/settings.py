@@ -1,0 +1,392 @@
+"""The NCCL variable catalogue: one place for each variable's grammar, scope and default.
+
+Facts come from NCCL's documentation (docs.nvidia.com/deeplearning/nccl, "Environment
+Variables") and, where marked (code), from reading NCCL 2.30 source; see
+DESIGN.md section 5. Scope is what a sweep needs to know:
+
+- ``communicator``: re-read at every communicator init (NCCL_PROTO, NCCL_ALGO,
+  NCCL_THREAD_THRESHOLDS), so one process may try several values, one process group each;
+- ``process``: cached on first read for the life of the process (most integer
+  parameters) or process-wide by nature (P2P level, debug output), so a new value needs
+  a new process.
+
+`check_value` validates one value and returns findings (severity, message); `parse_*`
+helpers expose the structure (which protocols a value allows for allreduce, say) for
+grid pruning and for comparing what was asked with what NCCL reports it used.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+ERROR = "error"
+WARNING = "warning"
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+# Function prefixes of the per-collective form (NCCL >= 2.24), lower-cased.
+COLL_FUNCTIONS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce",
+                  "sendrecv", "send", "recv", "alltoall", "gather", "scatter", "allgatherv")
+# NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL path types, matched case-sensitively by NCCL (code).
+P2P_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE", "NONE")
+DEBUG_SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC",
+                "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALL")
+CTA_POLICIES = ("DEFAULT", "EFFICIENCY", "ZERO")
+
+# Characters a value may use and still need no quoting in bash, docker --env-file and
+# systemd EnvironmentFile (DESIGN.md section 3). Not ';' (a bash command separator), so
+# per-collective PROTO/ALGO forms cannot go in a profile file.
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:^%/@+=-]*$")
+
+Finding = tuple[str, str]  # (severity, message)
+
+
+class SettingError(ValueError):
+    """A value that NCCL would reject or misread; the message says why."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One NCCL environment variable: its grammar, scope, default and meaning."""
+
+    name: str
+    scope: str  # "process" | "communicator"
+    default: str
+    meaning: str
+    check: Callable[[str, tuple[int, int, int] | None], list[Finding]]
+    tunable: bool = False  # a sweep may vary it for latency
+    since: str | None = None  # first NCCL version that reads it, when recent
+    aliases: tuple[str, ...] = field(default=())
+
+
+# ---------------------------------------------------------------- list grammars
+
+def _parse_name_list(text: str, names: tuple[str, ...], what: str) -> tuple[bool, list[str]]:
+    """Parse ``[^]a,b,c`` against `names` (case-insensitive) -> (excluded, canonical names)."""
+    body = text.strip()
+    exclude = body.startswith("^")
+    if exclude:
+        body = body[1:]
+    items = [item.strip() for item in body.split(",")]
+    if not body or any(not item for item in items):
+        raise SettingError(f"empty {what} name in '{text}'")
+    lookup = {n.lower(): n for n in names}
+    out = []
+    for item in items:
+        canonical = lookup.get(item.lower())
+        if canonical is None:
+            raise SettingError(f"unknown {what} '{item}' (known: {', '.join(names)})")
+        out.append(canonical)
+    return exclude, out
+
+
+def parse_coll_list(value: str, names: tuple[str, ...], what: str) -> dict[str, frozenset[str]]:
+    """Parse NCCL's PROTO/ALGO grammar into the set each collective function may use.
+
+    Grammar (NCCL >= 2.24; older versions take only the first form):
+    ``[^]a,b`` or ``[^]a,b;func:[^]c,d;...``. The first list may lack a prefix and applies
+    to every function; prefixed lists override it for one function. Returns a mapping
+    with key ``"*"`` for the unprefixed list (when given) and one key per named function.
+    """
+    result: dict[str, frozenset[str]] = {}
+    parts = value.split(";")
+    for index, part in enumerate(parts):
+        part = part.strip()
+        if not part:
+            raise SettingError(f"empty section in '{value}'")
+        func = "*"
+        if ":" in part:
+            func, part = (s.strip() for s in part.split(":", 1))
+            func = func.lower()
+            if func not in COLL_FUNCTIONS:
+                raise SettingError(f"unknown collective '{func}' (known: {', '.join(COLL_FUNCTIONS)})")
+        elif index > 0:
+            raise SettingError(f"only the first list may lack a 'function:' prefix in '{value}'")
+        exclude, items = _parse_name_list(part, names, what)
+        allowed = frozenset(names) - set(items) if exclude else frozenset(items)
+        result[func] = allowed
+    return result
+
+
+def allowed_for(value: str | None, names: tuple[str, ...], what: str,
+                func: str = "allreduce") -> frozenset[str]:
+    """The names `value` lets `func` use (all of them when the variable is unset)."""
+    if value is None or value == "":
+        return frozenset(names)
+    table = parse_coll_list(value, names, what)
+    return table.get(func, table.get("*", frozenset(names)))
+
+
+def allowed_protocols(value: str | None, func: str = "allreduce") -> frozenset[str]:
+    """Protocols an NCCL_PROTO value allows for `func` (canonical names)."""
+    return allowed_for(value, PROTOCOLS, "protocol", func)
+
+
+def allowed_algorithms(value: str | None, func: str = "allreduce") -> frozenset[str]:
+    """Algorithms an NCCL_ALGO value allows for `func` (canonical names)."""
+    return allowed_for(value, ALGORITHMS, "algorithm", func)
+
+
+def enables_ll128(value: str) -> bool:
+    """True when an NCCL_PROTO value names LL128 for any function, or enables it by `^`.
+
+    NCCL (code) treats any explicit NCCL_PROTO that enables LL128 as a user override and
+    skips LL128's platform checks, so it runs even on PCIe, where it can corrupt data.
+    """
+    try:
+        table = parse_coll_list(value, PROTOCOLS, "protocol")
+    except SettingError:
+        return False
+    return any("LL128" in allowed for allowed in table.values())
+
+
+# ---------------------------------------------------------------- value checkers
+
+def _as_int(value: str) -> int:
+    try:
+        return int(value.strip(), 0)
+    except ValueError:
+        raise SettingError(f"'{value}' is not an integer") from None
+
+
+def _check_proto(value: str, version=None) -> list[Finding]:
+    parse_coll_list(value, PROTOCOLS, "protocol")
+    found: list[Finding] = []
+    if enables_ll128(value):
+        found.append((WARNING, f"NCCL_PROTO={value} enables LL128 explicitly: NCCL then skips its "
+                               "LL128 safety checks and uses it even on PCIe, where it can corrupt "
+                               "data; use it only on NVLink machines where NCCL enables LL128 itself"))
+    if ";" in value or ":" in value:
+        found += _needs_version(version, (2, 24, 0), "per-collective NCCL_PROTO")
+    return found
+
+
+def _check_algo(value: str, version=None) -> list[Finding]:
+    parse_coll_list(value, ALGORITHMS, "algorithm")
+    if ";" in value or ":" in value:
+        return _needs_version(version, (2, 24, 0), "per-collective NCCL_ALGO")
+    return []
+
+
+def _needs_version(version, minimum: tuple[int, int, int], what: str) -> list[Finding]:
+    if version is not None and tuple(version) < minimum:
+        need = ".".join(map(str, minimum))
+        have = ".".join(map(str, version))
+        return [(WARNING, f"{what} needs NCCL >= {need}; the NCCL consulted is {have}")]
+    return []
+
+
+def _int_range(low: int, high: int | None, multiple: int = 1) -> Callable:
+    def check(value: str, version=None) -> list[Finding]:
+        number = _as_int(value)
+        if number < low or (high is not None and number > high):
+            bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+            raise SettingError(f"{number} is out of range {bound}")
+        if number % multiple:
+            raise SettingError(f"{number} is not a multiple of {multiple}")
+        return []
+    return check
+
+
+def _check_channels(value: str, version=None) -> list[Finding]:
+    number = _as_int(value)
+    if not 1 <= number <= 64:
+        raise SettingError(f"{number} channels is out of range [1, 64]")
+    if number > 32 and version is not None and tuple(version) < (2, 25, 0):
+        return [(WARNING, f"{number} channels: NCCL before 2.25 caps channels at 32")]
+    return []
+
+
+def _choices(options: tuple[str, ...], *, case_sensitive: bool = False,
+             integers: range | None = None) -> Callable:
+    def check(value: str, version=None) -> list[Finding]:
+        v = value.strip()
+        if integers is not None and re.fullmatch(r"-?\d+", v):
+            if int(v) not in integers:
+                raise SettingError(f"{v} is out of range [{integers.start}, {integers.stop - 1}]")
+            return []
+        if v in options or (not case_sensitive and v.upper() in {o.upper() for o in options}):
+            return []
+        if case_sensitive and v.upper() in options:
+            return [(WARNING, f"'{v}' is in the wrong case: NCCL matches '{v.upper()}' "
+                              "case-sensitively and ignores this value")]
+        raise SettingError(f"'{v}' is not one of {', '.join(options)}"
+                           + (f" or {integers.start}-{integers.stop - 1}" if integers else ""))
+    return check
+
+
+def _bool01(value: str, version=None) -> list[Finding]:
+    if value.strip() not in ("0", "1"):
+        raise SettingError(f"'{value}' is not 0 or 1")
+    return []
+
+
+def _check_debug_subsys(value: str, version=None) -> list[Finding]:
+    _parse_name_list(value, DEBUG_SUBSYS, "debug subsystem")
+    return []
+
+
+def _check_thread_thresholds(value: str, version=None) -> list[Finding]:
+    fields = value.split()
+    if not fields or len(fields) > 6:
+        raise SettingError("expected up to 6 integers (Tree LL LL128 Simple, Ring LL LL128 Simple)")
+    for item in fields:
+        _as_int(item)
+    return []
+
+
+def _check_no_cache(value: str, version=None) -> list[Finding]:
+    items = [s.strip() for s in value.split(",")]
+    if not value.strip() or any(not s for s in items):
+        raise SettingError("expected ALL or a comma list of parameter names")
+    return _needs_version(version, (2, 29, 7), "NCCL_NO_CACHE")
+
+
+def _check_nonempty(value: str, version=None) -> list[Finding]:
+    if not value.strip():
+        raise SettingError("empty value")
+    return []
+
+
+def _check_iface_list(value: str, version=None) -> list[Finding]:
+    body = value.lstrip("^=")
+    if not body or any(not s.strip() for s in body.split(",")):
+        raise SettingError("expected [^][=]name[,name...]")
+    return []
+
+
+_TUNABLE_P2P = _choices(P2P_LEVELS, case_sensitive=True, integers=range(0, 6))
+
+_CATALOGUE = [
+    Setting("NCCL_PROTO", "communicator", "unset: NCCL picks per size (LL128 only where safe)",
+            "Protocols NCCL may use: LL, LL128, Simple; ^ excludes; per collective since 2.24.",
+            _check_proto, tunable=True),
+    Setting("NCCL_ALGO", "communicator", "unset: NCCL picks per size and topology",
+            "Algorithms NCCL may use: Ring, Tree, NVLS, NVLSTree, CollNet*, PAT; ^ excludes.",
+            _check_algo, tunable=True),
+    Setting("NCCL_THREAD_THRESHOLDS", "communicator", "unset: NCCL's built-in thresholds",
+            "Per-thread byte thresholds below which NCCL uses fewer threads (space separated).",
+            _check_thread_thresholds),
+    Setting("NCCL_MAX_NCHANNELS", "process", "unset: NCCL's topology search (up to 32 or 64)",
+            "Upper bound on channels (CTAs) per collective; 1..32 before 2.25, 1..64 after.",
+            _check_channels, tunable=True, aliases=("NCCL_MAX_NRINGS",)),
+    Setting("NCCL_MIN_NCHANNELS", "process", "unset: NCCL's topology search",
+            "Lower bound on channels per collective.", _check_channels, tunable=True,
+            aliases=("NCCL_MIN_NRINGS",)),
+    Setting("NCCL_MAX_NRINGS", "process", "unset", "Old name of NCCL_MAX_NCHANNELS.",
+            _check_channels),
+    Setting("NCCL_MIN_NRINGS", "process", "unset", "Old name of NCCL_MIN_NCHANNELS.",
+            _check_channels),
+    Setting("NCCL_MAX_CTAS", "process", "unset: NCCL's choice",
+            "Upper bound on CTAs per collective (2.17+; config field maxCTAs).",
+            _int_range(1, 64), tunable=True, since="2.17"),
+    Setting("NCCL_MIN_CTAS", "process", "unset: NCCL's choice",
+            "Lower bound on CTAs per collective (2.17+; config field minCTAs).",
+            _int_range(1, 64), tunable=True, since="2.17"),
+    Setting("NCCL_BUFFSIZE", "process", "4194304 (4 MiB)",
+            "Bytes of the per-peer, per-channel buffer of the Simple protocol.",
+            _int_range(1, None), tunable=True),
+    Setting("NCCL_LL_BUFFSIZE", "process", "unset: derived from NCCL_BUFFSIZE",
+            "Bytes of the LL protocol's buffer.", _int_range(1, None)),
+    Setting("NCCL_LL128_BUFFSIZE", "process", "unset: derived from NCCL_BUFFSIZE",
+            "Bytes of the LL128 protocol's buffer.", _int_range(1, None)),
+    Setting("NCCL_NTHREADS", "process", "unset: 512 on recent GPUs",
+            "CUDA threads per CTA for LL and Simple; a multiple of 32 in [64, 512].",
+            _int_range(64, 512, 32), tunable=True),
+    Setting("NCCL_LL128_NTHREADS", "process", "unset: 640 on recent GPUs",
+            "CUDA threads per CTA for LL128; a multiple of 32 in [64, 640].",
+            _int_range(64, 640, 32)),
+    Setting("NCCL_P2P_LEVEL", "process", "unset: NCCL decides from the topology",
+            "Farthest path over which GPUs talk P2P: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS.",
+            _TUNABLE_P2P, tunable=True),
+    Setting("NCCL_P2P_DISABLE", "process", "0", "1 disables P2P between GPUs (SHM or net instead).",
+            _bool01, tunable=True),
+    Setting("NCCL_SHM_DISABLE", "process", "0", "1 disables the shared-memory transport.",
+            _bool01),
+    Setting("NCCL_NVLS_ENABLE", "process", "2 (auto: on with NVSwitch)",
+            "NVLink SHARP (NVLS) algorithm: 0 off, 1 on, 2 auto.",
+            _choices((), integers=range(0, 3)), tunable=True),
+    Setting("NCCL_CUMEM_ENABLE", "process", "1 since 2.19",
+            "Allocate NCCL buffers through the cuMem API.", _bool01),
+    Setting("NCCL_GRAPH_REGISTER", "process", "1",
+            "Register user buffers captured in CUDA graphs (zero-copy where possible).", _bool01),
+    Setting("NCCL_CTA_POLICY", "process", "0 (DEFAULT)",
+            "CTA scheduling policy (2.27+): DEFAULT/0, EFFICIENCY/1, ZERO/2.",
+            _choices(CTA_POLICIES, integers=range(0, 3)), since="2.27"),
+    Setting("NCCL_NO_CACHE", "process", "unset",
+            "Parameters to re-read at every use instead of caching (ALL or a list; 2.29.7+).",
+            _check_no_cache, since="2.29.7"),
+    Setting("NCCL_TUNER_PLUGIN", "process", "unset: libnccl-tuner.so if found",
+            "Tuner plugin library name or path.", _check_nonempty),
+    Setting("NCCL_TUNER_CONFIG_FILE", "process", "unset: nccl_tuner.conf",
+            "CSV rules for NCCL's example tuner plugin.", _check_nonempty),
+    Setting("NCCL_DEBUG", "process", "unset (WARN-level messages only on errors)",
+            "Log level: VERSION, WARN, INFO, ABORT, TRACE.", _choices(DEBUG_LEVELS)),
+    Setting("NCCL_DEBUG_SUBSYS", "process", "INIT,BOOTSTRAP,ENV",
+            "Subsystems logged at INFO: comma list, ^ excludes (INIT, TUNING, ENV, ...).",
+            _check_debug_subsys),
+    Setting("NCCL_DEBUG_FILE", "process", "unset: stdout",
+            "File for NCCL's log; %h is the host name and %p the pid.", _check_nonempty),
+    Setting("NCCL_NET_GDR_LEVEL", "process", "unset: NCCL decides (PXB)",
+            "Farthest path for GPUDirect RDMA between NIC and GPU: LOC PIX PXB PHB SYS.",
+            _choices(GDR_LEVELS, case_sensitive=True, integers=range(0, 6))),
+    Setting("NCCL_SOCKET_IFNAME", "process", "unset: any but lo and docker*",
+            "Network interfaces for sockets: prefixes, ^ excludes, = exact.", _check_iface_list),
+    Setting("NCCL_IB_HCA", "process", "unset: all IB/RoCE devices",
+            "InfiniBand HCAs to use: [^][=]mlx5_0[:port],...", _check_iface_list),
+]
+
+CATALOGUE: dict[str, Setting] = {s.name: s for s in _CATALOGUE}
+
+
+def lookup(name: str) -> Setting | None:
+    """The catalogue entry for `name`, or None for a variable the catalogue lacks."""
+    return CATALOGUE.get(name)
+
+
+def scope_of(name: str) -> str:
+    """'communicator' or 'process'; variables the catalogue lacks count as process-scoped."""
+    setting = CATALOGUE.get(name)
+    return setting.scope if setting else "process"
+
+
+def check_value(name: str, value: str,
+                nccl_version: tuple[int, int, int] | None = None) -> list[Finding]:
+    """Validate `value` for the known variable `name`: a list of (severity, message).
+
+    An invalid value gives one ERROR finding; warnings cover legal but risky values.
+    Quoting and unknown names are the profile linter's business, not this function's.
+    """
+    setting = CATALOGUE.get(name)
+    if setting is None:
+        return []
+    try:
+        found = setting.check(value, nccl_version)
+    except SettingError as exc:
+        return [(ERROR, f"invalid value for {name}: {exc}")]
+    if setting.since and nccl_version is not None:
+        minimum = tuple(int(p) for p in setting.since.split("."))
+        minimum = minimum + (0,) * (3 - len(minimum))
+        found += _needs_version(nccl_version, minimum, name)
+    return found
+
+
+def is_valid(name: str, value: str) -> bool:
+    """True when `check_value` finds no error (warnings allowed)."""
+    return all(sev != ERROR for sev, _ in check_value(name, value))
+
+
+def needs_quoting(value: str) -> bool:
+    """True when a value holds characters that bash/docker/systemd would need quoted."""
+    return not SAFE_VALUE.match(value)
+
+
+def split_by_scope(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split an env mapping into (process-scoped, communicator-scoped) parts, order kept."""
+    process = {k: v for k, v in env.items() if scope_of(k) == "process"}
+    communicator = {k: v for k, v in env.items() if scope_of(k) == "communicator"}
+    return process, communicator

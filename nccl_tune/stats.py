@@ -1,0 +1,109 @@
+"""Statistics for latency samples: summaries, slowest-rank reduction, intervals, tests.
+
+All pure functions on sequences of floats (numpy inside). Percentiles use numpy's
+default linear interpolation; CV is the sample standard deviation over the mean.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+FASTER = "faster"
+SLOWER = "slower"
+NO_DIFFERENCE = "no significant difference"
+
+
+def summarize(samples: Sequence[float]) -> dict:
+    """min, p10, p50, p90, p99, max, mean, cv and n of a sample (empty -> all None, n 0)."""
+    values = np.asarray(samples, dtype=float)
+    if values.size == 0:
+        return {"min": None, "p10": None, "p50": None, "p90": None, "p99": None,
+                "max": None, "mean": None, "cv": None, "n": 0}
+    p10, p50, p90, p99 = np.percentile(values, [10, 50, 90, 99])
+    mean = float(values.mean())
+    std = float(values.std(ddof=1)) if values.size > 1 else 0.0
+    return {"min": float(values.min()), "p10": float(p10), "p50": float(p50),
+            "p90": float(p90), "p99": float(p99), "max": float(values.max()),
+            "mean": mean, "cv": (std / mean) if mean else None, "n": int(values.size)}
+
+
+def slowest_rank(per_rank: Sequence[Sequence[float]]) -> list[float]:
+    """Per-iteration latency of a collective: the slowest rank's time at each iteration.
+
+    `per_rank[r][i]` is rank r's time for iteration i; all ranks must have the same count.
+    """
+    table = np.asarray(per_rank, dtype=float)
+    if table.ndim != 2:
+        raise ValueError("expected one row of samples per rank")
+    return table.max(axis=0).tolist()
+
+
+def _rng(seed: int | None) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def bootstrap_ci(values: Sequence[float], statistic=np.median, confidence: float = 0.95,
+                 n_boot: int = 2000, seed: int | None = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of `statistic` (the median by default).
+
+    With one value the interval is that value (no spread can be estimated).
+    """
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("no values")
+    if data.size == 1:
+        return float(data[0]), float(data[0])
+    idx = _rng(seed).integers(0, data.size, size=(n_boot, data.size))
+    stats = statistic(data[idx], axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(stats, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], statistic=np.median,
+                      confidence: float = 0.95, n_boot: int = 2000,
+                      seed: int | None = 0) -> tuple[float, float, float]:
+    """stat(a) - stat(b) and its percentile-bootstrap interval (samples resampled apart)."""
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xa.size == 0 or xb.size == 0:
+        raise ValueError("no values")
+    delta = float(statistic(xa) - statistic(xb))
+    if xa.size == 1 and xb.size == 1:
+        return delta, delta, delta
+    rng = _rng(seed)
+    sa = statistic(xa[rng.integers(0, xa.size, size=(n_boot, xa.size))], axis=1)
+    sb = statistic(xb[rng.integers(0, xb.size, size=(n_boot, xb.size))], axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(sa - sb, [alpha, 1 - alpha])
+    return delta, float(lo), float(hi)
+
+
+def paired_diff_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                   n_boot: int = 2000, seed: int | None = 0) -> tuple[float, float, float]:
+    """Median of the paired differences a[i] - b[i] (same round) and its bootstrap interval.
+
+    Pairing by round cancels drift that hits both cells of a round alike.
+    """
+    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    lo, hi = bootstrap_ci(diffs, np.median, confidence, n_boot, seed)
+    return float(np.median(diffs)), lo, hi
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided Mann-Whitney U p-value (1.0 when either sample has fewer than 2 values)."""
+    from scipy.stats import mannwhitneyu
+
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def verdict(delta_lo: float, delta_hi: float) -> str:
+    """For a latency difference (cell - baseline): faster, slower or no significant difference."""
+    if delta_hi < 0:
+        return FASTER
+    if delta_lo > 0:
+        return SLOWER
+    return NO_DIFFERENCE
