@@ -1,0 +1,196 @@
+"""From results records to per-(cell, size) summaries with intervals and verdicts.
+
+One summary per cell, collective, message size, world and backend: the median over
+rounds of each round's p50, a 95% interval, and the difference to the baseline cell
+measured under the same conditions with its own interval and a verdict.
+
+Interval basis: with at least `MIN_ROUNDS_FOR_ROUND_CI` rounds, rounds are the unit:
+Student-t intervals over per-round p50s, differences paired by round when both cells
+share rounds (which cancels drift that hits a whole round), Welch's otherwise. A
+percentile bootstrap over 3-5 rounds is far too narrow (stats.t_ci says why). With
+fewer rounds, the per-iteration samples are pooled and bootstrapped; that interval
+ignores drift between rounds and says so (`ci_basis: "iterations"`).
+
+Records with `final: false` (early rungs of a search) never enter a verdict; they are
+summarised apart as pruned.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from nccl_tune import stats
+from nccl_tune.store import BASELINE, cell_label
+
+MIN_ROUNDS_FOR_ROUND_CI = 3
+MAX_POOLED_SAMPLES = 4000  # bootstrap cost bound; a deterministic subsample beyond it
+
+
+@dataclass
+class CellSizeSummary:
+    """What a cell achieved at one message size, against the baseline."""
+
+    cell: str
+    env: dict
+    op: str
+    bytes: int
+    world_size: int | None
+    backend: str | None
+    status: str  # ok | wrong | failed | timeout
+    n_rounds: int
+    round_p50s: list[float]
+    p50_us: float | None
+    ci_us: tuple[float, float] | None
+    ci_basis: str | None  # "rounds" | "iterations" | None
+    delta_us: float | None = None  # cell - baseline (negative = faster)
+    delta_ci_us: tuple[float, float] | None = None
+    verdict: str | None = None  # faster | slower | no significant difference | None
+    confirmed: bool | None = None  # NCCL's log showed the requested settings
+    effective: dict | None = None
+    errors: list[str] = field(default_factory=list)
+    final: bool = True
+    samples_us: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def label(self) -> str:
+        """The cell's settings in words."""
+        return cell_label(self.env)
+
+    def to_dict(self, with_samples: bool = False) -> dict:
+        """JSON-ready form (per-iteration samples left out unless asked for)."""
+        out = asdict(self)
+        if not with_samples:
+            out.pop("samples_us")
+        out["label"] = self.label
+        return out
+
+
+def _key(record: dict) -> tuple:
+    return (record.get("op") or "allreduce", int(record.get("bytes") or 0),
+            record.get("world_size"), record.get("nnodes"), record.get("backend"))
+
+
+def _status(records: list[dict]) -> str:
+    statuses = Counter(r.get("status") or "ok" for r in records)
+    if statuses.get("wrong") or any(r.get("correct") is False for r in records):
+        return "wrong"
+    for bad in ("failed", "timeout"):
+        if statuses.get(bad):
+            return bad
+    return "ok"
+
+
+def _confirmed(records: list[dict]) -> tuple[bool | None, dict | None]:
+    observed = [r.get("effective") for r in records if isinstance(r.get("effective"), dict)]
+    if not observed:
+        return None, None
+    flags = [e.get("confirmed") for e in observed]
+    if any(f is False for f in flags):
+        verdict = False
+    elif flags and all(f is True for f in flags):
+        verdict = True
+    else:
+        verdict = None
+    common = Counter((e.get("algo"), e.get("proto"), e.get("channels")) for e in observed)
+    algo, proto, channels = common.most_common(1)[0][0]
+    return verdict, {"algo": algo, "proto": proto, "channels": channels}
+
+
+def _round_p50s(records: list[dict]) -> list[tuple[int, float]]:
+    by_round: dict[int, list[float]] = {}
+    for r in records:
+        lat = r.get("lat_us") or {}
+        if lat.get("p50") is None:
+            continue
+        by_round.setdefault(int(r.get("round") or 0), []).append(float(lat["p50"]))
+    return sorted((rnd, float(np.median(v))) for rnd, v in by_round.items())
+
+
+def _pooled(records: list[dict]) -> list[float]:
+    samples: list[float] = []
+    for r in records:
+        samples.extend(float(x) for x in (r.get("samples_us") or []))
+        if not r.get("samples_us") and (r.get("lat_us") or {}).get("p50") is not None:
+            samples.append(float(r["lat_us"]["p50"]))
+    if len(samples) > MAX_POOLED_SAMPLES:
+        idx = np.linspace(0, len(samples) - 1, MAX_POOLED_SAMPLES).astype(int)
+        samples = [samples[i] for i in idx]
+    return samples
+
+
+def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0) -> CellSizeSummary:
+    """Summary of the records of one (cell, op, bytes, world, backend), baseline not applied."""
+    first = records[0]
+    ok = [r for r in records if (r.get("status") or "ok") == "ok"]
+    rounds = _round_p50s(ok)
+    p50s = [p for _, p in rounds]
+    samples = _pooled(ok)
+    p50 = ci = basis = None
+    if len(p50s) >= MIN_ROUNDS_FOR_ROUND_CI:
+        _, lo, hi = stats.t_ci(p50s, confidence)
+        p50, ci, basis = float(np.median(p50s)), (lo, hi), "rounds"
+    elif samples:
+        p50 = float(np.median(p50s)) if p50s else float(np.median(samples))
+        ci, basis = stats.bootstrap_ci(samples, confidence=confidence, n_boot=1000, seed=seed), "iterations"
+    confirmed, effective = _confirmed(ok)
+    errors = sorted({str(r["error"]) for r in records if r.get("error")})
+    return CellSizeSummary(
+        cell=first.get("cell") or BASELINE, env=dict(first.get("env") or {}),
+        op=first.get("op") or "allreduce", bytes=int(first.get("bytes") or 0),
+        world_size=first.get("world_size"), backend=first.get("backend"),
+        status=_status(records), n_rounds=len(rounds), round_p50s=p50s, p50_us=p50,
+        ci_us=ci, ci_basis=basis, confirmed=confirmed, effective=effective, errors=errors,
+        final=all(r.get("final", True) is not False for r in records), samples_us=samples)
+
+
+def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict],
+           base_records: list[dict], confidence: float, seed: int):
+    cell_rounds = dict(_round_p50s([r for r in cell_records if (r.get("status") or "ok") == "ok"]))
+    base_rounds = dict(_round_p50s([r for r in base_records if (r.get("status") or "ok") == "ok"]))
+    shared = sorted(set(cell_rounds) & set(base_rounds))
+    if len(shared) >= MIN_ROUNDS_FOR_ROUND_CI:
+        return stats.paired_t_ci([cell_rounds[r] for r in shared], [base_rounds[r] for r in shared],
+                                 confidence)
+    if len(cell_rounds) >= MIN_ROUNDS_FOR_ROUND_CI and len(base_rounds) >= MIN_ROUNDS_FOR_ROUND_CI:
+        return stats.welch_t_ci(list(cell_rounds.values()), list(base_rounds.values()), confidence)
+    if cell.samples_us and base.samples_us:
+        return stats.bootstrap_diff_ci(cell.samples_us, base.samples_us, confidence=confidence,
+                                       n_boot=1000, seed=seed)
+    return None
+
+
+def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0) -> list[CellSizeSummary]:
+    """Summaries of every (cell, size) group, each compared with its baseline.
+
+    Only final records are compared (see module doc); groups made only of non-final
+    records come back with `final=False` and no verdict. Order: by op, world, backend,
+    bytes, then baseline first and cells by p50.
+    """
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    for r in records:
+        final = r.get("final", True) is not False
+        cell = (r.get("cell") or BASELINE) + ("" if final else "\x00pruned")
+        groups.setdefault(_key(r), {}).setdefault(cell, []).append(r)
+    out: list[CellSizeSummary] = []
+    for key in sorted(groups, key=lambda k: (k[0], k[2] or 0, str(k[4]), k[1])):
+        cells = groups[key]
+        base_records = cells.get(BASELINE)
+        base = summarize_group(base_records, confidence, seed) if base_records else None
+        rows = []
+        for cell_key, recs in cells.items():
+            summary = base if cell_key == BASELINE else summarize_group(recs, confidence, seed)
+            if (cell_key != BASELINE and summary.final and base is not None
+                    and summary.status == "ok" and base.status == "ok" and summary.p50_us is not None):
+                delta = _delta(summary, base, recs, base_records, confidence, seed)
+                if delta is not None:
+                    summary.delta_us, lo, hi = delta
+                    summary.delta_ci_us = (lo, hi)
+                    summary.verdict = stats.verdict(lo, hi)
+            rows.append(summary)
+        rows.sort(key=lambda s: (s.cell != BASELINE, not s.final, s.status != "ok",
+                                 s.p50_us if s.p50_us is not None else float("inf")))
+        out.extend(rows)
+    return out
