@@ -197,7 +197,10 @@ class Bench:
         try:
             dist.all_gather_object(found, error)
         except Exception as exc:  # noqa: BLE001
-            raise Fatal(f"lost contact with the other ranks ({_first_line(exc)})") from None
+            cause = _first_line(exc)
+            if "closed by peer" in cause or "Connection reset" in cause:
+                cause = "a peer closed its connection: another rank probably died"
+            raise Fatal(f"lost contact with the other ranks ({cause})") from None
         errors = [(r, e) for r, e in enumerate(found) if e]
         # Root causes first: a rank that timed out waiting for a failed one is a consequence.
         return sorted(errors, key=lambda item: ("timed out" in item[1].lower(), item[0]))

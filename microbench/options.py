@@ -192,7 +192,8 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
         round_ = item.get("round", 0)
         if not isinstance(round_, int) or isinstance(round_, bool):
             raise NcclTuneError(f"{where}.round must be an integer", path=path)
-        extra = item.get("extra") or {}
+        extra = item.get("extra")
+        extra = {} if extra is None else extra
         if not isinstance(extra, dict):
             raise NcclTuneError(f"{where}.extra must be an object", path=path)
         cells.append(Cell(cell=cell_name, env=env, comm_env=comm_env, round=round_,

@@ -468,12 +468,12 @@ def choices_for(summary: dict, op: str, nbytes: int, world: int = 1) -> list[dic
     NCCL logs all_gather / reduce_scatter sizes per rank (2.24+) or in total (older),
     so both count. Lines without a function name (the numeric form) match any op.
     """
-    func = OP_FUNC.get(op, op)
+    func = OP_FUNC.get(op, op).lower()
     sizes = {nbytes}
     if op in ("all_gather", "reduce_scatter") and world > 0:
         sizes.add(nbytes // world)
     return [c for c in summary.get("choices", [])
-            if c["bytes"] in sizes and (c["func"] is None or c["func"] == func)]
+            if c["bytes"] in sizes and (c["func"] is None or c["func"].lower() == func)]
 
 
 def _requested_bounds(env: dict[str, str]) -> tuple[int | None, int | None]:
