@@ -147,7 +147,10 @@ class Bench:
         self.nnodes = len(set(self.hosts))
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
         if self.backend == "nccl":
-            self.versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            version = torch.cuda.nccl.version()  # a tuple in torch 2.x, an int code before
+            if isinstance(version, int):
+                version = ncclinfo.decode_version(version)
+            self.versions["nccl"] = ".".join(map(str, version))
 
     def header_info(self) -> dict:
         """What header_lines prints."""
@@ -156,8 +159,11 @@ class Bench:
             note = "off" + (" (gloo has no NCCL log)" if self.backend == "gloo" else "")
         else:
             note = f"on: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={nccllog.LOUD_SUBSYS} into {self.capture.directory}"
-            if self.mode == "eager":
+            if self.mode == "eager" and self.capture.probe():
                 note += "; timed eager iterations run with per-collective lines off (ncclResetDebugInit)"
+            elif self.mode == "eager":
+                note += ("; this NCCL lacks ncclResetDebugInit, so NCCL logs every timed eager "
+                         "collective and the latencies include that cost")
         notes = []
         for name, value in (self.capture.previous.items() if self.capture else ()):
             if value is not None:

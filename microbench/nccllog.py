@@ -120,11 +120,15 @@ class NcclLogCapture:
             lines.extend(text.splitlines())
         return lines
 
-    def _switch(self, subsys: str) -> bool:
-        if self._reset is None and self.reset_available is None:
+    def probe(self) -> bool:
+        """Look up ncclResetDebugInit once (libnccl must be loaded); True when it exists."""
+        if self.reset_available is None:
             self._reset = find_reset_function()
             self.reset_available = self._reset is not None
-        if not self.reset_available:
+        return self.reset_available
+
+    def _switch(self, subsys: str) -> bool:
+        if not self.probe():
             return False
         self.spell += 1
         self.environ["NCCL_DEBUG_SUBSYS"] = subsys
