@@ -167,3 +167,29 @@ def test_quiet_reports_false_without_the_reset_function(tmp_path, monkeypatch):
     cap.install()
     assert cap.quiet() is False and cap.reset_available is False
     assert cap.loud() is False
+
+
+def test_size_record_turns_the_captured_log_into_effective(tmp_path, monkeypatch):
+    """The wiring from captured NCCL lines to a record's `effective` (no NCCL run needed)."""
+    from microbench import allreduce, options
+    from tests.conftest import OWN_FIXTURES
+
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    args = options.parse_args(["--backend", "gloo", "--sizes", "14336"])
+    bench = allreduce.Bench(args, None, {})
+    bench.capture = nccllog.NcclLogCapture(str(tmp_path), {})
+    bench.backend, bench.nnodes, bench.hosts, bench.gpus = "nccl", 1, ["box3", "box3"], None
+    bench.versions = {"torch": "x", "cuda": None, "nccl": "2.24.3"}
+    snapshot = bench.capture.snapshot()
+    log = (OWN_FIXTURES / "nccl_log" / "nccl2.24_named_choice_ray_prefix.txt").read_text()
+    (tmp_path / "nccl.0000.box3.88123.log").write_text(log)
+    cell = options.Cell(cell="c-x", env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+                        comm_env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"})
+    record = bench.size_record(cell, 14336, [20.0, 22.0, 21.0], 0, snapshot)
+    assert record["effective"]["confirmed"] is True
+    assert (record["effective"]["algo"], record["effective"]["proto"]) == ("Ring", "LL")
+    assert record["status"] == "ok" and record["correct"] is True and record["lat_us"]["p50"] == 21.0
+    wrong = options.Cell(cell="c-y", env={"NCCL_PROTO": "Simple"}, comm_env={"NCCL_PROTO": "Simple"})
+    assert bench.size_record(wrong, 14336, [20.0], 3, {})["effective"]["confirmed"] is False
+    bench.watchdog.stop()
