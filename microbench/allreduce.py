@@ -122,8 +122,10 @@ class Bench:
         self.current: dict = {}
         # The bookkeeping group waits longer than a measured collective may take, so a rank
         # stuck in a collective times out there first and still joins the error exchange.
+        # The watchdog bounds what no process-group timeout sees (a hung graph replay or
+        # device sync): no heartbeat for --timeout plus a grace ends the rank.
         self.control_timeout = 2 * args.timeout + 10
-        self.watchdog = timing.Watchdog(self.control_timeout + GRACE_S, self._expired)
+        self.watchdog = timing.Watchdog(args.timeout + GRACE_S, self._expired)
 
     # ---------------------------------------------------------------- set-up
 
@@ -300,8 +302,9 @@ class Bench:
                 if len(errors) > 4:
                     text += f"; and {len(errors) - 4} more rank(s)"
                 self.failed_or_wrong = True
+                status = "timeout" if all("timed out" in e.lower() for _, e in errors) else "failed"
                 for nbytes in sizes[index:]:
-                    self.emit(self._record(cell, nbytes, status="failed", error=text,
+                    self.emit(self._record(cell, nbytes, status=status, error=text,
                                            effective=None, correct=None))
                 if self.rank == 0 and not self.plan:
                     _say(f"cell {cell.cell} failed at {requested} bytes: {text}")
