@@ -76,28 +76,6 @@ def _standalone_env() -> None:
                           MASTER_PORT=str(_free_port()))
 
 
-def apply_comm_env(comm_env: dict[str, str], environ=None) -> None:
-    """Make os.environ hold exactly `comm_env` among the communicator-scoped variables."""
-    from nccl_tune import settings
-
-    environ = os.environ if environ is None else environ
-    for name, setting in settings.CATALOGUE.items():
-        if setting.scope == "communicator" and name not in comm_env:
-            environ.pop(name, None)
-    environ.update(comm_env)
-
-
-def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str]) -> str | None:
-    """A process-scoped variable of the cell that the process does not carry, described."""
-    from nccl_tune import settings
-
-    for name, value in cell_env.items():
-        if settings.scope_of(name) == "process" and process_env.get(name) != value:
-            return (f"cell needs {name}={value} but the process has "
-                    f"{name}={process_env.get(name, '(unset)')}: the launcher must set it")
-    return None
-
-
 class Bench:
     """One rank's run: resolved options, process groups, log capture and output."""
 
@@ -277,10 +255,10 @@ class Bench:
         import torch.distributed as dist
 
         if self.plan:
-            apply_comm_env(cell.comm_env)
+            options.apply_comm_env(cell.comm_env)
         if self.rank == 0 and not self.args.json:
             print("\n".join(output.cell_lines(cell.cell, cell.env, cell.round, bool(self.plan))), flush=True)
-        mismatch = process_env_mismatch(cell.env, self.env_process)
+        mismatch = options.process_env_mismatch(cell.env, self.env_process)
         snapshot = self.capture.snapshot() if self.capture else None
         self.watchdog.beat(f"creating the process group of cell {cell.cell}")
         group = dist.new_group(backend=self.backend,

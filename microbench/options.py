@@ -230,6 +230,26 @@ def single_cell(environ) -> Cell:
     return Cell(cell=cell_id(env), env=env, comm_env=comm)
 
 
+def apply_comm_env(comm_env: dict[str, str], environ=None) -> None:
+    """Make os.environ hold exactly `comm_env` among the communicator-scoped variables."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    for name, setting in settings.CATALOGUE.items():
+        if setting.scope == "communicator" and name not in comm_env:
+            environ.pop(name, None)
+    environ.update(comm_env)
+
+
+def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str]) -> str | None:
+    """A process-scoped variable of the cell that the process does not carry, described."""
+    for name, value in cell_env.items():
+        if settings.scope_of(name) == "process" and process_env.get(name) != value:
+            return (f"cell needs {name}={value} but the process has "
+                    f"{name}={process_env.get(name, '(unset)')}: the launcher must set it")
+    return None
+
+
 # ---------------------------------------------------------------- the command line
 
 class _Parser(argparse.ArgumentParser):

@@ -124,14 +124,14 @@ def test_settings_env_drops_the_debug_family():
 
 def test_apply_comm_env_sets_and_removes_communicator_vars_only():
     environ = {"NCCL_PROTO": "Simple", "NCCL_THREAD_THRESHOLDS": "8", "NCCL_NTHREADS": "256"}
-    allreduce.apply_comm_env({"NCCL_ALGO": "Ring"}, environ)
+    options.apply_comm_env({"NCCL_ALGO": "Ring"}, environ)
     assert environ == {"NCCL_ALGO": "Ring", "NCCL_NTHREADS": "256"}
 
 
 def test_process_env_mismatch():
-    assert allreduce.process_env_mismatch({"NCCL_PROTO": "LL"}, {}) is None  # comm-scoped: set by us
-    assert allreduce.process_env_mismatch({"NCCL_NTHREADS": "256"}, {"NCCL_NTHREADS": "256"}) is None
-    text = allreduce.process_env_mismatch({"NCCL_NTHREADS": "256"}, {})
+    assert options.process_env_mismatch({"NCCL_PROTO": "LL"}, {}) is None  # comm-scoped: set by us
+    assert options.process_env_mismatch({"NCCL_NTHREADS": "256"}, {"NCCL_NTHREADS": "256"}) is None
+    text = options.process_env_mismatch({"NCCL_NTHREADS": "256"}, {})
     assert "NCCL_NTHREADS=256" in text and "(unset)" in text
 
 
