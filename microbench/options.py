@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -232,8 +233,6 @@ def single_cell(environ) -> Cell:
 
 def apply_comm_env(comm_env: dict[str, str], environ=None) -> None:
     """Make os.environ hold exactly `comm_env` among the communicator-scoped variables."""
-    import os
-
     environ = os.environ if environ is None else environ
     for name, setting in settings.CATALOGUE.items():
         if setting.scope == "communicator" and name not in comm_env:
