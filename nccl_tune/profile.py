@@ -110,7 +110,7 @@ def parse_line(number: int, raw: str) -> Line:
     quoted = False
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         value, quoted = value[1:-1], True
-    elif value[:1] in "\"'":
+    elif value and value[0] in "\"'":
         return Line(number, raw, "malformed", key=key, error="unterminated quote")
     return Line(number, raw, "assign", key=key, value=value, quoted=quoted, exported=exported)
 
