@@ -101,8 +101,8 @@ def _unknown_name_finding(path: str, number: int | None, key: str,
     if not key.startswith("NCCL_"):
         if upper.startswith("NCCL_") and upper in pool:
             return Finding(path, number, key, WARNING,
-                           f"NCCL reads variable names case-sensitively and ignores {key}; "
-                           f"did you mean {upper}?")
+                           f"NCCL reads variable names case-sensitively and would ignore "
+                           f"this one; did you mean {upper}?")
         return None
     guess = difflib.get_close_matches(key, sorted(pool), n=1, cutoff=0.75)
     hint = f"; did you mean {guess[0]}?" if guess else ""
@@ -111,12 +111,13 @@ def _unknown_name_finding(path: str, number: int | None, key: str,
     else:
         consulted = f"the catalogue and to {known.describe()}"
     return Finding(path, number, key, WARNING,
-                   f"{key} is unknown to {consulted}, so NCCL would ignore it{hint}")
+                   f"unknown to {consulted}, so NCCL would ignore it{hint}")
 
 
 def _value_findings(path: str, number: int | None, key: str, value: str,
                     version: tuple[int, int, int] | None) -> list[Finding]:
-    return [Finding(path, number, key, severity, message)
+    # check_value names the variable; the finding already carries it.
+    return [Finding(path, number, key, severity, message.replace(f"invalid value for {key}: ", "invalid value: "))
             for severity, message in settings.check_value(key, value, version)]
 
 
@@ -143,7 +144,7 @@ def lint_text(text: str, path: str = "<text>", known: KnownNames | None = None) 
             findings.append(unknown)
         if key in first_line:
             findings.append(Finding(path, number, key, WARNING,
-                                    f"{key} is set twice (first on line {first_line[key]}); "
+                                    f"set twice (first on line {first_line[key]}); "
                                     "the later value wins"))
         else:
             first_line[key] = number

@@ -172,9 +172,9 @@ def _check_proto(value: str, version=None) -> list[Finding]:
     _refuse_empty(parse_coll_list(value, PROTOCOLS, "protocol"), "protocol")
     found: list[Finding] = []
     if enables_ll128(value):
-        found.append((WARNING, f"NCCL_PROTO={value} enables LL128 explicitly: NCCL then skips its "
-                               "LL128 safety checks and uses it even on PCIe, where it can corrupt "
-                               "data; use it only on NVLink machines where NCCL enables LL128 itself"))
+        found.append((WARNING, f"'{value}' enables LL128 explicitly: NCCL then skips its LL128 "
+                               "safety checks and uses it even on PCIe, where it can corrupt data; "
+                               "leave LL128 to NCCL (it enables it itself where it is safe)"))
     if ";" in value or ":" in value:
         found += _needs_version(version, (2, 24, 0), "per-collective NCCL_PROTO")
     return found

@@ -166,9 +166,15 @@ def doctor_report(topo_file: str | None = None, with_torch: bool = True) -> dict
     """Everything doctor shows, keys: nccl_libraries, torch, gpus, topology, conf_files, env."""
     libraries = ncclinfo.find_libraries()
     known = linter.installed_names()
+    torch = torch_info() if with_torch else {"version": None, "note": "not inspected"}
+    if torch.get("nccl"):
+        # Which found file torch's NCCL is, judged by version (a pip CUDA torch loads
+        # nvidia-nccl-cu12's; a torch with NCCL linked in statically matches no file).
+        same = [lib.path for lib in libraries if lib.version == torch["nccl"]]
+        torch["nccl_library"] = same[0] if same else None
     return {
         "nccl_libraries": [lib.to_dict() for lib in libraries],
-        "torch": torch_info() if with_torch else {"version": None, "note": "not inspected"},
+        "torch": torch,
         "gpus": gpu_info(),
         "topology": topology_info(topo_file),
         "conf_files": conf_files(nccl_version=known.version_tuple, known=known),

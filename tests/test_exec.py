@@ -102,3 +102,11 @@ def test_build_env_is_pure():
     env, removed = build_env(base, {"NCCL_B": "3"}, clean=True)
     assert env == {"NCCL_B": "3", "PATH": "/bin"} and removed == ["NCCL_A"]
     assert base == {"NCCL_A": "1", "NCCL_B": "2", "PATH": "/bin"}
+
+
+def test_shipped_profile_by_name():
+    proc = nccl_tune_exec(["--profile", "pcie-8gpu-decode"], ["0"])
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    assert "applied pcie-8gpu-decode.env" in err

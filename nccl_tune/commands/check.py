@@ -10,7 +10,7 @@ import sys
 import click
 
 from nccl_tune import procenv
-from nccl_tune.profile import load_profile
+from nccl_tune.profile import load_profile, resolve_profile
 
 
 def _short(cmdline: list[str], width: int = 60) -> str:
@@ -19,8 +19,8 @@ def _short(cmdline: list[str], width: int = 60) -> str:
 
 
 @click.command("check")
-@click.option("--profile", "profiles", multiple=True, required=True, type=click.Path(dir_okay=False),
-              help="Profile .env file (repeatable; later files win).")
+@click.option("--profile", "profiles", multiple=True, required=True,
+              help="Profile .env file or shipped profile name (repeatable; later ones win).")
 @click.option("--pid", type=click.IntRange(min=1), required=True, help="Process to check.")
 @click.option("--tree", is_flag=True, help="Also check every descendant (TP workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one object per process.")
@@ -32,8 +32,8 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
     from nccl_tune.cli import emit_json
 
     expected: dict[str, str] = {}
-    for path in profiles:
-        expected.update(load_profile(path).env)
+    for name in profiles:
+        expected.update(load_profile(str(resolve_profile(name))).env)
     results = procenv.check_processes(expected, pid, tree=tree)
     if as_json:
         emit_json([r.to_dict() for r in results])

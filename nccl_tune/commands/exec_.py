@@ -16,7 +16,7 @@ import click
 
 from nccl_tune import lint as linter
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.profile import load_profile, read_text
+from nccl_tune.profile import load_profile, read_text, resolve_profile
 
 
 def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) -> tuple[dict[str, str], list[str]]:
@@ -33,8 +33,8 @@ def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) ->
 
 @click.command("exec", context_settings={"ignore_unknown_options": True,
                                          "allow_interspersed_args": False})
-@click.option("--profile", "profiles", multiple=True, required=True, type=click.Path(dir_okay=False),
-              help="Profile .env file (repeatable; later files win).")
+@click.option("--profile", "profiles", multiple=True, required=True,
+              help="Profile .env file or shipped profile name (repeatable; later ones win).")
 @click.option("--clean", is_flag=True,
               help="First remove every NCCL_* variable the profiles do not set.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -46,7 +46,10 @@ def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> N
     applied: dict[str, str] = {}
     warnings = 0
     known = linter.installed_names()
-    for path in profiles:
+    used = []
+    for name in profiles:
+        path = str(resolve_profile(name))
+        used.append(path)
         findings = linter.lint_text(read_text(path), path, known)
         errors = [f for f in findings if f.severity == linter.ERROR]
         if errors:
@@ -59,7 +62,7 @@ def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> N
     if program is None or not os.path.isfile(program) or not os.access(program, os.X_OK):
         raise NcclTuneError(f"cannot run {command[0]!r}: no such executable "
                             f"{'file' if os.sep in command[0] else 'on PATH'}")
-    names = ", ".join(os.path.basename(p) for p in profiles)
+    names = ", ".join(os.path.basename(p) for p in used)
     summary = " ".join(f"{k}={v}" for k, v in applied.items()) or "(no variables)"
     line = f"nccl-tune exec: applied {names}: {summary}"
     if clean:
