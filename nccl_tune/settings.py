@@ -2,7 +2,10 @@
 
 Facts come from NCCL's documentation (docs.nvidia.com/deeplearning/nccl, "Environment
 Variables") and, where marked (code), from reading NCCL 2.30 source; see
-DESIGN.md section 5. Scope is what a sweep needs to know:
+DESIGN.md section 5. Grammar details were checked against NCCL's source (tuning.cc
+parseList, paths.cc ncclGetLevel, getNthreads) and the strings of libnccl 2.32.3, whose
+table of names every catalogued variable but NCCL_TUNER_CONFIG_FILE (read by the tuner
+plugin) appears in (tests/test_settings.py checks this against the installed library). Scope is what a sweep needs to know:
 
 - ``communicator``: re-read at every communicator init (NCCL_PROTO, NCCL_ALGO,
   NCCL_THREAD_THRESHOLDS), so one process may try several values, one process group each;

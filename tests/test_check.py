@@ -112,3 +112,22 @@ def test_compare_env_is_pure():
                                         {"NCCL_A": "1", "NCCL_C": "3", "PATH": "/bin"})
     assert [(c.name, c.status) for c in checks] == [("NCCL_A", "ok"), ("NCCL_B", "missing")]
     assert extra == {"NCCL_C": "3"}
+
+
+def test_unreadable_descendant_is_reported_not_fatal(server, monkeypatch):
+    pid, worker = server
+    real = procenv.read_environ
+
+    def deny_worker(p):
+        if p == worker:
+            raise PermissionError(13, "Permission denied")
+        return real(p)
+
+    monkeypatch.setattr(procenv, "read_environ", deny_worker)
+    results = procenv.check_processes(PROFILE, pid, tree=True)
+    assert [r.ok for r in results] == [True, False]
+    assert "Permission denied" in results[1].error and results[1].variables == []
+    monkeypatch.setattr(procenv, "read_environ", lambda p: deny_worker(worker))
+    with pytest.raises(NcclTuneError) as info:
+        procenv.check_processes(PROFILE, pid)
+    assert f"pid {pid}: cannot read its environment" in str(info.value)
