@@ -10,7 +10,7 @@ import sys
 import click
 
 from nccl_tune import lint as linter
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.profile import read_text
 
 
 @click.command("lint")
@@ -24,11 +24,8 @@ def lint(files: tuple[str, ...], as_json: bool) -> None:
     """
     from nccl_tune.cli import emit_json
 
-    texts = {}
-    for path in files:  # read everything first: an unreadable file is a usage error (2)
-        from nccl_tune.profile import read_text
-
-        texts[path] = read_text(path)
+    # Read everything first: an unreadable file is exit 2 before any finding is printed.
+    texts = {path: read_text(path) for path in files}
     known = linter.installed_names()
     findings = [f for path in files for f in linter.lint_text(texts[path], path, known)]
     errors, warnings = linter.counts(findings)
