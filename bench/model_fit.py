@@ -114,8 +114,8 @@ def run_loop(size_args: list[str], skip: bool) -> dict:
     return record
 
 
-def run_microbench(sizes: list[int]) -> dict[int, float]:
-    """p50 latency (us) per size from the microbench's records, gloo at world 2."""
+def run_microbench(sizes: list[int]) -> dict[int, dict]:
+    """lat_us summary per size from the microbench's records, gloo at world 2."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "micro.jsonl")
         torchrun("microbench.allreduce", ["--sizes", ",".join(map(str, sizes)), "--dtype", "fp32",
@@ -123,8 +123,8 @@ def run_microbench(sizes: list[int]) -> dict[int, float]:
         from nccl_tune import store
 
         records = store.read_records([out])
-    lat = {int(r["bytes"]): float(r["lat_us"]["p50"]) for r in records
-           if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("p50")}
+    lat = {int(r["bytes"]): r["lat_us"] for r in records
+           if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("mean")}
     if set(lat) != set(sizes):
         raise RuntimeError(f"microbench measured {sorted(lat)}, expected {sorted(sizes)}")
     return lat
@@ -136,7 +136,11 @@ def cycle_ms(record: dict) -> float:
 
 
 def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
-    """Predicted collectives and cycle time from the microbench and the compute-only run."""
+    """Predicted collectives and cycle time from the microbench and the compute-only run.
+
+    `lat` is the microbench's MEAN latency per size: the loop reports mean times per
+    cycle, and a mean of sums is the sum of means (p50s would not add up).
+    """
     ar = full["allreduces"]
     k = full["steps"]
     decode_b, verify_b = int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])
@@ -149,7 +153,7 @@ def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
     return {
         "layers": full["layers"], "hidden": full["hidden"], "steps": k,
         "decode_bytes": decode_b, "verify_bytes": verify_b,
-        "lat_us": {str(b): v for b, v in sorted(lat.items())},
+        "lat_mean_us": {str(b): v for b, v in sorted(lat.items())},
         "allreduces_per_cycle": k * ar["per_draft_forward"] + ar["per_target_forward"],
         "compute_cycle_ms": cycle_ms(compute),
         "predicted_comm_ms": predicted_comm, "measured_comm_ms": measured_comm,
@@ -163,28 +167,39 @@ def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
 
 
 def measure_size(size_args: list[str], repeats: int) -> dict:
-    """Full and compute-only loop runs (interleaved, `repeats` each, medians) and the microbench."""
-    fulls, computes = [], []
+    """Full loop, compute-only loop and microbench, interleaved `repeats` times; medians.
+
+    Interleaving spreads slow phases of a shared machine over all three alike.
+    """
+    fulls, computes, micros = [], [], []
     for _ in range(repeats):
         fulls.append(run_loop(size_args, skip=False))
         computes.append(run_loop(size_args, skip=True))
+        ar = fulls[-1]["allreduces"]
+        micros.append(run_microbench(sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])})))
     full, compute = dict(fulls[-1]), dict(computes[-1])
     for key in ("draft_ms", "verify_ms", "other_ms"):
         full[key] = statistics.median(r[key] for r in fulls)
         compute[key] = statistics.median(r[key] for r in computes)
-    ar = full["allreduces"]
-    lat = run_microbench(sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])}))
-    return predict(full, compute, lat)
+    lat = {b: statistics.median(m[b]["mean"] for m in micros) for b in micros[0]}
+    row = predict(full, compute, lat)
+    row["spread"] = {
+        "cycle_ms": [round(cycle_ms(r), 3) for r in fulls],
+        "compute_cycle_ms": [round(cycle_ms(r), 3) for r in computes],
+        "lat_mean_us": {str(b): [round(m[b]["mean"], 1) for m in micros] for b in micros[0]},
+        "lat_p50_us": {str(b): [round(m[b]["p50"], 1) for m in micros] for b in micros[0]},
+    }
+    return row
 
 
 def render(rows: list[dict]) -> str:
     """A plain table of predicted against measured."""
     lines = [f"model fit: per-token model vs the built-in TP loop, gloo world {WORLD} (CPU); "
              f"target |error| <= {TARGET:.0%}",
-             f"{'size':<22}{'allreduce lat us':<22}{'comm ms/cycle':<26}{'cycle ms':<26}",
+             f"{'size':<22}{'allreduce mean us':<22}{'comm ms/cycle':<26}{'cycle ms':<26}",
              f"{'':<22}{'decode / verify':<22}{'pred / meas (err)':<26}{'pred / meas (err)':<26}"]
     for r in rows:
-        lat = list(r["lat_us"].values())
+        lat = list(r["lat_mean_us"].values())
         lat_text = " / ".join(f"{v:.1f}" for v in (lat if len(lat) > 1 else lat * 2))
         comm = f"{r['predicted_comm_ms']:.3f} / {r['measured_comm_ms']:.3f} ({_pct(r['comm_error'])})"
         cyc = f"{r['predicted_cycle_ms']:.3f} / {r['measured_cycle_ms']:.3f} ({_pct(r['cycle_error'])})"
@@ -194,6 +209,9 @@ def render(rows: list[dict]) -> str:
         lines.append(f"{r['name']}: {r['allreduces_per_cycle']} allreduces per cycle (k={r['steps']}), "
                      f"{r['decode_bytes']} B decode / {r['verify_bytes']} B verify; compute-only cycle "
                      f"{r['compute_cycle_ms']:.3f} ms; accept len {r['accept_len']:.2f}")
+        sp = r["spread"]
+        lines.append(f"  runs: cycle ms {sp['cycle_ms']}, compute-only {sp['compute_cycle_ms']}, "
+                     f"allreduce mean us {sp['lat_mean_us']}, p50 us {sp['lat_p50_us']}")
     return "\n".join(lines)
 
 

@@ -9,6 +9,10 @@ TP), each of `tokens x hidden x dtype` bytes, where tokens = batch x tokens per 
 Latency at a size comes from measured points, interpolated linearly in
 log(bytes)-log(latency). Outside the measured range it refuses (OutOfRangeError) unless
 asked to extrapolate, and callers then say so.
+
+Savings per forward pass (`estimate_saving`) carry an interval from the rounds: paired
+by round with the baseline (Student-t) when there are enough rounds, else a bootstrap
+over the iterations that says so (see the notes above `SavingEstimate`).
 """
 
 from __future__ import annotations

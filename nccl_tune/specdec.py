@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 SGLANG_RATE_DRAFTS = "drafts"  # (L - 1) / k: recent SGLang
@@ -359,3 +359,120 @@ def acceptance_from_options(accept_len: str | None = None, accept_rate: float | 
                          "cannot rise with the position")
     return Acceptance(f"per-position acceptance {', '.join(f'{p:g}' for p in reach)} "
                       "(vLLM's per-position rates)", reach=reach)
+
+
+# ---------------------------------------------------------------- profiles compared
+
+@dataclass
+class SpecComparison:
+    """Step plans under the baseline and the recommended cell."""
+
+    baseline: list  # specdec.StepPlan, k = 0 (plain decoding) first
+    recommended: list | None
+    assumptions: list[str] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # step counts whose verify size is unmeasured
+
+    def best(self, which: str):
+        """Best StepPlan among k >= 1 for 'baseline' or 'recommended' (None if absent)."""
+        plans = [p for p in (getattr(self, which) or []) if p.k >= 1]
+        return best_step(plans) if plans else None
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        def plans(which):
+            rows = getattr(self, which)
+            return [asdict(p) for p in rows] if rows is not None else None
+        best_b, best_r = self.best("baseline"), self.best("recommended")
+        return {"baseline": plans("baseline"), "recommended": plans("recommended"),
+                "best_k_baseline": best_b.k if best_b else None,
+                "best_tok_s_baseline": best_b.tok_s if best_b else None,
+                "best_k_recommended": best_r.k if best_r else None,
+                "best_tok_s_recommended": best_r.tok_s if best_r else None,
+                "assumptions": self.assumptions, "skipped_steps": self.skipped}
+
+
+def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str, batch: int,
+                     layers: int, baseline_tok_s: float | None = None, verify_measured=None,
+                     compute_per_token_ms: float = 0.0, draft_ms: float | None = None,
+                     draft_collectives: int = 3, other_ms: float = 0.0,
+                     extrapolate: bool = False) -> SpecComparison:
+    """tau, cycle time and tok/s per step count under the baseline and the recommended cell.
+
+    `analysis` is a recommendation.Analysis (its baseline and recommended latency curves
+    and collectives per forward).
+
+    Verify time = compute(n) + comm(n): comm from the cell's latency curve at
+    n x batch x hidden x dtype bytes; compute from the measured verify times under the
+    baseline (`verify_measured`, a callable of tokens per sequence) minus the baseline's
+    comm, or from the plain decode time 1000 / baseline_tok_s minus its comm, flat in n
+    plus `compute_per_token_ms` per extra token. The draft step keeps its compute and
+    changes its `draft_collectives` collectives of one token with the profile.
+    """
+    from nccl_tune.errors import NcclTuneError
+    from nccl_tune.model import OutOfRangeError, message_bytes
+
+    if verify_measured is None and baseline_tok_s is None:
+        raise NcclTuneError("speculative planning needs a forward time: --baseline-tok-s or "
+                            "--verify-ms")
+    assumptions: list[str] = []
+    base_curve = analysis.baseline.curve
+    rec = analysis.recommended
+    rec_curve = rec.curve if rec else None
+
+    def lat(curve, tokens):
+        return curve.at(message_bytes(tokens * batch, hidden, dtype), extrapolate)
+
+    def comm(curve, tokens):
+        return analysis.collectives * lat(curve, tokens) / 1000.0
+
+    usable, skipped = [], []
+    for k in [0, *steps]:
+        try:
+            for curve in (base_curve, rec_curve):
+                if curve is not None:
+                    lat(curve, k + 1)
+            usable.append(k)
+        except OutOfRangeError:
+            skipped.append(k)
+    if 0 in skipped:
+        raise NcclTuneError("the decode size is outside the measured range (--extrapolate)")
+    if verify_measured is not None:
+        def compute(n):
+            return verify_measured(n) - comm(base_curve, n)
+        assumptions.append("verify compute = measured verify time minus the baseline's collectives "
+                           "time (its latency curve) at each token count")
+    else:
+        decode_ms = 1000.0 / baseline_tok_s
+        fixed = decode_ms - comm(base_curve, 1)
+
+        def compute(n):
+            return fixed + compute_per_token_ms * (n - 1)
+        assumptions.append(f"verify compute = plain decode time ({decode_ms:.3f} ms from "
+                           f"--baseline-tok-s) minus its collectives time, "
+                           + ("flat in tokens (dense-like; pass --compute-per-token-ms for MoE)"
+                              if compute_per_token_ms == 0 else
+                              f"+ {compute_per_token_ms} ms per extra token"))
+    if compute(1) <= 0:
+        raise NcclTuneError("the forward time given is smaller than the collectives time alone: "
+                            "check --baseline-tok-s / --verify-ms against the results")
+    one_token = lat(base_curve, 1)
+    if draft_ms is None:
+        draft_base = compute(1) / layers + draft_collectives * one_token / 1000.0
+        assumptions.append(f"draft step ASSUMED = one target layer's compute plus "
+                           f"{draft_collectives} collectives ({draft_base:.3f} ms); pass "
+                           "--draft-ms to use a measured one")
+    else:
+        draft_base = draft_ms
+
+    def verify_for(curve):
+        def verify(n):
+            return compute(n) + comm(curve, n)
+        verify.extrapolated = getattr(verify_measured, "extrapolated", lambda n: False)
+        return verify
+
+    base_plans = plan_steps(usable, tau, draft_base, verify_for(base_curve), other_ms)
+    rec_plans = None
+    if rec_curve is not None:
+        draft_rec = draft_base - draft_collectives * (one_token - lat(rec_curve, 1)) / 1000.0
+        rec_plans = plan_steps(usable, tau, max(draft_rec, 0.0), verify_for(rec_curve), other_ms)
+    return SpecComparison(base_plans, rec_plans, assumptions, [k for k in skipped if k])

@@ -176,13 +176,22 @@ def test_assumed_topology_is_named(cli_runner, monkeypatch):
     import sys
     import types
 
+    import nccl_tune
+
     fake = types.ModuleType("nccl_tune.topology")
     fake.detect_kind = lambda: None  # no GPU
     monkeypatch.setitem(sys.modules, "nccl_tune.topology", fake)
+    monkeypatch.setattr(nccl_tune, "topology", fake, raising=False)
     result = run(cli_runner, "--layers", "61")
     assert "pcie-shm ASSUMED (no GPU found)" in result.output
     fake.detect_kind = lambda: "nvlink"
     assert "nvlink (detected)" in run(cli_runner, "--layers", "61").output
+
+    def broken():
+        raise OSError("nvidia-smi hung")
+    fake.detect_kind = broken
+    assert "pcie-shm ASSUMED (topology detection failed: nvidia-smi hung)" in run(
+        cli_runner, "--layers", "61").output
 
 
 def test_exported_profile_lints_clean_and_round_trips(tmp_path, cli_runner):

@@ -122,3 +122,40 @@ def test_acceptance_options_are_exclusive_and_checked():
                    {"accept_rate": 1.5}, {"accept_len": "3"}):
         with pytest.raises(ValueError):
             sd.acceptance_from_options(**kwargs)
+
+
+# ---------------------------------------------------------------- the spec-plan command
+
+def _spec_plan(cli_runner, *args):
+    from nccl_tune.cli import cli
+
+    return cli_runner.invoke(cli, ["spec-plan", *args], catch_exceptions=False)
+
+
+def test_spec_plan_json(cli_runner):
+    import json
+
+    result = _spec_plan(cli_runner, "--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9",
+                        "--accept-len", "3.0@4", "--steps", "1-6", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3, 4, 5, 6]
+    plain = out["plans"][0]
+    assert plain["tau"] == 1.0 and plain["tok_s"] == pytest.approx(1000 / 11.3)
+    at4 = out["plans"][4]
+    assert at4["tau"] == pytest.approx(3.0) and at4["extrapolated"]  # 5 tokens > 4 measured
+    best = max(out["plans"][1:], key=lambda p: p["tok_s"])
+    assert out["best_k"] == best["k"] and out["speedup"] == pytest.approx(best["tok_s"] / plain["tok_s"])
+    conv = out["conventions"]
+    assert conv["vllm_mean_acceptance_length"] == conv["accept_len"]
+
+
+def test_spec_plan_text_and_errors(cli_runner):
+    result = _spec_plan(cli_runner, "--verify-ms", "20", "--draft-ms", "1", "--accept-rate", "0.8")
+    assert result.exit_code == 0 and "best: k =" in result.output and "flat" in result.output
+    for args in (["--verify-ms", "10,11", "--draft-ms", "1", "--accept-rate", "0.8"],
+                 ["--verify-ms", "10", "--draft-ms", "1"],
+                 ["--verify-ms", "10", "--draft-ms", "1", "--accept-per-pos", "0.9", "--steps", "1-3"],
+                 ["--verify-ms", "x", "--draft-ms", "1", "--accept-rate", "0.8"]):
+        bad = _spec_plan(cli_runner, *args)
+        assert bad.exit_code == 2, args

@@ -11,9 +11,9 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, model, profile, recommendation, specdec, store, tuner
+from nccl_tune import costmodel, export, model, recommendation, specdec, store
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.recommendation import MEASURED, MODELLED, SIMULATED
+from nccl_tune.recommendation import MODELLED, SIMULATED
 
 ASSUMED_TOPOLOGY = "pcie-shm"
 MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
@@ -140,8 +140,7 @@ def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
     return text
 
 
-def _header(analysis, topo_note: str, layers: int, per_layer: int, extra: int, tokens: int,
-            hidden: int, dtype: str, source_files) -> list[str]:
+def _header(analysis, topo_note: str, w, source_files) -> list[str]:
     lines = []
     if analysis.source == MODELLED:
         lines.append("MODELLED, not measured: figures come from nccl-tune's analytical model of "
@@ -156,8 +155,8 @@ def _header(analysis, topo_note: str, layers: int, per_layer: int, extra: int, t
                                       f"NCCL {analysis.nccl_version}" if analysis.nccl_version else None) if x)
         lines.append(f"{analysis.source}: {', '.join(source_files)} (backend {analysis.backend}, "
                      f"world size {analysis.world_size}{'; ' + where if where else ''})")
-    lines.append(f"per token: {analysis.collectives} allreduces ({layers} layers x {per_layer} + "
-                 f"{extra}) of {analysis.message_bytes} B ({tokens} token(s) x {hidden} x {dtype})")
+    lines.append(f"per token: {analysis.collectives} allreduces ({w.layers} layers x {w.per_layer} + "
+                 f"{w.extra}) of {analysis.message_bytes} B ({w.tokens} token(s) x {w.hidden} x {w.dtype})")
     return lines + [f"note: {n}" for n in analysis.notes]
 
 
@@ -175,127 +174,6 @@ def _spec_table(comp, baseline_label: str, rec_label: str | None) -> str:
             line += [f"{r.cycle_ms:.3f}", f"{r.tok_s:.1f}" + ("*" if r.extrapolated else "")]
         rows.append(line)
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-
-
-def _provenance(analysis, ctx, topo_note, forced: str | None, baseline_tok_s, row,
-                layers, per_layer, extra, tokens, hidden, dtype, confidence) -> dict:
-    s = row.saving
-    where = [f"world size {analysis.world_size}"]
-    if analysis.gpus:
-        where.insert(0, analysis.gpus)
-    if analysis.source == MODELLED:
-        where.append(f"topology {topo_note.split(' (')[0].split(' ASSUMED')[0]} "
-                     f"({'assumed' if 'ASSUMED' in topo_note else 'given or detected'})")
-    elif analysis.topology:
-        where.append(f"topology {analysis.topology}")
-    if analysis.host:
-        where.append(f"host {analysis.host}")
-    if analysis.backend:
-        where.append(f"backend {analysis.backend}")
-    saving = f"{s.saving_ms:.3f} ms per token"
-    if s.ci_ms is not None:
-        saving += f" ({confidence:.0%} CI {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}, basis {s.basis}, {s.n_rounds} rounds)"
-    elif analysis.source == MODELLED:
-        saving += " (modelled: no interval)"
-    prov = {
-        "source": analysis.source,
-        "what": (f"allreduce latency at {analysis.message_bytes} B ({tokens} token(s) x {hidden} x "
-                 f"{dtype}); {analysis.collectives} allreduces per token ({layers} layers x "
-                 f"{per_layer} + {extra})"),
-        "where": ", ".join(where),
-        "nccl": analysis.nccl_version or _installed_nccl(),
-        "when": f"exported {store.now_iso()}" + (f"; measured {analysis.measured_at}"
-                                                  if analysis.measured_at else ""),
-        "saving": saving,
-        "trust": row.trust if analysis.source != MODELLED else "modelled",
-    }
-    if baseline_tok_s and row.projected_tok_s:
-        prov["predicted"] = f"{baseline_tok_s:.1f} -> {row.projected_tok_s:.1f} tok/s"
-    if forced:
-        prov["forced"] = forced
-    args = ctx.meta.get("nccl_tune.argv", [])
-    prov["command"] = "nccl-tune recommend " + shlex.join(args)
-    return prov
-
-
-def _installed_nccl() -> str:
-    try:
-        from nccl_tune import ncclinfo
-
-        lib = ncclinfo.default_library()
-    except Exception:  # the version is provenance only
-        lib = None
-    return f"not measured (installed: {lib.version})" if lib else "not measured"
-
-
-def _export_row(analysis, force: bool) -> tuple[object | None, str | None, str | None]:
-    """(row to write, forced-reason, refusal message)."""
-    rec = analysis.recommended
-    if rec is not None and analysis.source == MEASURED:
-        return rec, None, None
-    if rec is not None:
-        if not force:
-            return None, None, (f"not written: the recommendation is {analysis.source}, not measured "
-                                "(pass --force to write it anyway; its header says so)")
-        return rec, f"{analysis.source} figures, written with --force", None
-    if not force:
-        return None, None, "not written: no recommendation (keep NCCL's defaults; --force writes the best cell)"
-    candidates = [r for r in analysis.cells if r.status == "ok" and r.final and r.confirmed is not False
-                  and r.saving is not None and r.saving.saving_ms > 0
-                  and not recommendation.lint_problems(r.env)]
-    if not candidates:
-        return None, None, "not written: no cell saves time, even without a significant interval"
-    best = max(candidates, key=lambda r: r.saving.saving_ms)
-    return best, "--force: this cell's saving is NOT significant (its interval includes zero)", None
-
-
-def _write_profile(path, analysis, ctx, topo_note, force, baseline_tok_s, dims, confidence) -> dict:
-    row, forced, refusal = _export_row(analysis, force)
-    if row is None:
-        return {"path": path, "written": False, "reason": refusal}
-    prov = _provenance(analysis, ctx, topo_note, forced, baseline_tok_s, row, *dims, confidence)
-    notes = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file THIS.env",
-             "or nccl-tune exec THIS.env -- CMD. Check it is live: nccl-tune check."]
-    text = profile.render_profile(row.env, prov, notes)
-    back = profile.parse_profile(text, path=path)
-    problems = recommendation.lint_problems(back.env)
-    if back.env != row.env or problems:
-        raise NcclTuneError("the profile would not lint clean: " + "; ".join(problems), path=path)
-    profile.write_atomic(path, text)
-    return {"path": path, "written": True, "cell": row.cell, "env": row.env, "forced": bool(forced)}
-
-
-def _write_tuner_csv(path, analysis, topo_name, force, ctx) -> dict:
-    if analysis.source != MEASURED and not force:
-        return {"path": path, "written": False,
-                "reason": f"not written: {analysis.source} figures (pass --force to write them anyway)"}
-    if analysis.recommended is None and not force:
-        return {"path": path, "written": False,
-                "reason": "not written: no recommendation (keep NCCL's defaults)"}
-    points, notes = recommendation.tuner_points(analysis, topo_name)
-    rules = tuner.rules_from_points(points, nnodes=1, nranks=analysis.world_size or 8)
-    if not rules:
-        return {"path": path, "written": False,
-                "reason": "not written: at no measured size is a cell significantly faster than "
-                          "NCCL's own choice"}
-    header = [
-        "NCCL tuner-plugin rules written by nccl-tune (format of NVIDIA/nccl ext-tuner/example).",
-        f"source: {analysis.source}; world size {analysis.world_size}; "
-        + (f"NCCL {analysis.nccl_version}; " if analysis.nccl_version else "")
-        + f"written {store.now_iso()}",
-        "Load: build NCCL's example plugin (nccl/ext-tuner/example: make ->"
-        " libnccl-tuner-example.so), then export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so"
-        f" and NCCL_TUNER_CONFIG_FILE={path}",
-        "First matching line wins; sizes outside every range keep NCCL's own choice. Channels are"
-        " always explicit: with -1 the example plugin runs ONE channel.",
-        "Process-wide settings (NCCL_P2P_LEVEL, NCCL_BUFFSIZE, NCCL_NTHREADS, ...) cannot be"
-        " expressed here: keep them in the .env profile.",
-        "command: nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", [])),
-    ] + [f"note: {n}" for n in notes]
-    text = tuner.render(rules, header)
-    tuner.parse(text)  # the plugin's own reading must accept every line
-    profile.write_atomic(path, text)
-    return {"path": path, "written": True, "rules": [r.line() for r in rules]}
 
 
 def _plot(path, analysis, comp) -> None:
@@ -431,20 +309,23 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         analysis.topology_note = topo_note
     comp = None
     if steps:
-        comp = recommendation.spec_comparison(
+        comp = specdec.compare_profiles(
             analysis, steps=steps, tau=acceptance.tau, hidden=hidden, dtype=dtype, batch=batch,
             layers=layers, baseline_tok_s=baseline_tok_s, verify_measured=verify_points,
             compute_per_token_ms=compute_per_token_ms, draft_ms=draft_ms,
             draft_collectives=(collectives_per_layer + extra_collectives
                                if draft_collectives is None else draft_collectives),
             other_ms=other_ms, extrapolate=extrapolate)
-    dims = (layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
+    workload = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
+    command = "nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", []))
     written = {}
     if export_path:
-        written["export"] = _write_profile(export_path, analysis, ctx, topo_note, force,
-                                           baseline_tok_s, dims, confidence)
+        written["export"] = export.write_profile(
+            export_path, analysis, workload, command, force=force, topology_note=topo_note,
+            baseline_tok_s=baseline_tok_s, confidence=confidence)
     if tuner_path:
-        written["tuner_csv"] = _write_tuner_csv(tuner_path, analysis, topo_name, force, ctx)
+        written["tuner_csv"] = export.write_tuner_csv(tuner_path, analysis, topo_name, command,
+                                                      force=force)
     if plot_path:
         _plot(plot_path, analysis, comp)
         written["plot"] = {"path": plot_path, "written": True}
@@ -458,14 +339,13 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["files"] = written
         emit_json(out)
     else:
-        _render(analysis, comp, acceptance, written, topo_note, dims, baseline_tok_s, confidence,
+        _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
                 results)
 
 
-def _render(analysis, comp, acceptance, written, topo_note, dims, baseline_tok_s, confidence,
+def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
             results) -> None:
-    layers, per_layer, extra, tokens, hidden, dtype = dims
-    for line in _header(analysis, topo_note, layers, per_layer, extra, tokens, hidden, dtype, results):
+    for line in _header(analysis, topo_note, workload, results):
         click.echo(line)
     click.echo()
     click.echo(_table(analysis, baseline_tok_s))
