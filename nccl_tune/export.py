@@ -9,6 +9,7 @@ exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.tune
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from nccl_tune import costmodel, profile, settings, stats, store, tuner
@@ -56,8 +57,8 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
     if analysis.gpus:
         where.insert(0, analysis.gpus)
     if analysis.source == MODELLED:
-        assumed = topology_note and "ASSUMED" in topology_note
-        where.append(f"topology {analysis.topology} ({'assumed' if assumed else 'given or detected'})")
+        how = (topology_note or analysis.topology or "").split(":")[0]
+        where.append(f"topology {how}")
     elif analysis.topology:
         where.append(f"topology {analysis.topology}")
     if analysis.host:
@@ -232,7 +233,7 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
         + f"written {store.now_iso()}",
         "Load: build NCCL's example plugin (nccl/ext-tuner/example: make ->"
         " libnccl-tuner-example.so), then export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so"
-        f" and NCCL_TUNER_CONFIG_FILE={path}",
+        f" and NCCL_TUNER_CONFIG_FILE={os.path.abspath(path)}",
         "First matching line wins; sizes outside every range keep NCCL's own choice. Channels are"
         " always explicit: with -1 the example plugin runs ONE channel.",
         "Process-wide settings (NCCL_P2P_LEVEL, NCCL_BUFFSIZE, NCCL_NTHREADS, ...) cannot be"

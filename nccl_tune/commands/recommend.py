@@ -82,9 +82,13 @@ def _saving_text(row, modelled: bool) -> str:
     return text + (" extrap" if s.extrapolated else "")
 
 
+def _short(label: str) -> str:
+    return " ".join(part[5:] if part.startswith("NCCL_") else part for part in label.split(" "))
+
+
 def _table(analysis, baseline_tok_s) -> str:
     modelled = analysis.source == MODELLED
-    headers = ["#", "settings", "trust" if not modelled else "NCCL runs (model)",
+    headers = ["#", "settings (NCCL_ omitted)", "trust" if not modelled else "NCCL runs (model)",
                f"lat@{analysis.message_bytes}B us", "comm ms/tok", "saving ms/tok"
                + ("" if modelled else " [95% CI]")]
     if baseline_tok_s:
@@ -105,7 +109,7 @@ def _table(analysis, baseline_tok_s) -> str:
     rows.append(base_line + ["reference", ""])
     for i, row in enumerate(analysis.cells, start=1):
         mark = "*" if row is analysis.recommended else str(i)
-        line = [mark, row.label, trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
+        line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
                 _saving_text(row, modelled)]
         if baseline_tok_s:
             line.append(_fmt(row.projected_tok_s, 1))
