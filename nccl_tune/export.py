@@ -110,6 +110,12 @@ def export_row(analysis: Analysis, force: bool) -> tuple[CellRow | None, str | N
     return best, "--force: this cell's saving is NOT significant (its interval includes zero)", None
 
 
+def lint_findings(text: str, path: str) -> list[str]:
+    """Lint findings (errors and warnings) for profile text: every value through the
+    catalogue (settings.check_value, which warns on LL128) and no value that needs quoting."""
+    return lint_problems(profile.parse_profile(text, path=path).env)
+
+
 APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file THIS.env",
                "or nccl-tune exec THIS.env -- CMD. Check it is live: nccl-tune check."]
 
@@ -125,7 +131,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
                       confidence)
     text = profile.render_profile(row.env, prov, APPLY_NOTES)
     back = profile.parse_profile(text, path=path)
-    problems = lint_problems(back.env)
+    problems = lint_findings(text, path)
     if back.env != row.env or problems:
         raise NcclTuneError("the profile would not lint clean: " + "; ".join(problems), path=path)
     profile.write_atomic(path, text)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import python_cmd, subprocess_env
-from nccl_tune import profile, recommendation, stats, store, tuner
+from nccl_tune import export, profile, recommendation, stats, store, tuner
 from nccl_tune.cli import cli
 
 SIZES = (8192, 14336, 28672, 57344)
@@ -204,6 +204,7 @@ def test_exported_profile_lints_clean_and_round_trips(tmp_path, cli_runner):
     prof = profile.load_profile(str(out))
     assert prof.env == P2P_LL
     assert recommendation.lint_problems(prof.env) == []
+    assert export.lint_findings(out.read_text(), str(out)) == []
     for key in ("source", "what", "where", "nccl", "when", "saving", "command", "trust", "predicted"):
         assert key in prof.provenance, key
     assert prof.provenance["source"] == "measured" and prof.provenance["nccl"] == "2.21.5"
