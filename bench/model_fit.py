@@ -183,6 +183,11 @@ def measure_size(size_args: list[str], repeats: int) -> dict:
         compute[key] = statistics.median(r[key] for r in computes)
     lat = {b: statistics.median(m[b]["mean"] for m in micros) for b in micros[0]}
     row = predict(full, compute, lat)
+    # The same prediction within each repeat (its own loop runs and microbench): on a
+    # shared machine the state drifts between repeats, so these show how far it moves.
+    row["per_repeat_comm_error"] = [
+        predict(f, c, {b: v["mean"] for b, v in m.items()})["comm_error"]
+        for f, c, m in zip(fulls, computes, micros)]
     row["spread"] = {
         "cycle_ms": [round(cycle_ms(r), 3) for r in fulls],
         "compute_cycle_ms": [round(cycle_ms(r), 3) for r in computes],
@@ -209,6 +214,8 @@ def render(rows: list[dict]) -> str:
         lines.append(f"{r['name']}: {r['allreduces_per_cycle']} allreduces per cycle (k={r['steps']}), "
                      f"{r['decode_bytes']} B decode / {r['verify_bytes']} B verify; compute-only cycle "
                      f"{r['compute_cycle_ms']:.3f} ms; accept len {r['accept_len']:.2f}")
+        errors = ", ".join(_pct(e) for e in r["per_repeat_comm_error"])
+        lines.append(f"  comm error within each repeat: {errors}")
         sp = r["spread"]
         lines.append(f"  runs: cycle ms {sp['cycle_ms']}, compute-only {sp['compute_cycle_ms']}, "
                      f"allreduce mean us {sp['lat_mean_us']}, p50 us {sp['lat_p50_us']}")
