@@ -124,7 +124,7 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
         for _ in range(steps):
             proposals.append(_argmax(draft.forward(inputs, dcache)[-1:])[0])
             inputs = proposals[-1:]
-        t1 = time.perf_counter()
+        t1 = time.perf_counter() if steps else t0  # plain decoding has no draft phase
         tlen = tcache.length
         choices = _argmax(target.forward([seq[-1]] + proposals, tcache))
         t2 = time.perf_counter()
