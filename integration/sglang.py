@@ -14,6 +14,10 @@ that is kept. The environment is the caller's with every NCCL_* removed, plus th
 profile's variables (none for the baseline), so nothing left over in the shell or the
 container leaks into either side of the comparison.
 
+`check_env` reads /proc/PID/environ of the server and every descendant through
+nccl_tune.procenv (the logic of `nccl-tune check`): SGLang's TP workers are where NCCL
+runs, so they are what must carry the profile.
+
 Speculative decoding (DESIGN.md section 6): with topk 1 SGLang's draft token count is
 steps + 1; both are passed explicitly, with `--speculative-eagle-topk 1`, replacing any
 such values in the given arguments. Steps 0 removes every `--speculative-*` option, so
@@ -115,22 +119,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-# --- processes and their environments (a stand-in for nccl_tune.procenv, see README) -----
-
-def read_environ(pid: int) -> dict[str, str] | None:
-    """A process's environment from /proc/PID/environ (None when gone or not readable)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
-
+# --- processes: lifecycle here, environments through nccl_tune.procenv ------------------
 
 def _stat(pid: int) -> tuple[int, str, int] | None:
     try:
@@ -148,46 +137,27 @@ def start_time(pid: int) -> int | None:
     return None if info is None else info[2]
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid` (children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            info = _stat(int(entry))
-            if info and info[1] != "Z":
-                children.setdefault(info[0], []).append(int(entry))
-    out, queue = [], deque(children.get(pid, []))
-    while queue:
-        child = queue.popleft()
-        out.append(child)
-        queue.extend(children.get(child, []))
-    return out
-
-
 def alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     info = _stat(pid)
     return info is not None and info[1] != "Z"
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
 @dataclass
 class EnvCheck:
-    """Whether each server process carries the expected NCCL_* environment."""
+    """Whether each server process carries the expected NCCL_* environment.
+
+    Built on nccl_tune.procenv (the `check` command's logic). Stricter than `check` in
+    one way: an NCCL_* variable the profile does not set is a problem too (for the
+    baseline, every NCCL_* is), except those SGLang sets itself (`server_set`).
+    """
 
     expected: dict[str, str]
     processes: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """Every readable process has every expected value and no unexpected NCCL_*."""
+        """Every process read, every expected value there, no unexpected NCCL_*."""
         return bool(self.processes) and all(p["ok"] for p in self.processes)
 
     def problems(self) -> list[str]:
@@ -197,8 +167,8 @@ class EnvCheck:
             if p["ok"]:
                 continue
             parts = []
-            if p["unreadable"]:
-                parts.append("environment not readable")
+            if p["error"]:
+                parts.append(p["error"])
             if p["missing"]:
                 parts.append("missing " + ", ".join(p["missing"]))
             if p["different"]:
@@ -214,26 +184,43 @@ class EnvCheck:
                 "problems": self.problems()}
 
 
-def check_processes(pids: list[int], expected: dict[str, str]) -> EnvCheck:
-    """Compare each process's NCCL_* variables with `expected` (the profile; {} for baseline).
+def _entry(result) -> dict:
+    # one procenv.ProcessCheck as this module reports it
+    extra = {k: v for k, v in result.extra.items() if k not in SERVER_MANAGED}
+    entry = {"pid": result.pid, "cmd": " ".join(result.cmdline), "error": result.error,
+             "missing": [v.name for v in result.variables if v.status == "missing"],
+             "different": {v.name: v.actual for v in result.variables if v.status == "different"},
+             "extra": extra,
+             "server_set": {k: v for k, v in result.extra.items() if k in SERVER_MANAGED}}
+    entry["ok"] = result.ok and not extra
+    return entry
 
-    Values SGLang itself manages (NCCL_CUMEM_ENABLE, NCCL_NVLS_ENABLE) are reported under
-    `server_set` rather than as unexpected when the profile does not set them.
-    """
+
+def check_processes(pids: list[int], expected: dict[str, str]) -> EnvCheck:
+    """Compare each process's NCCL_* variables with `expected` (the profile; {} for baseline)."""
+    from nccl_tune import procenv
+
     check = EnvCheck(dict(expected))
     for pid in pids:
-        env = read_environ(pid)
-        record = {"pid": pid, "cmd": _cmdline(pid), "unreadable": env is None, "missing": [],
-                  "different": {}, "extra": {}, "server_set": {}}
-        if env is not None:
-            nccl = {k: v for k, v in env.items() if k.startswith("NCCL_")}
-            record["missing"] = [k for k in expected if k not in nccl]
-            record["different"] = {k: nccl[k] for k in expected if k in nccl and nccl[k] != expected[k]}
-            for key, value in nccl.items():
-                if key not in expected:
-                    (record["server_set"] if key in SERVER_MANAGED else record["extra"])[key] = value
-        record["ok"] = not (record["unreadable"] or record["missing"] or record["different"] or record["extra"])
-        check.processes.append(record)
+        try:
+            result = procenv.check_process(expected, pid)
+        except procenv.ProcessGone:
+            result = procenv.ProcessCheck(pid, None, [], error="the process is gone")
+        check.processes.append(_entry(result))
+    return check
+
+
+def check_tree(root: int, expected: dict[str, str]) -> EnvCheck:
+    """The server process and every descendant (procenv.check_processes with tree=True)."""
+    from nccl_tune import procenv
+    from nccl_tune.errors import NcclTuneError
+
+    check = EnvCheck(dict(expected))
+    try:
+        results = procenv.check_processes(expected, root, tree=True)
+    except NcclTuneError as exc:
+        results = [procenv.ProcessCheck(root, None, [], error=str(exc))]
+    check.processes.extend(_entry(r) for r in results)
     return check
 
 
@@ -325,7 +312,9 @@ class SGLangServer:
         """The server's process and all its descendants (the TP workers among them)."""
         if self.process is None or not alive(self.process.pid):
             return []
-        found = [self.process.pid, *descendants(self.process.pid)]
+        from nccl_tune.procenv import descendants
+
+        found = [self.process.pid, *(p for p in descendants(self.process.pid) if alive(p))]
         for pid in found:
             started = start_time(pid)
             if started is not None:
@@ -342,7 +331,10 @@ class SGLangServer:
         The workers are what matter: they run NCCL. The launcher process is included,
         since SGLang's own code there decides what the workers inherit.
         """
-        return check_processes(self.processes(), self.profile_env)
+        self.processes()  # remember them for stop()
+        if self.process is None:
+            return EnvCheck(dict(self.profile_env))
+        return check_tree(self.process.pid, self.profile_env)
 
     def stop(self) -> None:
         """Stop every process of the server: SIGTERM to the group, then SIGKILL."""

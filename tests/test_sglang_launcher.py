@@ -53,7 +53,9 @@ def test_env_check_flags_missing_different_and_extra():
     check = sglang.check_processes([here], {**own, "NCCL_NOT_SET_ANYWHERE": "1"})
     assert not check.ok and "missing NCCL_NOT_SET_ANYWHERE" in check.problems()[0]
     gone = sglang.check_processes([2 ** 22 + 12345], {})
-    assert not gone.ok and gone.processes[0]["unreadable"]
+    assert not gone.ok and gone.processes[0]["error"] == "the process is gone"
+    stale = sglang.check_processes([here], {})
+    assert stale.ok == (not own)  # for the baseline any NCCL_* at all is unexpected
 
 
 @pytest.mark.slow
