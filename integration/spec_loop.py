@@ -229,31 +229,50 @@ def _nccl_version(backend: str) -> str | None:
         return None
 
 
+def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backend: str,
+                 device: torch.device) -> list[dict]:
+    """Build each configuration's models, warm each up, then time the runs in rounds:
+    round r runs every configuration once, so drift in the machine's load hits all
+    configurations alike instead of whichever ran last. One record per configuration."""
+    setups = []
+    for config in configs:
+        collective = Collective(group if world > 1 else None, skip=config.skip_allreduce)
+        shape = ModelShape(config.layers, config.hidden, config.heads, config.vocab, config.ffn)
+        target, draft = build_models(shape, config.draft_layers, config.draft_noise, config.seed,
+                                     rank, world, DTYPES[config.dtype], device, collective,
+                                     share_embedding=config.draft_embedding == "shared",
+                                     residual_scale=config.residual_scale)
+        setups.append((config, collective, target, draft, prompt_tokens(config)))
+    runs: list[list[RunStats]] = [[] for _ in setups]
+    greedy: list[list[int] | None] = [None] * len(setups)
+    with torch.inference_mode():
+        for config, collective, target, draft, prompt in setups:
+            if config.warmup_tokens:
+                generate(target, draft, prompt, config.steps, config.warmup_tokens, collective)
+        for r in range(max(c.runs for c in configs)):
+            for i, (config, collective, target, draft, prompt) in enumerate(setups):
+                if r < config.runs:
+                    runs[i].append(generate(target, draft, prompt, config.steps, config.new_tokens,
+                                            collective))
+        for i, (config, collective, target, draft, prompt) in enumerate(setups):
+            if config.check_greedy and not config.skip_allreduce:
+                greedy[i] = generate(target, draft, prompt, 0, config.new_tokens, collective).tokens
+    records = []
+    for i, (config, *_rest) in enumerate(setups):
+        record = summarize(config, runs[i], world, backend, device, greedy[i])
+        if world > 1:  # every rank must have taken the same decisions
+            gathered: list = [None] * world
+            dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"]), group=group)
+            record["ranks_agree"] = all(g[0] == gathered[0][0] for g in gathered)
+            record["nccl_env_same_on_all_ranks"] = all(g[1] == gathered[0][1] for g in gathered)
+        records.append(record)
+    return records
+
+
 def measure(config: LoopConfig, group, rank: int, world: int, backend: str,
             device: torch.device) -> dict:
     """Build the models, warm up, time `config.runs` generations, summarize."""
-    collective = Collective(group if world > 1 else None, skip=config.skip_allreduce)
-    shape = ModelShape(config.layers, config.hidden, config.heads, config.vocab, config.ffn)
-    target, draft = build_models(shape, config.draft_layers, config.draft_noise, config.seed,
-                                 rank, world, DTYPES[config.dtype], device, collective,
-                                 share_embedding=config.draft_embedding == "shared",
-                                 residual_scale=config.residual_scale)
-    prompt = prompt_tokens(config)
-    with torch.inference_mode():
-        if config.warmup_tokens:
-            generate(target, draft, prompt, config.steps, config.warmup_tokens, collective)
-        runs = [generate(target, draft, prompt, config.steps, config.new_tokens, collective)
-                for _ in range(config.runs)]
-        greedy = None
-        if config.check_greedy and not config.skip_allreduce:
-            greedy = generate(target, draft, prompt, 0, config.new_tokens, collective).tokens
-    record = summarize(config, runs, world, backend, device, greedy)
-    if world > 1:  # every rank must have taken the same decisions
-        gathered: list = [None] * world
-        dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"]), group=group)
-        record["ranks_agree"] = all(g[0] == gathered[0][0] for g in gathered)
-        record["nccl_env_same_on_all_ranks"] = all(g[1] == gathered[0][1] for g in gathered)
-    return record
+    return measure_many([config], group, rank, world, backend, device)[0]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -385,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                        for noise in (args.sweep_noise or [base.draft_noise])
                        for k in (args.sweep_steps or [base.steps])]
         try:
-            records = [measure(c, group, rank, world, backend, device) for c in configs]
+            records = measure_many(configs, group, rank, world, backend, device)
         except ValueError as exc:  # a size that does not fit: one line, exit 2
             if rank == 0:
                 print(f"spec_loop: {exc}", file=sys.stderr)
