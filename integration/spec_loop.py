@@ -365,7 +365,10 @@ def _setup(args) -> tuple[object, int, int, str, torch.device]:
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
     group = None
     if "MASTER_ADDR" in os.environ or world > 1:
-        dist.init_process_group(backend=backend, device_id=device if use_cuda else None)
+        try:  # device_id binds the NCCL communicator to this GPU eagerly (newer torch)
+            dist.init_process_group(backend=backend, **({"device_id": device} if use_cuda else {}))
+        except TypeError:
+            dist.init_process_group(backend=backend)
         group = dist.group.WORLD
         world, rank = dist.get_world_size(), dist.get_rank()
     return group, rank, world, backend, device
@@ -377,7 +380,7 @@ def _print_text(record: dict) -> None:
     print(f"spec_loop {record['backend']} world {record['world_size']} {record['dtype']}: "
           f"layers {record['layers']} hidden {record['hidden']} heads {record['heads']} "
           f"vocab {record['vocab']}; steps {record['steps']}, draft {record['draft_layers']} "
-          f"layers noise {record['draft_noise']}")
+          f"layer{'s' if record['draft_layers'] != 1 else ''}, noise {record['draft_noise']}")
     print(f"  tok/s {fmt(record['tok_s'], '.1f')}  accept len {fmt(record['accept_len'], '.2f')}  "
           f"cycle {fmt(record['step_ms'])} ms = draft {fmt(record['draft_ms'])} "
           f"({fmt(s['draft'], '.0%')}) + verify {fmt(record['verify_ms'])} "

@@ -114,10 +114,23 @@ def _seed_for(seed: int, *parts) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1)
 
 
+CHUNK_ELEMENTS = 1 << 24  # draw big tensors in row blocks: bounded host memory
+
+
 def _normal(shape, seed: int, parts: tuple, device) -> torch.Tensor:
-    # Drawn in float64 on the CPU, so a given seed gives the same numbers on any device.
-    gen = torch.Generator(device="cpu").manual_seed(_seed_for(seed, *parts))
-    return torch.randn(shape, generator=gen, dtype=torch.float64).to(device)
+    # Drawn in float64 on the CPU, so a given seed gives the same numbers on any device;
+    # row blocks have seeds of their own, so a replicated 129k x 7168 head never needs
+    # more than CHUNK_ELEMENTS doubles of host memory at a time.
+    shape = tuple(shape)
+    out = torch.empty(shape, dtype=torch.float64, device=device)
+    rows = out.shape[0]
+    per_row = max(1, out[0].numel()) if rows else 1
+    block = max(1, CHUNK_ELEMENTS // per_row)
+    for index, start in enumerate(range(0, rows, block)):
+        gen = torch.Generator(device="cpu").manual_seed(_seed_for(seed, *parts, "rows", index))
+        stop = min(rows, start + block)
+        out[start:stop] = torch.randn((stop - start, *shape[1:]), generator=gen, dtype=torch.float64)
+    return out
 
 
 def round_to_grid(x: torch.Tensor, frac_bits: int, bound: float) -> torch.Tensor:

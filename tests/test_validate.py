@@ -137,7 +137,7 @@ def test_empty_or_missing_profile(cli_runner, tmp_path):
     res = cli_runner.invoke(cli, ["validate", "--profile", str(empty)])
     assert res.exit_code == 2 and "sets no variables" in res.output
     res = cli_runner.invoke(cli, ["validate", "--profile", str(tmp_path / "none.env")])
-    assert res.exit_code == 2 and "cannot read" in res.output
+    assert res.exit_code == 2 and "no such file or shipped profile" in res.output
 
 
 def test_each_configuration_is_appended_before_the_next(monkeypatch, tmp_path):

@@ -87,8 +87,8 @@ def render(result: dict) -> str:
 
 
 @click.command("validate")
-@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
-              help="The .env profile to validate against the NCCL-defaults baseline.")
+@click.option("--profile", "profile_path", required=True,
+              help="The .env profile (file or shipped name) to validate against the NCCL-defaults baseline.")
 @click.option("--engine", type=click.Choice(["builtin", "sglang"]), default="builtin", show_default=True,
               help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server (GPUs).")
 @click.option("--steps", "steps_text", default="0,1,2,3,5", show_default=True,
@@ -125,11 +125,11 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
-    from nccl_tune.profile import load_profile
+    from nccl_tune.profile import load_profile, resolve_profile
     from integration import validate as lib
 
     steps = _steps(steps_text)
-    profile = load_profile(profile_path)
+    profile = load_profile(str(resolve_profile(profile_path)))
     if not profile.env:
         raise NcclTuneError("the profile sets no variables: nothing to compare", path=profile_path)
     command = lib.split_args(server_command, "--server-command") or None
