@@ -135,8 +135,9 @@ def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: in
             "draft_ms": loop.get("draft_ms"), "verify_ms": loop.get("verify_ms"),
             "other_ms": loop.get("other_ms"), "backend": loop.get("backend"),
             "world_size": loop.get("world_size"), "env_seen": loop.get("nccl_env"),
-            "env_ok": loop.get("nccl_env") == (env_profile or {}) and
-            loop.get("nccl_env_same_on_all_ranks", True),
+            "env_ok": loop.get("nccl_env") == {k: v for k, v in (env_profile or {}).items()
+                                               if k.startswith("NCCL_")}
+            and loop.get("nccl_env_same_on_all_ranks", True),
             "model": {k: loop.get(k) for k in ("layers", "hidden", "heads", "vocab", "dtype",
                                                 "draft_layers", "draft_noise")},
             "detail": {k: loop.get(k) for k in ("step_ms", "shares", "allreduces", "cycles",
@@ -344,6 +345,9 @@ def overall_verdict(rows: list[dict], best: dict) -> tuple[str, str]:
 def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None) -> dict:
     """Measure every configuration (appending each to opts.out), then compare and predict."""
     measured: dict[tuple[str, int], dict] = {}
+    if opts.results:  # a results file that cannot predict is refused before any launch
+        world = _tp_size(opts.server_args) if opts.engine == "sglang" else None
+        curves_from_results(opts.results, opts.profile_env, world or opts.nproc)
     for k in opts.steps:
         for label, env in (("baseline", None), ("profile", opts.profile_env)):
             started = time.time()
@@ -385,7 +389,8 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
     world = next((m.get("world_size") for m in measured.values() if m.get("world_size")), opts.nproc)
     curves = None
     if sizes is None:
-        notes.append("no prediction: give --layers and --hidden (the served model's sizes)")
+        notes.append("no prediction: give --layers and --hidden (the served model's sizes)"
+                     if opts.engine == "sglang" else "no prediction: no configuration finished")
     else:
         if opts.results:
             curves = curves_from_results(opts.results, opts.profile_env, world)

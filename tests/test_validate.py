@@ -209,3 +209,16 @@ def test_rows_and_verdicts_from_measurements():
     assert best == {"baseline": 2, "profile": 2}
     verdict, detail = lib.overall_verdict(rows, best)
     assert verdict == "no significant difference" and "steps 2" in detail
+
+
+def test_results_without_the_profile_cell_are_refused_before_any_launch(cli_runner, profile_file,
+                                                                        tmp_path, monkeypatch):
+    path = tmp_path / "lat.jsonl"
+    _latency_records(path)
+    other = tmp_path / "other.env"
+    other.write_text("NCCL_PROTO=Simple\n")
+    monkeypatch.setattr(lib, "measure_builtin", lambda *a: pytest.fail("launched"))
+    res = cli_runner.invoke(cli, ["validate", "--profile", str(other), "--results", str(path),
+                                  "--out", str(tmp_path / "o.jsonl")])
+    assert res.exit_code == 2 and "no allreduce records for this profile" in res.output
+    assert not (tmp_path / "o.jsonl").exists()
