@@ -1,0 +1,599 @@
+"""The sweep engine: measure cells through a launcher, grouped by process scope.
+
+`SweepEngine.measure(requests)` is the one entry point strategies use (exhaustive
+rounds here; successive halving or coordinate descent on top): "measure these cells at
+these iterations for this round" -> their records, each (cell, round, size, rung)
+recorded exactly once in the results file, already-recorded ones reused on resume.
+
+How a batch runs (DESIGN.md sections 4-5):
+
+- Requests are grouped by their process-scoped settings; one launch measures a whole
+  group, each cell with a fresh communicator (process group) created after its
+  communicator-scoped settings are set (the microbench's --plan). `isolation="process"`
+  gives every cell a launch of its own.
+- On NCCL, a cell that shared its process must be confirmed by NCCL's own log (the
+  record's `effective.confirmed`); one that is not (older NCCL, or a contradiction) is
+  re-run alone, and its shared-process records are kept as `superseded` (final: false).
+  Records say which isolation produced them. On gloo nothing can be confirmed, and
+  NCCL settings do not affect gloo at all: grouping there only tests the mechanics.
+- Each launch has a timeout; a timed-out or crashed launch is killed with everything it
+  started, the cell it was measuring is recorded as timeout/failed with the last lines
+  of output, and the cells it had not reached are launched again.
+- Ctrl-C kills the running launch; every cell already complete is in the file.
+- The `sim` backend draws records from nccl_tune.simbackend instead of launching.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nccl_tune import launch as launching
+from nccl_tune import store
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.grid import Cell, group_by_process
+
+MODULE = "microbench.allreduce"
+BACKENDS = ("nccl", "gloo", "sim")
+ISOLATIONS = ("group", "process")
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+                 "float32": "fp32", "float": "fp32"}
+CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
+GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
+             "(this tests the sweep's mechanics, not NCCL)")
+
+
+# ---------------------------------------------------------------- options
+
+def canonical_dtype(name: str) -> str:
+    """'bf16' / 'bfloat16' -> 'bf16'; NcclTuneError for an unknown dtype."""
+    key = DTYPE_ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in DTYPE_BYTES:
+        raise NcclTuneError(f"--dtype: unknown dtype '{name}' (known: {', '.join(DTYPE_BYTES)})")
+    return key
+
+
+def _parse_size(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    body = text.strip().upper().removesuffix("B")
+    unit = body[-1:] if body[-1:] in ("K", "M", "G") else ""
+    digits = body[:-1] if unit else body
+    if not digits.isdigit() or int(digits) <= 0:
+        raise NcclTuneError(f"--sizes: '{text}' is not a size (bytes, or a number with K, M or G)")
+    return int(digits) * units[unit]
+
+
+def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
+                  dtype: str) -> list[int]:
+    """Message sizes in bytes: explicit `sizes`, or tokens x hidden x dtype bytes.
+
+    The same rules as the microbench's options (K = 1024, as nccl-tests; default tokens
+    1,2,4,8 at hidden 7168), so the sweep knows which sizes every cell must report.
+    """
+    elem = DTYPE_BYTES[canonical_dtype(dtype)]
+    if sizes is not None and (tokens is not None or hidden is not None):
+        raise NcclTuneError("--sizes cannot be combined with --tokens/--hidden")
+    if sizes is not None:
+        values = [_parse_size(s) for s in sizes.split(",") if s.strip()]
+    else:
+        counts = []
+        for item in (tokens or "1,2,4,8").split(","):
+            if not item.strip().isdigit() or int(item) <= 0:
+                raise NcclTuneError(f"--tokens: '{item}' is not a positive integer")
+            counts.append(int(item))
+        if hidden is not None and hidden <= 0:
+            raise NcclTuneError(f"--hidden: {hidden} must be positive")
+        values = [t * (hidden or 7168) * elem for t in counts]
+    if not values:
+        raise NcclTuneError("--sizes: no size given")
+    for value in values:
+        if value % elem:
+            raise NcclTuneError(f"--sizes: {value} bytes is not a whole number of {dtype} elements")
+    return list(dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """What every cell measures, passed through to the microbench."""
+
+    backend: str
+    sizes: tuple[int, ...]
+    dtype: str = "bf16"
+    op: str = "allreduce"
+    iters: int | None = None
+    warmup: int | None = None
+    mode: str | None = None
+    verify_effective: bool | None = None
+    op_timeout: float | None = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise NcclTuneError(f"--backend: '{self.backend}' is not one of {', '.join(BACKENDS)}")
+
+    def microbench_args(self, plan_path: str, out_path: str) -> list[str]:
+        """The microbench's command-line arguments for one launch."""
+        args = ["--plan", plan_path, "--out", out_path, "--backend", self.backend,
+                "--op", self.op, "--sizes", ",".join(map(str, self.sizes)), "--dtype", self.dtype]
+        if self.iters is not None:
+            args += ["--iters", str(self.iters)]
+        if self.warmup is not None:
+            args += ["--warmup", str(self.warmup)]
+        if self.mode is not None:
+            args += ["--mode", self.mode]
+        if self.verify_effective is not None:
+            args.append("--verify-effective" if self.verify_effective else "--no-verify-effective")
+        if self.op_timeout is not None:
+            args += ["--timeout", str(self.op_timeout)]
+        return args
+
+
+@dataclass(frozen=True)
+class Request:
+    """One cell to measure for one round (and, for search strategies, one rung)."""
+
+    cell: Cell
+    round: int
+    iters: int | None = None
+    warmup: int | None = None
+    extra: dict = field(default_factory=dict)  # merged into records: strategy, rung, final
+
+
+@dataclass
+class SweepStats:
+    """What a sweep did."""
+
+    launches: int = 0
+    relaunches: int = 0  # launches of the cells a failed launch had not reached
+    reruns: int = 0  # process-isolated re-runs of unconfirmed cells
+    cells_measured: int = 0
+    cells_reused: int = 0  # already in the results file (resume)
+    failures: dict = field(default_factory=dict)  # status -> count of cells
+    records_written: int = 0
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return dict(self.__dict__)
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C during a sweep: the running launch was killed, finished records kept."""
+
+
+# ---------------------------------------------------------------- environment
+
+def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
+                       base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The environment of a launch: the caller's without NCCL_* (except `keep`) + `process_env`.
+
+    Returns (env, names of inherited NCCL_* variables removed).
+    """
+    base = dict(os.environ if base is None else base)
+    removed = sorted(k for k in base if k.startswith("NCCL_") and k not in keep)
+    env = {k: v for k, v in base.items() if k not in removed}
+    env.update(process_env)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env, removed
+
+
+def conf_files(base: dict[str, str] | None = None) -> list[tuple[str, list[str]]]:
+    """NCCL conf files that would still supply settings: (path, NCCL_* names they set).
+
+    NCCL reads NCCL_CONF_FILE (when set), else ~/.nccl.conf and /etc/nccl.conf, for any
+    variable the environment does not set (DESIGN.md section 5).
+    """
+    base = os.environ if base is None else base
+    paths = [base["NCCL_CONF_FILE"]] if base.get("NCCL_CONF_FILE") else []
+    paths += [os.path.expanduser(p) for p in CONF_FILES]
+    out = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                names = [line.split("=", 1)[0].strip() for line in handle
+                         if "=" in line and not line.lstrip().startswith("#")]
+        except OSError:
+            continue
+        out.append((path, [n for n in names if n.startswith("NCCL_")]))
+    return out
+
+
+# ---------------------------------------------------------------- the engine
+
+def _key(cell: str, round_, rung, nbytes) -> tuple:
+    return (cell, round_, rung, nbytes)
+
+
+class SweepEngine:
+    """Measures batches of requests and appends their records to one results file."""
+
+    def __init__(self, options: MeasureOptions, launcher: launching.Launcher | None, out: str, *,
+                 run_id: str | None = None, isolation: str = "group", timeout: float | None = None,
+                 timeout_per_cell: float = 0.0, landscape=None, module: str = MODULE, keep_env: tuple[str, ...] = (),
+                 base_env: dict[str, str] | None = None,
+                 on_cell: Callable[[Request, str], None] | None = None,
+                 warn: Callable[[str], None] | None = None):
+        if isolation not in ISOLATIONS:
+            raise NcclTuneError(f"--isolation: '{isolation}' is not one of {', '.join(ISOLATIONS)}")
+        if options.backend == "sim" and landscape is None:
+            raise NcclTuneError("the sim backend needs a landscape")
+        if options.backend != "sim" and launcher is None:
+            raise NcclTuneError(f"the {options.backend} backend needs a launcher")
+        self.options, self.launcher, self.out = options, launcher, out
+        self.run_id = run_id or store.new_run_id()
+        self.isolation, self.timeout, self.landscape = isolation, timeout, landscape
+        self.timeout_per_cell = timeout_per_cell
+        self.module, self.keep_env, self.base_env = module, tuple(keep_env), base_env
+        self.on_cell, self.warn = on_cell, warn or (lambda message: None)
+        self.stats = SweepStats()
+        self.work_dir = out + ".work"
+        self._launch_no = 0
+        self._recorded: dict[tuple, dict] = {}
+        self._load_existing()
+
+    # -- the results file
+
+    def _matches(self, record: dict) -> bool:
+        return (record.get("backend") == self.options.backend
+                and (record.get("op") or "allreduce") == self.options.op
+                and not record.get("superseded"))
+
+    def _load_existing(self) -> None:
+        if not os.path.exists(self.out):
+            return
+        for record in store.iter_records(self.out, self.warn):
+            if self._matches(record):
+                key = _key(record.get("cell"), record.get("round"), record.get("rung"),
+                           record.get("bytes"))
+                self._recorded.setdefault(key, record)
+
+    def existing(self, request: Request) -> list[dict] | None:
+        """The request's records already in the file (every size), or None."""
+        rung = request.extra.get("rung")
+        found = [self._recorded.get(_key(request.cell.id, request.round, rung, b))
+                 for b in self.options.sizes]
+        return found if all(found) else None
+
+    def _write(self, records: list[dict]) -> list[dict]:
+        if self.launcher is not None and not self.launcher.writes_records and \
+                self.options.backend != "sim":
+            return []  # a follower node of a multi-node sweep: node 0 keeps the records
+        written = []
+        for record in records:
+            key = _key(record.get("cell"), record.get("round"), record.get("rung"), record.get("bytes"))
+            if not record.get("superseded"):
+                if key in self._recorded:
+                    continue  # exactly once: a size recorded before an interruption
+                self._recorded[key] = record
+            store.append_record(self.out, record)
+            self.stats.records_written += 1
+            written.append(record)
+        return written
+
+    # -- the public entry point
+
+    def measure(self, requests: list[Request]) -> list[dict]:
+        """Measure `requests` (grouped by process scope) and return their final records.
+
+        Requests already recorded (resume) are not measured again; their records are
+        returned as found. Raises SweepInterrupted on Ctrl-C after keeping every
+        finished cell.
+        """
+        start = time.monotonic()
+        results: dict[tuple, list[dict]] = {}
+        todo: list[Request] = []
+        for request in requests:
+            found = self.existing(request)
+            if found is not None:
+                results[(request.cell.id, request.round, request.extra.get("rung"))] = found
+                self.stats.cells_reused += 1
+            else:
+                todo.append(request)
+        try:
+            for batch in self._batches(todo):
+                for req_key, records in self._run_batch(batch).items():
+                    results[req_key] = records
+        finally:
+            self.stats.wall_s += time.monotonic() - start
+        out = []
+        for request in requests:
+            out.extend(results.get((request.cell.id, request.round, request.extra.get("rung")), []))
+        return out
+
+    def _batches(self, requests: list[Request]) -> list[list[Request]]:
+        if self.isolation == "process":
+            return [[r] for r in requests]
+        groups: dict[tuple, list[Request]] = {}
+        for request in requests:
+            groups.setdefault(request.cell.process_key, []).append(request)
+        batches = []
+        for batch in groups.values():
+            batch.sort(key=lambda r: bool(r.cell.comm_env))  # see grid.group_by_process
+            batches.append(batch)
+        return batches
+
+    # -- one batch: launches until every request is accounted for
+
+    def _run_batch(self, batch: list[Request]) -> dict[tuple, list[dict]]:
+        results: dict[tuple, list[dict]] = {}
+        pending, idle_failures, reruns = list(batch), 0, []
+        while pending:
+            by_key = {self._req_key(r): r for r in pending}
+            launch_size, finished = len(pending), set()
+
+            def on_complete(key: tuple, records: list[dict]) -> None:
+                request = by_key.get(key)
+                if request is None or key in finished:
+                    return  # records of a cell this launch was not asked for
+                finished.add(key)
+                if self._needs_rerun(request, records, launch_size):
+                    for record in records:
+                        record.update(superseded=True, final=False,
+                                      note="not confirmed by NCCL's log in a shared process; "
+                                           "re-run alone")
+                    self._write(records)
+                    reruns.append(request)
+                else:
+                    results[key] = self._finish(request, records)
+
+            outcome, partial = self._launch(pending, on_complete)
+            remaining = [r for r in pending if self._req_key(r) not in finished]
+            if outcome.status == "interrupted":
+                raise SweepInterrupted(f"interrupted; every finished cell is in {self.out}")
+            if not remaining:
+                break
+            if outcome.status == "ok":  # ended cleanly without some cells: record why
+                for request in remaining:
+                    results[self._req_key(request)] = self._fail(
+                        request, partial.get(self._req_key(request), []), "failed",
+                        "the launch ended without records for this cell; " + outcome.error_text())
+                break
+            # The microbench measures cells in plan order: the first unfinished one was
+            # running when the launch died; the ones after it were never reached.
+            culprit, pending = remaining[0], remaining[1:]
+            results[self._req_key(culprit)] = self._fail(
+                culprit, partial.get(self._req_key(culprit), []), outcome.status, outcome.error_text())
+            idle_failures = 0 if finished else idle_failures + 1
+            if idle_failures >= 2 and pending:
+                for request in pending:
+                    results[self._req_key(request)] = self._fail(
+                        request, [], "failed", "not measured: two launches in a row failed before "
+                        "measuring anything; " + outcome.error_text())
+                break
+            if pending:
+                self.stats.relaunches += 1
+        for request in reruns:
+            self.stats.reruns += 1
+            alone = Request(request.cell, request.round, request.iters, request.warmup,
+                            {**request.extra, "rerun": "unconfirmed in a shared process"})
+            results.update(self._run_batch([alone]))
+        return results
+
+    @staticmethod
+    def _req_key(request: Request) -> tuple:
+        return (request.cell.id, request.round, request.extra.get("rung"))
+
+    def _needs_rerun(self, request: Request, records: list[dict], launch_size: int) -> bool:
+        """True for an NCCL cell that shared its process and NCCL's log did not confirm."""
+        if self.options.backend != "nccl" or launch_size < 2 or not request.cell.comm_env:
+            return False
+        ok = [r for r in records if r.get("status") == "ok"]
+        return any((r.get("effective") or {}).get("confirmed") is not True for r in ok)
+
+    def _finish(self, request: Request, records: list[dict]) -> list[dict]:
+        written = self._write(records)
+        status = next((s for s in ("wrong", "timeout", "failed")
+                       if any(r.get("status") == s for r in records)), "ok")
+        if status != "ok":
+            self.stats.failures[status] = self.stats.failures.get(status, 0) + 1
+        self.stats.cells_measured += 1
+        if self.on_cell:
+            self.on_cell(request, status)
+        return written or records
+
+    def _fail(self, request: Request, partial: list[dict], status: str, error: str) -> list[dict]:
+        """Records for a cell a launch did not finish: what it measured + `status` for the rest."""
+        have = {r.get("bytes") for r in partial}
+        filler = [self._record(request, nbytes, status=status, error=error, correct=None)
+                  for nbytes in self.options.sizes if nbytes not in have]
+        return self._finish(request, partial + filler)
+
+    def _record(self, request: Request, nbytes: int, **fields) -> dict:
+        world = self.launcher.world_size if self.launcher else None
+        return store.make_record(
+            run_id=self.run_id, cell=request.cell.id, env=dict(request.cell.env),
+            backend=self.options.backend, op=self.options.op, mode=self.options.mode,
+            world_size=world, nnodes=self.launcher.nnodes if self.launcher else None,
+            bytes=nbytes, dtype=self.options.dtype, iters=request.iters or self.options.iters,
+            round=request.round, **self._extra(request, 1), **fields)
+
+    def _extra(self, request: Request, launch_size: int) -> dict:
+        extra = {"isolation": "process" if launch_size == 1 else "group"}
+        if self.keep_env:
+            extra["common_env"] = {k: v for k, v in (self.base_env or os.environ).items()
+                                   if k in self.keep_env}
+        extra.update(request.extra)
+        return extra
+
+    # -- one launch
+
+    def _launch(self, requests: list[Request], on_complete: Callable[[tuple, list[dict]], None]):
+        """Run one launch for `requests`, reporting each cell as it completes.
+
+        Returns (outcome, partial records of the cells that did not complete).
+        """
+        self._launch_no += 1
+        self.stats.launches += 1
+        if self.options.backend == "sim":
+            return self._launch_sim(requests, on_complete)
+        os.makedirs(self.work_dir, exist_ok=True)
+        stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-"
+                                           f"launch{self._launch_no:04d}")
+        plan_path, records_path, log_path = stem + ".plan.json", stem + ".records.jsonl", stem + ".log"
+        plan = {"run_id": self.run_id, "cells": [
+            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.comm_env,
+             "round": r.round, "iters": r.iters, "warmup": r.warmup,
+             "extra": self._extra(r, len(requests))} for r in requests]}
+        with open(plan_path, "w", encoding="utf-8") as handle:
+            json.dump(plan, handle, indent=1)
+        process_env = requests[0].cell.process_env
+        env, _ = launch_environment(process_env, self.keep_env, self.base_env)
+        argv = self.launcher.argv(self.module, self.options.microbench_args(plan_path, records_path),
+                                  process_env)
+        reader = _RecordReader(records_path, self.warn)
+        completed: set[tuple] = set()
+
+        def poll() -> None:
+            for record in reader.read_new():
+                key = (record.get("cell"), record.get("round"), record.get("rung"))
+                reader.by_cell.setdefault(key, []).append(record)
+                if key not in completed and self._complete(reader.by_cell[key]):
+                    completed.add(key)
+                    on_complete(key, self._expand(reader.by_cell[key]))
+
+        limit = self.timeout + self.timeout_per_cell * len(requests) if self.timeout else None
+        outcome = launching.run_launch(argv, env, log_path, limit, poll)
+        if not self.launcher.writes_records and outcome.status == "ok":
+            for request in requests:  # a follower node: rank 0 writes on node 0
+                on_complete(self._req_key(request), [])
+        partial = {k: v for k, v in reader.by_cell.items() if k not in completed}
+        keep_log = outcome.status != "ok" or len(completed) < len(requests)
+        for path in (records_path,) if keep_log else (plan_path, records_path, log_path):
+            _remove(path)
+        _remove_dir(self.work_dir)
+        return outcome, partial
+
+    def _complete(self, records: list[dict]) -> bool:
+        sizes = {r.get("bytes") for r in records}
+        return set(self.options.sizes) <= sizes or None in sizes
+
+    def _expand(self, records: list[dict]) -> list[dict]:
+        """A cell-level failure record (bytes null) becomes one record per missing size."""
+        whole = [r for r in records if r.get("bytes") is None]
+        sized = [r for r in records if r.get("bytes") is not None]
+        if not whole:
+            return sized
+        have = {r["bytes"] for r in sized}
+        return sized + [{**whole[0], "bytes": b} for b in self.options.sizes if b not in have]
+
+    def _launch_sim(self, requests: list[Request], on_complete):
+        from nccl_tune import simbackend
+
+        world = self.launcher.world_size if self.launcher else 2
+        for request in requests:
+            on_complete(self._req_key(request), simbackend.measure_cell(
+                self.landscape, run_id=self.run_id, env=dict(request.cell.env), op=self.options.op,
+                sizes=list(self.options.sizes), nranks=world,
+                nnodes=self.launcher.nnodes if self.launcher else 1,
+                iters=request.iters or self.options.iters or 100, dtype=self.options.dtype,
+                mode=self.options.mode or "graph", round_=request.round,
+                launch=str(self._launch_no), extra=self._extra(request, len(requests))))
+        return launching.LaunchOutcome("ok", 0, 0.0, [], ""), {}
+
+
+class _RecordReader:
+    """Reads the records a running launch appends, complete lines only."""
+
+    def __init__(self, path: str, warn: Callable[[str], None]):
+        self.path, self.warn, self.offset, self.line = path, warn, 0, 0
+        self.by_cell: dict[tuple, list[dict]] = {}
+
+    def read_new(self) -> list[dict]:
+        """Records appended since the last call."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for raw in data[:end].decode(errors="replace").splitlines():
+            self.line += 1
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError:
+                self.warn(f"{self.path}:{self.line}: skipped: not JSON")
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+        return out
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _remove_dir(path: str) -> None:
+    try:
+        os.rmdir(path)  # only when empty: failed launches keep their logs
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- rounds
+
+def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> list[Cell]:
+    """The cells of one round in a fresh random order (reproducible from seed and round).
+
+    Grouped: process groups in random order, cells inside a group in random order after
+    the group's cell without communicator-scoped settings (see grid.group_by_process).
+    """
+    rng = random.Random(f"nccl-tune:{seed}:{round_}")
+    if isolation == "process":
+        order = list(cells)
+        rng.shuffle(order)
+        return order
+    groups = group_by_process(cells)
+    rng.shuffle(groups)
+    order = []
+    for group in groups:
+        plain = [c for c in group.cells if not c.comm_env]
+        rest = [c for c in group.cells if c.comm_env]
+        rng.shuffle(rest)
+        order += plain + rest
+    return order
+
+
+def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int,
+               extra: dict | None = None) -> list[dict]:
+    """The exhaustive strategy: every cell in every round (1..rounds), baseline included."""
+    records = []
+    for round_ in range(1, rounds + 1):
+        order = round_order(cells, round_, seed, engine.isolation)
+        records += engine.measure([Request(c, round_, extra=dict(extra or {})) for c in order])
+    return records
+
+
+def count_launches(cells: list[Cell], rounds: int, isolation: str) -> int:
+    """Launches an exhaustive sweep needs when nothing fails (re-runs not counted)."""
+    per_round = len(cells) if isolation == "process" else len(group_by_process(cells))
+    return per_round * rounds
+
+
+# Rough costs (s) for the plan's time estimate: torchrun start, import torch and
+# rendezvous per launch; communicator creation per cell; per-op sync per iteration.
+LAUNCH_COST_S = {"nccl": 15.0, "gloo": 5.0, "sim": 0.0}
+CELL_COST_S = {"nccl": 1.5, "gloo": 0.3, "sim": 0.0}
+OP_COST_US = {"nccl": 60.0, "gloo": 250.0, "sim": 0.0}
+
+
+def estimate_seconds(cells: list[Cell], rounds: int, isolation: str, options: MeasureOptions) -> float:
+    """A rough wall-time estimate of an exhaustive sweep (no failures, no re-runs)."""
+    backend = options.backend
+    iters = (options.iters or 100) + (options.warmup or 10)
+    per_cell = CELL_COST_S[backend] + len(options.sizes) * iters * OP_COST_US[backend] * 1e-6
+    launches = count_launches(cells, rounds, isolation)
+    return launches * LAUNCH_COST_S[backend] + len(cells) * rounds * per_cell
