@@ -203,8 +203,14 @@ def _load_toml(path: str) -> dict:
     except OSError as exc:
         raise NcclTuneError(f"cannot read grid file: {exc.strerror}", path=path) from None
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        message = str(exc).split(" (at line")[0]
+        # tomllib says where in its message: "(at line 3, column 7)" or "(at end of document)".
+        text = str(exc)
+        match = re.search(r"\(at line (\d+), column \d+\)", text)
+        line = int(match.group(1)) if match else None
+        if line is None and "end of document" in text:
+            with open(path, "rb") as handle:
+                line = max(1, handle.read().count(b"\n"))
+        message = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", text)
         raise NcclTuneError(f"not a valid TOML grid: {message}", path=path, line=line) from None
 
 

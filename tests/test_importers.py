@@ -201,7 +201,7 @@ def test_cli_imports_appends_and_reports(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "two_runs_env_header.txt"),
                                      str(OWN / "json_per_iter.json"), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert [f["records"] for f in summary["files"]] == [6, 2]
     records = store.read_records([str(out)])
     assert len(records) == 8 and {r["run_id"] for r in records} == {summary["run_id"]}

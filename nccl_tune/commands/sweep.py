@@ -163,11 +163,13 @@ def _print_plan(plan: dict) -> None:
 @click.option("--resume/--no-resume", default=None,
               help="Skip (cell, round) pairs already in --out [default when --out exists].")
 @click.option("--dry-run", is_flag=True, help="Print the plan and an estimate; run nothing.")
+@click.option("--module", default=sweeplib.MODULE, hidden=True,
+              help="The module every rank runs (tests and custom measuring modules).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
           warmup, mode, op, verify_effective, op_timeout, backend, sim_landscape, isolation, rounds,
           seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env, timeout, out, resume,
-          dry_run, as_json):
+          dry_run, module, as_json):
     """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
 
     Cells sharing their process-scoped settings are measured in one launch, each with a
@@ -221,11 +223,11 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
     _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
-         as_json)
+         module, as_json)
 
 
 def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
-         as_json):
+         module, as_json):
     from nccl_tune import simbackend
 
     warnings: list[str] = []
@@ -234,7 +236,7 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
     engine = sweeplib.SweepEngine(
         options, launcher, out, isolation=isolation, timeout=timeout if timeout else 120.0,
         timeout_per_cell=0.0 if timeout else 30.0, landscape=landscape, keep_env=tuple(keep_env),
-        warn=warnings.append)
+        module=module, warn=warnings.append)
     todo = sum(1 for r in range(1, rounds + 1) for c in g.cells
                if engine.existing(sweeplib.Request(c, r)) is None)
     done_before = len(g.cells) * rounds - todo
