@@ -8,7 +8,8 @@ Interval basis: with at least `MIN_ROUNDS_FOR_ROUND_CI` rounds, rounds are the u
 Student-t intervals over per-round p50s, differences paired by round when both cells
 share rounds (which cancels drift that hits a whole round), Welch's otherwise. A
 percentile bootstrap over 3-5 rounds is far too narrow (stats.t_ci says why). With
-fewer rounds, the per-iteration samples are pooled and bootstrapped; that interval
+fewer rounds, the per-iteration samples are pooled and bootstrapped, and the point
+estimate is the pooled median (the statistic that interval is about); that interval
 ignores drift between rounds and says so (`ci_basis: "iterations"`).
 
 Records with `final: false` (early rungs of a search) never enter a verdict; they are
@@ -144,7 +145,9 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
         _, lo, hi = stats.t_ci(p50s, confidence)
         p50, ci, basis = float(np.median(p50s)), (lo, hi), "rounds"
     elif samples:
-        p50 = float(np.median(p50s)) if p50s else float(np.median(samples))
+        # The pooled median: the statistic the bootstrap interval (and the difference to
+        # the baseline) is about. A median of one or two round p50s can lie outside it.
+        p50 = float(np.median(samples))
         ci, basis = stats.bootstrap_ci(samples, confidence=confidence, n_boot=1000, seed=seed), "iterations"
     confirmed, effective = _confirmed(ok)
     errors = sorted({str(r["error"]) for r in records if r.get("error")})

@@ -40,9 +40,6 @@ from nccl_tune.grid import Cell, group_by_process
 MODULE = "microbench.allreduce"
 BACKENDS = ("nccl", "gloo", "sim")
 ISOLATIONS = ("group", "process")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16",
-                 "float32": "fp32", "float": "fp32"}
 CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
 GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
              "(this tests the sweep's mechanics, not NCCL)")
@@ -51,50 +48,20 @@ GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only 
 # ---------------------------------------------------------------- options
 
 def canonical_dtype(name: str) -> str:
-    """'bf16' / 'bfloat16' -> 'bf16'; NcclTuneError for an unknown dtype."""
-    key = DTYPE_ALIASES.get(name.strip().lower(), name.strip().lower())
-    if key not in DTYPE_BYTES:
-        raise NcclTuneError(f"--dtype: unknown dtype '{name}' (known: {', '.join(DTYPE_BYTES)})")
-    return key
+    """'bf16' / 'bfloat16' -> 'bf16'; NcclTuneError for an unknown dtype (the microbench's rules)."""
+    from microbench import options as microbench_options  # torch-free
 
-
-def _parse_size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    body = text.strip().upper().removesuffix("B")
-    unit = body[-1:] if body[-1:] in ("K", "M", "G") else ""
-    digits = body[:-1] if unit else body
-    if not digits.isdigit() or int(digits) <= 0:
-        raise NcclTuneError(f"--sizes: '{text}' is not a size (bytes, or a number with K, M or G)")
-    return int(digits) * units[unit]
+    return microbench_options.canonical_dtype(name)
 
 
 def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
                   dtype: str) -> list[int]:
-    """Message sizes in bytes: explicit `sizes`, or tokens x hidden x dtype bytes.
-
-    The same rules as the microbench's options (K = 1024, as nccl-tests; default tokens
-    1,2,4,8 at hidden 7168), so the sweep knows which sizes every cell must report.
+    """Message sizes in bytes, by the microbench's own rules (so both agree on every size):
+    explicit `sizes` (K = 1024, as nccl-tests) or tokens x hidden x dtype bytes.
     """
-    elem = DTYPE_BYTES[canonical_dtype(dtype)]
-    if sizes is not None and (tokens is not None or hidden is not None):
-        raise NcclTuneError("--sizes cannot be combined with --tokens/--hidden")
-    if sizes is not None:
-        values = [_parse_size(s) for s in sizes.split(",") if s.strip()]
-    else:
-        counts = []
-        for item in (tokens or "1,2,4,8").split(","):
-            if not item.strip().isdigit() or int(item) <= 0:
-                raise NcclTuneError(f"--tokens: '{item}' is not a positive integer")
-            counts.append(int(item))
-        if hidden is not None and hidden <= 0:
-            raise NcclTuneError(f"--hidden: {hidden} must be positive")
-        values = [t * (hidden or 7168) * elem for t in counts]
-    if not values:
-        raise NcclTuneError("--sizes: no size given")
-    for value in values:
-        if value % elem:
-            raise NcclTuneError(f"--sizes: {value} bytes is not a whole number of {dtype} elements")
-    return list(dict.fromkeys(values))
+    from microbench import options as microbench_options  # torch-free
+
+    return microbench_options.resolve_sizes(sizes, tokens, hidden, canonical_dtype(dtype))
 
 
 @dataclass(frozen=True)

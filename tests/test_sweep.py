@@ -31,11 +31,11 @@ def _sim_engine(out, *, isolation="group", land=None, iters=100, nproc=8):
 
 def test_resolve_sizes():
     assert sweeplib.resolve_sizes(None, "1,4", None, "bf16") == [14336, 57344]
-    assert sweeplib.resolve_sizes(None, None, None, "bf16") == [14336, 28672, 57344, 114688]
+    assert sweeplib.resolve_sizes(None, None, None, "bf16") == [t * 14336 for t in (1, 2, 3, 4, 6, 8)]
     assert sweeplib.resolve_sizes("1K,14336,64k,1M", None, None, "fp32") == [1024, 14336, 65536, 1 << 20]
     with pytest.raises(NcclTuneError, match="cannot be combined"):
         sweeplib.resolve_sizes("1K", "1", None, "bf16")
-    with pytest.raises(NcclTuneError, match="whole number of fp32"):
+    with pytest.raises(NcclTuneError, match="not a multiple of the 4-byte fp32"):
         sweeplib.resolve_sizes("1026", None, None, "fp32")
     with pytest.raises(NcclTuneError, match="not a size"):
         sweeplib.resolve_sizes("12Q", None, None, "bf16")

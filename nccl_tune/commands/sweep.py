@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import click
 from tabulate import tabulate
@@ -245,22 +246,16 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
     for message in warnings:
         click.echo(f"warning: {message}", err=True)
     interrupted = False
-    failures = {"n": 0}
-    with click.progressbar(length=todo, label="measuring", show_eta=True, file=sys.stderr,
-                           item_show_func=lambda _: f"{failures['n']} failed") as bar:
-        def on_cell(request, status):
-            if status != "ok":
-                failures["n"] += 1
-            bar.update(1)
-
-        engine.on_cell = on_cell
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        try:
-            sweeplib.run_rounds(engine, g.cells, rounds, seed)
-        except (KeyboardInterrupt, sweeplib.SweepInterrupted):
-            interrupted = True
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+    progress = _Progress(todo, sys.stderr.isatty() and not as_json)
+    engine.on_cell = progress.update
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        sweeplib.run_rounds(engine, g.cells, rounds, seed)
+    except (KeyboardInterrupt, sweeplib.SweepInterrupted):
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress.close()
     summary = {**{k: plan[k] for k in ("backend", "simulated", "out", "rounds", "isolation")},
                "run_id": engine.run_id, "cells": len(g.cells), "dropped": len(g.dropped),
                "already_recorded": done_before, "interrupted": interrupted,
@@ -276,6 +271,36 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+class _Progress:
+    """Cells done, failures and ETA: a bar on a terminal, one line per cell otherwise."""
+
+    def __init__(self, total: int, tty: bool):
+        self.total, self.done, self.failed = total, 0, 0
+        self.start = time.monotonic()
+        self.bar = None
+        if tty and total:
+            self.bar = click.progressbar(length=total, label="measuring", show_eta=True,
+                                         file=sys.stderr, item_show_func=lambda _: f"{self.failed} failed")
+            self.bar.__enter__()
+
+    def update(self, request, status: str) -> None:
+        """One cell (for one round) finished with `status`."""
+        self.done += 1
+        self.failed += status != "ok"
+        if self.bar is not None:
+            self.bar.update(1)
+            return
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        click.echo(f"[{self.done}/{self.total}] round {request.round} {request.cell.label}: {status} "
+                   f"({self.failed} failed, ETA {eta:.0f} s)", err=True)
+
+    def close(self) -> None:
+        """End the bar (a no-op for line output)."""
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
 
 
 def _print_plan_short(plan: dict, done_before: int) -> None:
