@@ -77,6 +77,7 @@ class MeasureOptions:
     mode: str | None = None
     verify_effective: bool | None = None
     op_timeout: float | None = None
+    label: str | None = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -96,6 +97,8 @@ class MeasureOptions:
             args.append("--verify-effective" if self.verify_effective else "--no-verify-effective")
         if self.op_timeout is not None:
             args += ["--timeout", str(self.op_timeout)]
+        if self.label is not None:
+            args += ["--label", self.label]
         return args
 
 
@@ -122,6 +125,7 @@ class SweepStats:
     failures: dict = field(default_factory=dict)  # status -> count of cells
     records_written: int = 0
     wall_s: float = 0.0
+    notes: list = field(default_factory=list)  # decisions the engine took on its own
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -290,13 +294,16 @@ class SweepEngine:
         pending, idle_failures, reruns = list(batch), 0, []
         while pending:
             by_key = {self._req_key(r): r for r in pending}
-            launch_size, finished = len(pending), set()
+            launch_size, finished, confirmations = len(pending), set(), []
 
             def on_complete(key: tuple, records: list[dict]) -> None:
                 request = by_key.get(key)
                 if request is None or key in finished:
                     return  # records of a cell this launch was not asked for
                 finished.add(key)
+                if self._shared_comm_cell(request, launch_size):
+                    confirmations.extend((r.get("effective") or {}).get("confirmed")
+                                         for r in records if r.get("status") == "ok")
                 if self._needs_rerun(request, records, launch_size):
                     for record in records:
                         record.update(superseded=True, final=False,
@@ -308,6 +315,7 @@ class SweepEngine:
                     results[key] = self._finish(request, records)
 
             outcome, partial = self._launch(pending, on_complete)
+            self._adapt_isolation(confirmations)
             remaining = [r for r in pending if self._req_key(r) not in finished]
             if outcome.status == "interrupted":
                 raise SweepInterrupted(f"interrupted; every finished cell is in {self.out}")
@@ -344,12 +352,26 @@ class SweepEngine:
     def _req_key(request: Request) -> tuple:
         return (request.cell.id, request.round, request.extra.get("rung"))
 
+    def _shared_comm_cell(self, request: Request, launch_size: int) -> bool:
+        """An NCCL cell with communicator-scoped settings that shared its process."""
+        return self.options.backend == "nccl" and launch_size > 1 and bool(request.cell.comm_env)
+
     def _needs_rerun(self, request: Request, records: list[dict], launch_size: int) -> bool:
         """True for an NCCL cell that shared its process and NCCL's log did not confirm."""
-        if self.options.backend != "nccl" or launch_size < 2 or not request.cell.comm_env:
+        if not self._shared_comm_cell(request, launch_size):
             return False
         ok = [r for r in records if r.get("status") == "ok"]
         return any((r.get("effective") or {}).get("confirmed") is not True for r in ok)
+
+    def _adapt_isolation(self, confirmations: list) -> None:
+        """When NCCL's log can confirm nothing (an NCCL without per-collective lines, or
+        no log), every shared cell would be re-run alone: launch one per cell from now on."""
+        if (self.isolation == "group" and confirmations
+                and all(flag is None for flag in confirmations)):
+            self.isolation = "process"
+            self.stats.notes.append(
+                "NCCL's log confirmed no cell of a shared launch (no per-collective lines in this "
+                "NCCL, or no log): isolation switched to process for the rest of the sweep")
 
     def _finish(self, request: Request, records: list[dict]) -> list[dict]:
         written = self._write(records)
@@ -380,6 +402,8 @@ class SweepEngine:
 
     def _extra(self, request: Request, launch_size: int) -> dict:
         extra = {"isolation": "process" if launch_size == 1 else "group"}
+        if self.options.label is not None:
+            extra["label"] = self.options.label
         if self.keep_env:
             extra["common_env"] = {k: v for k, v in (self.base_env or os.environ).items()
                                    if k in self.keep_env}

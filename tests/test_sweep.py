@@ -140,6 +140,24 @@ def test_resume_skips_recorded_pairs_and_returns_them(tmp_path):
     assert len(keys) == len(set(keys)) == len(g.cells) * 3 * len(SIZES)
 
 
+def test_resume_skips_a_corrupt_line_with_a_warning(tmp_path):
+    out = tmp_path / "r.jsonl"
+    g = _grid("NCCL_PROTO=LL")
+    sweeplib.run_rounds(_sim_engine(out), g.cells, rounds=1, seed=1)
+    lines = out.read_text().splitlines()
+    lines[1] = lines[1][:25]  # a record cut short (a crash mid-write)
+    out.write_text("\n".join(lines) + "\n")
+    warnings = []
+    land = simbackend.make_landscape("nccl", "pcie-shm", seed=3)
+    again = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", SIZES, iters=100), launch.Launcher(nproc=8),
+                                 str(out), landscape=land, warn=warnings.append)
+    sweeplib.run_rounds(again, g.cells, rounds=1, seed=1)
+    assert len(warnings) == 1 and warnings[0].startswith(f"{out}:2: skipped: not JSON")
+    assert again.stats.cells_measured == 1 and again.stats.cells_reused == 1
+    summaries = report.summarize(store.read_records([str(out)]))
+    assert {s.cell for s in summaries} == {c.id for c in g.cells}
+
+
 def test_partially_recorded_cell_is_completed_exactly_once(tmp_path):
     out = tmp_path / "r.jsonl"
     g = _grid("NCCL_PROTO=LL")

@@ -69,6 +69,19 @@ def test_unconfirmed_nccl_cells_are_rerun_alone(tmp_path):
         (c.id, b) for c in g.cells for b in SIZES)
 
 
+def test_unconfirmable_nccl_switches_to_process_isolation(tmp_path):
+    g = _grid("NCCL_PROTO=LL,Simple")
+    engine = _engine(tmp_path, backend="nccl", FAKE_CONFIRM="null")
+    sweeplib.run_rounds(engine, g.cells, rounds=2, seed=0)
+    # Round 1: one shared launch, both PROTO cells unconfirmed -> re-run alone; then the
+    # engine stops sharing processes: round 2 is three launches of one cell each.
+    assert engine.stats.reruns == 2 and engine.stats.launches == 3 + 3
+    assert engine.isolation == "process" and "switched to process" in engine.stats.notes[0]
+    final = [r for r in _records(tmp_path) if not r.get("superseded")]
+    assert {(r["round"], r["isolation"]) for r in final if r["cell"] != "baseline"} == {
+        (1, "process"), (2, "process")}
+
+
 def test_confirmed_cells_stay_grouped(tmp_path):
     engine = _engine(tmp_path, backend="nccl", FAKE_CONFIRM="true")
     sweeplib.run_rounds(engine, _grid("NCCL_PROTO=LL,Simple").cells, rounds=1, seed=0)

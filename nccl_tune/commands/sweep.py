@@ -138,6 +138,7 @@ def _print_plan(plan: dict) -> None:
 @click.option("--verify-effective/--no-verify-effective", default=None,
               help="Confirm from NCCL's log what ran (the microbench's default: on with NCCL).")
 @click.option("--op-timeout", type=float, help="The microbench's own collective timeout (s).")
+@click.option("--label", help="Free text stored in every record.")
 @click.option("--backend", default="auto", show_default=True,
               type=click.Choice(["auto", *sweeplib.BACKENDS]),
               help="auto: nccl with 2+ GPUs, else gloo. sim: draws from the cost model.")
@@ -168,7 +169,7 @@ def _print_plan(plan: dict) -> None:
               help="The module every rank runs (tests and custom measuring modules).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
-          warmup, mode, op, verify_effective, op_timeout, backend, sim_landscape, isolation, rounds,
+          warmup, mode, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation, rounds,
           seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env, timeout, out, resume,
           dry_run, module, as_json):
     """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
@@ -188,7 +189,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     options = sweeplib.MeasureOptions(
         backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
         dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode,
-        verify_effective=verify_effective, op_timeout=op_timeout)
+        verify_effective=verify_effective, op_timeout=op_timeout, label=label)
     g = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, _nccl_version(backend))
     notes = [backend_note + "; " + nproc_note] + g.notes
     if isolation is None:
@@ -259,7 +260,7 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
     summary = {**{k: plan[k] for k in ("backend", "simulated", "out", "rounds", "isolation")},
                "run_id": engine.run_id, "cells": len(g.cells), "dropped": len(g.dropped),
                "already_recorded": done_before, "interrupted": interrupted,
-               **engine.stats.to_dict(), "notes": plan["notes"]}
+               **engine.stats.to_dict(), "notes": plan["notes"] + engine.stats.notes}
     if as_json:
         from nccl_tune.cli import emit_json
         emit_json(summary)
@@ -323,6 +324,9 @@ def _print_summary(s: dict) -> None:
             ["re-runs alone (unconfirmed)", s["reruns"]], ["records written", s["records_written"]],
             ["failed cells", failed], ["wall time", f"{s['wall_s']:.1f} s"]]
     click.echo(tabulate(rows, tablefmt="plain"))
+    for note in s["notes"]:
+        if note.startswith("NCCL's log confirmed no cell"):
+            click.echo(f"note: {note}")
     if s["interrupted"]:
         click.echo(f"interrupted: the running launch was killed; every finished cell is in {s['out']}; "
                    "run the same command again to resume")
