@@ -148,7 +148,9 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
         # The pooled median: the statistic the bootstrap interval (and the difference to
         # the baseline) is about. A median of one or two round p50s can lie outside it.
         p50 = float(np.median(samples))
-        ci, basis = stats.bootstrap_ci(samples, confidence=confidence, n_boot=1000, seed=seed), "iterations"
+        if len(samples) > 1:  # one value (an imported average, say) has no interval
+            ci = stats.bootstrap_ci(samples, confidence=confidence, n_boot=1000, seed=seed)
+            basis = "iterations"
     confirmed, effective = _confirmed(ok)
     errors = sorted({str(r["error"]) for r in records if r.get("error")})
     return CellSizeSummary(
@@ -171,6 +173,9 @@ def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict
     if len(cell_rounds) >= MIN_ROUNDS_FOR_ROUND_CI and len(base_rounds) >= MIN_ROUNDS_FOR_ROUND_CI:
         a, b = list(cell_rounds.values()), list(base_rounds.values())
         return (*stats.welch_t_ci(a, b, confidence), _welch_p(a, b))
+    if cell.samples_us and base.samples_us and min(len(cell.samples_us), len(base.samples_us)) < 2:
+        # One value a side (imported averages, say): a difference, but no interval.
+        return float(np.median(cell.samples_us) - np.median(base.samples_us)), None, None, None
     if cell.samples_us and base.samples_us:
         return (*stats.bootstrap_diff_ci(cell.samples_us, base.samples_us, confidence=confidence,
                                          n_boot=1000, seed=seed),
@@ -246,8 +251,9 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
                 delta = _delta(summary, base, recs, base_records, confidence, seed)
                 if delta is not None:
                     summary.delta_us, lo, hi, summary.p_value = delta
-                    summary.delta_ci_us = (lo, hi)
-                    compared.append(summary)
+                    if lo is not None:
+                        summary.delta_ci_us = (lo, hi)
+                        compared.append(summary)
             rows.append(summary)
         alpha = 1 - confidence
         for summary, p_adj in zip(compared, adjust_p([s.p_value for s in compared], adjust)):

@@ -59,6 +59,16 @@ def test_multiplicity_adjustment_is_recorded():
     assert all(a.p_adjusted == a.p_value for a in raw)
 
 
+def test_single_values_give_a_difference_but_no_interval_or_verdict():
+    base = store.make_record(env={}, backend="nccl-tests", bytes=NBYTES, lat_us={"p50": 60.0}, round=1)
+    cell = store.make_record(env={"NCCL_PROTO": "LL"}, backend="nccl-tests", bytes=NBYTES,
+                             lat_us={"p50": 22.0}, round=1)
+    rows = report.summarize([base, cell])
+    assert rows[0].ci_us is None and rows[1].ci_us is None
+    assert rows[1].delta_us == pytest.approx(-38.0)
+    assert rows[1].delta_ci_us is None and rows[1].verdict is None
+
+
 def test_observation_flags():
     base = [_record({}, r, 50.0, confirmed=None) for r in (1, 2, 3)]
     unverified = [_record({"NCCL_ALGO": "Tree"}, r, 49.0, confirmed=None) for r in (1, 2, 3)]

@@ -74,8 +74,8 @@ def _print_text(summaries, notes: list[str]) -> None:
         click.echo(title + (" (SIMULATED)" if backend == "sim" else ""))
         table = []
         for s in rows:
-            verdict = s.verdict or ("baseline" if s.cell == store.BASELINE else
-                                    "pruned" if not s.final else s.status if s.status != "ok" else "-")
+            verdict = (s.status if s.status != "ok" else s.verdict or
+                       ("baseline" if s.cell == store.BASELINE else "pruned" if not s.final else "-"))
             flag = observation_flag(s)
             table.append([s.label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
                           _fmt(s.delta_us), _interval(s.delta_ci_us), verdict, _effective(s),
@@ -86,8 +86,9 @@ def _print_text(summaries, notes: list[str]) -> None:
     if bad:
         click.echo("\nFailed, timed-out and wrong cells (never candidates):")
         for s in bad:
-            first = (s.errors[0].splitlines() or [""])[0] if s.errors else ""
-            click.echo(f"  {s.status:8s} {s.label} @ {s.bytes} B: {first}")
+            firsts = list(dict.fromkeys(e.splitlines()[0] for e in s.errors if e.splitlines()))
+            text = "; ".join(firsts[:3]) + (f"; and {len(firsts) - 3} more" if len(firsts) > 3 else "")
+            click.echo(f"  {s.status:8s} {s.label} @ {s.bytes} B: {text}")
     flagged = sorted({s.label for s in summaries if observation_flag(s)})
     if flagged:
         click.echo(f"\n{len(flagged)} cell(s) flagged '!': the requested setting was not observed "

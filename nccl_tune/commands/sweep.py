@@ -14,6 +14,7 @@ from nccl_tune import costmodel, grid as gridlib, launch, store, sweep as sweepl
 from nccl_tune.errors import NcclTuneError
 
 SIM_DEFAULT_TOPOLOGY = "pcie-shm"
+MAX_DROPPED_LISTED = 20
 
 
 def gpu_count() -> int:
@@ -105,12 +106,23 @@ def _print_plan(plan: dict) -> None:
                + (" (simulated)" if plan["simulated"] else ""))
     for note in plan["notes"]:
         click.echo(f"  note: {note}")
-    rows = [[c["cell"], c["label"], "; ".join(c["notes"])] for c in plan["cells"]]
-    click.echo(tabulate(rows, headers=["cell", "settings", "notes"]))
-    if plan["dropped"]:
-        click.echo(f"\nDropped before running ({len(plan['dropped'])}):")
-        click.echo(tabulate([[d["label"], d["kind"], d["reason"]] for d in plan["dropped"]],
+    group_of = {cell: f"g{index}" for index, grp in enumerate(plan["groups"], start=1)
+                for cell in grp["cells"]}
+    rows = [[group_of.get(c["cell"], "-"), c["cell"], c["label"], "; ".join(c["notes"])]
+            for c in plan["cells"]]
+    click.echo(tabulate(rows, headers=["launch", "cell", "settings", "notes"]))
+    dropped = plan["dropped"]
+    if dropped and len(dropped) <= MAX_DROPPED_LISTED:
+        click.echo(f"\nDropped before running ({len(dropped)}):")
+        click.echo(tabulate([[d["label"], d["kind"], d["reason"]] for d in dropped],
                             headers=["settings", "why", "reason"]))
+    elif dropped:
+        by_reason: dict[str, list] = {}
+        for d in dropped:
+            by_reason.setdefault(d["reason"], []).append(d)
+        click.echo(f"\nDropped before running ({len(dropped)}, by reason; --json lists every cell):")
+        for reason, cells in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+            click.echo(f"  {len(cells):4d} x {reason}")
     minutes = plan["estimate_s"] / 60
     click.echo(f"\nEstimated time: about {minutes:.1f} min (rough: launch start-up, communicator "
                "creation and iterations; failures and re-runs extra)")
