@@ -84,9 +84,8 @@ def true_choice(land: Landscape, env: dict, op: str, nbytes: int,
     Raises ValueError when the environment allows no algorithm on this topology.
     """
     topo = costmodel.topology(land.topology)
-    if land.kind == "flat":
-        choice = costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
-        return replace(choice, algo=choice.algo, proto=choice.proto)
+    if land.kind == "flat":  # every cell runs as fast as NCCL's defaults
+        return costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
     return costmodel.simulate(op, nbytes, nranks, env, topo, land.true_params, land.select_params)
 
 
@@ -145,14 +144,16 @@ def measure_cell(land: Landscape, *, run_id: str, env: dict, op: str, sizes: lis
         summary = stats.summarize(samples)
         p50 = summary["p50"]
         algbw = nbytes / (p50 * 1e3) if p50 else None  # GB/s: bytes / us / 1e3
-        wrong = broken == "wrong" or _forced_ll128_on_pcie(land, env)
+        forced_ll128 = _forced_ll128_on_pcie(land, env)
+        wrong = broken == "wrong" or forced_ll128
         out.append(store.make_record(
             **fields, lat_us=summary, samples_us=samples, algbw_gbps=algbw,
             busbw_gbps=algbw * costmodel.bus_factor(op, nranks) if algbw else None,
             correct=not wrong, wrong=(max(1, nbytes // 64) if wrong else 0),
             status="wrong" if wrong else "ok",
-            error=("simulated: results differ from the reference (LL128 forced on PCIe)"
-                   if wrong else None),
+            error=(None if not wrong else
+                   "simulated: results differ from the reference (LL128 forced on PCIe)"
+                   if forced_ll128 else "simulated: this landscape marks the cell wrong"),
             effective={"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
                        "confirmed": None, "detail": "simulated: the cost model's choice, not observed"}))
     return out
