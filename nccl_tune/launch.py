@@ -213,6 +213,21 @@ def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
         pass
 
 
+def _kill_shielded(proc: subprocess.Popen) -> None:
+    """kill_tree that a second Ctrl-C (or SIGTERM) cannot cut short, leaving ranks behind."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread: signals go elsewhere anyway
+            pass
+    try:
+        kill_tree(proc)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -288,7 +303,7 @@ def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: flo
                     status = "timeout"
                     break
         except KeyboardInterrupt:
-            kill_tree(proc)
+            _kill_shielded(proc)
             status = "interrupted"
         # A launch that ended leaves no stragglers behind (daemonised helpers included).
         for pid in descendants(proc.pid):

@@ -327,7 +327,10 @@ class SweepEngine:
         self.stats.launches += 1
         if self.options.backend == "sim":
             return self._launch_sim(requests, on_complete)
-        os.makedirs(self.work_dir, exist_ok=True)
+        try:
+            os.makedirs(self.work_dir, exist_ok=True)
+        except OSError as exc:
+            raise NcclTuneError(f"cannot create the work folder: {exc.strerror}", path=self.work_dir) from None
         stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-"
                                            f"launch{self._launch_no:04d}")
         plan_path, records_path, log_path = stem + ".plan.json", stem + ".records.jsonl", stem + ".log"
@@ -335,8 +338,11 @@ class SweepEngine:
             {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.comm_env,
              "round": r.round, "iters": r.iters, "warmup": r.warmup,
              "extra": self._extra(r, len(requests))} for r in requests]}
-        with open(plan_path, "w", encoding="utf-8") as handle:
-            json.dump(plan, handle, indent=1)
+        try:
+            with open(plan_path, "w", encoding="utf-8") as handle:
+                json.dump(plan, handle, indent=1)
+        except OSError as exc:
+            raise NcclTuneError(f"cannot write the launch plan: {exc.strerror}", path=plan_path) from None
         process_env = requests[0].cell.process_env
         env, _ = launch_environment(process_env, self.keep_env, self.base_env)
         argv = self.launcher.argv(self.module, self.options.microbench_args(plan_path, records_path),

@@ -168,7 +168,10 @@ def _print_plan(plan: dict) -> None:
 @click.option("--node-rank", default=0, show_default=True, type=click.IntRange(0))
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's address (multi-node).")
 @click.option("--launcher", "template", metavar="TEMPLATE",
-              help="Command template, e.g. 'srun --ntasks-per-node 8 python -m {module} {args}'.")
+              help="Command template run without a shell; {module} {args} {env} {nproc} {nnodes} "
+                   "become argv words. It must start torchrun-style ranks, e.g. 'srun --ntasks-per-node 1 "
+                   "python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+                   "--rdzv-endpoint node0:29500 -m {module} {args}'.")
 @click.option("--keep-env", multiple=True, metavar="NCCL_NAME",
               help="An inherited NCCL_* variable to keep in every cell (e.g. NCCL_SOCKET_IFNAME).")
 @click.option("--timeout", type=click.FloatRange(min=1),
@@ -234,6 +237,9 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         return
     if not out:
         raise NcclTuneError("--out FILE is required (results are appended there, one record per line)")
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise NcclTuneError(f"--out: the folder {folder} does not exist")
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
     _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
