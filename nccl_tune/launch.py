@@ -23,6 +23,7 @@ period).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -259,17 +260,52 @@ class LaunchOutcome:
                 else f"{what} (no output){where}")
 
 
+_AGENT_LOG_RE = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ torch/distributed/")
+
+
+def without_launcher_noise(lines: list[str]) -> list[str]:
+    """Output lines less torchrun's own boilerplate, so the ranks' last words show.
+
+    Dropped: the OMP_NUM_THREADS banner, the agent's log lines (``E1129 09:22:04.504 123
+    torch/distributed/...``), its ChildFailedError traceback and the ``=====`` failure
+    summary it prints after a rank failed (the rank's own error line comes before).
+    """
+    out, skipping = [], None
+    for line in lines:
+        text = line.strip()
+        if skipping == "traceback":  # indented frames, then the unindented exception line
+            if not line[:1].isspace():
+                skipping = None
+            continue
+        if skipping == "summary":
+            if text.startswith("=" * 20):
+                skipping = None
+            continue
+        if text.startswith("Traceback (most recent call last)") and any(
+                "torch/distributed/run.py" in later for later in lines):
+            skipping = "traceback"
+            continue
+        if text.startswith("=" * 20):
+            skipping = "summary"
+            continue
+        if (_AGENT_LOG_RE.match(text) or set(text) == {"*"} or text.startswith("Setting OMP_NUM_THREADS")):
+            continue
+        out.append(line)
+    return out
+
+
 def tail_lines(path: str, count: int = TAIL_LINES) -> list[str]:
-    """The last `count` lines of a text file (empty when unreadable)."""
+    """The last `count` meaningful lines of a launch's output (empty when unreadable)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
+            handle.seek(max(0, size - 256 * 1024))
             data = handle.read().decode(errors="replace")
     except OSError:
         return []
-    return [line.rstrip() for line in data.splitlines() if line.strip()][-count:]
+    lines = [line.rstrip() for line in data.splitlines() if line.strip()]
+    return without_launcher_noise(lines)[-count:] or lines[-count:]
 
 
 def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: float | None,

@@ -231,19 +231,21 @@ class SweepEngine:
                 for request in remaining:
                     results[self._req_key(request)] = self._fail(
                         request, partial.get(self._req_key(request), []), "failed",
-                        "the launch ended without records for this cell; " + outcome.error_text())
+                        "the launch ended without records for this cell; " + outcome.error_text(),
+                        launch_size)
                 break
             # The microbench measures cells in plan order: the first unfinished one was
             # running when the launch died; the ones after it were never reached.
             culprit, pending = remaining[0], remaining[1:]
             results[self._req_key(culprit)] = self._fail(
-                culprit, partial.get(self._req_key(culprit), []), outcome.status, outcome.error_text())
+                culprit, partial.get(self._req_key(culprit), []), outcome.status, outcome.error_text(),
+                launch_size)
             idle_failures = 0 if finished else idle_failures + 1
             if idle_failures >= 2 and pending:
                 for request in pending:
                     results[self._req_key(request)] = self._fail(
                         request, [], "failed", "not measured: two launches in a row failed before "
-                        "measuring anything; " + outcome.error_text())
+                        "measuring anything; " + outcome.error_text(), launch_size)
                 break
             if pending:
                 self.stats.relaunches += 1
@@ -290,21 +292,22 @@ class SweepEngine:
             self.on_cell(request, status)
         return written or records
 
-    def _fail(self, request: Request, partial: list[dict], status: str, error: str) -> list[dict]:
+    def _fail(self, request: Request, partial: list[dict], status: str, error: str,
+              launch_size: int = 1) -> list[dict]:
         """Records for a cell a launch did not finish: what it measured + `status` for the rest."""
         have = {r.get("bytes") for r in partial}
-        filler = [self._record(request, nbytes, status=status, error=error, correct=None)
+        filler = [self._record(request, nbytes, launch_size, status=status, error=error, correct=None)
                   for nbytes in self.options.sizes if nbytes not in have]
         return self._finish(request, partial + filler)
 
-    def _record(self, request: Request, nbytes: int, **fields) -> dict:
+    def _record(self, request: Request, nbytes: int, launch_size: int = 1, **fields) -> dict:
         world = self.launcher.world_size if self.launcher else None
         return store.make_record(
             run_id=self.run_id, cell=request.cell.id, env=dict(request.cell.env),
             backend=self.options.backend, op=self.options.op, mode=self.options.mode,
             world_size=world, nnodes=self.launcher.nnodes if self.launcher else None,
             bytes=nbytes, dtype=self.options.dtype, iters=request.iters or self.options.iters,
-            round=request.round, **self._extra(request, 1), **fields)
+            round=request.round, **self._extra(request, launch_size), **fields)
 
     def _extra(self, request: Request, launch_size: int) -> dict:
         extra = {"isolation": "process" if launch_size == 1 else "group"}

@@ -138,6 +138,24 @@ def test_hang_mid_group_times_out_one_cell(tmp_path):
     assert _left_alive(tmp_path) == []
 
 
+def test_torchrun_boilerplate_is_left_out_of_errors(tmp_path):
+    # The shape of torchrun's output after a rank failed (written here, not copied).
+    log = tmp_path / "launch.log"
+    log.write_text("\n".join([
+        "*" * 41, "Setting OMP_NUM_THREADS environment variable for each process to be 1 ...", "*" * 41,
+        "rank 1: the real reason",
+        "W0101 00:00:00.000000 42 torch/distributed/elastic/multiprocessing/api.py:1] Sending SIGTERM",
+        "Traceback (most recent call last):",
+        '  File "/x/torch/distributed/run.py", line 1, in <module>',
+        "    raise ChildFailedError(",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=" * 60, "microbench.allreduce FAILED", "-" * 60, "Failures:", "  exitcode  : 2", "=" * 60]) + "\n")
+    assert launch.tail_lines(str(log)) == ["rank 1: the real reason"]
+    plain = tmp_path / "plain.log"
+    plain.write_text("".join(f"line {i}\n" for i in range(40)))
+    assert launch.tail_lines(str(plain)) == [f"line {i}" for i in range(20, 40)]
+
+
 def test_missing_launcher_fails_fast(tmp_path):
     g = _grid("NCCL_PROTO=LL,Simple,default", "NCCL_ALGO=Ring,Tree")
     options = sweeplib.MeasureOptions("gloo", SIZES)

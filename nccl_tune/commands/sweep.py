@@ -30,6 +30,11 @@ def gpu_count() -> int:
     return found
 
 
+def launcher_gpus_needed(nproc: int, template: str | None) -> int:
+    """GPUs this host needs for the ranks it starts (0 for a scheduler template)."""
+    return 0 if template else nproc
+
+
 def _choose_backend(backend: str, gpus: int) -> tuple[str, str]:
     if backend != "auto":
         return backend, f"backend {backend}"
@@ -213,6 +218,9 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
             notes.append("isolation process: --no-verify-effective leaves grouped cells unconfirmable")
     if backend == "gloo":
         notes.append(sweeplib.GLOO_NOTE)
+    if backend == "nccl" and gpus < launcher_gpus_needed(nproc, template):
+        notes.append(f"warning: {gpus} GPU(s) visible here for {nproc} ranks per node: NCCL needs "
+                     "one GPU per rank, so launches on this host will fail")
     if backend == "sim":
         notes.append("simulated: every measurement is drawn from the cost model, nothing is measured")
     launcher = launch.Launcher(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
