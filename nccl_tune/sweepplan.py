@@ -92,15 +92,19 @@ def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
     return env, removed
 
 
-def conf_files(base: dict[str, str] | None = None) -> list[tuple[str, list[str]]]:
-    """NCCL conf files that would still supply settings: (path, NCCL_* names they set).
+def conf_files(base: dict[str, str] | None = None,
+               keep: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
+    """NCCL conf files the ranks would still read: (path, NCCL_* names they set).
 
-    NCCL reads NCCL_CONF_FILE (when set), else ~/.nccl.conf and /etc/nccl.conf, for any
-    variable the environment does not set (DESIGN.md section 5).
+    NCCL reads NCCL_CONF_FILE and ~/.nccl.conf / /etc/nccl.conf for any variable the
+    environment does not set (DESIGN.md section 5). NCCL_CONF_FILE itself is an
+    inherited NCCL_* variable, removed from launches unless kept (`keep`).
     """
     base = os.environ if base is None else base
-    paths = [base["NCCL_CONF_FILE"]] if base.get("NCCL_CONF_FILE") else []
-    paths += [os.path.expanduser(p) for p in CONF_FILES]
+    paths = [base["NCCL_CONF_FILE"]] if base.get("NCCL_CONF_FILE") and "NCCL_CONF_FILE" in keep else []
+    home = base.get("HOME")
+    paths += [os.path.join(home, ".nccl.conf")] if home else [os.path.expanduser(CONF_FILES[0])]
+    paths += list(CONF_FILES[1:])
     out = []
     for path in paths:
         try:

@@ -90,8 +90,11 @@ def test_launch_environment_removes_inherited_nccl(tmp_path):
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_NTHREADS": "256"}
     conf = tmp_path / "nccl.conf"
     conf.write_text("# site defaults\nNCCL_P2P_LEVEL=SYS\nNCCL_IB_DISABLE=1\n")
-    found = dict(sweeplib.conf_files({"NCCL_CONF_FILE": str(conf)}))
+    assert str(conf) not in dict(sweeplib.conf_files({"NCCL_CONF_FILE": str(conf)}))  # removed
+    found = dict(sweeplib.conf_files({"NCCL_CONF_FILE": str(conf)}, keep=("NCCL_CONF_FILE",)))
     assert found[str(conf)] == ["NCCL_P2P_LEVEL", "NCCL_IB_DISABLE"]
+    (tmp_path / ".nccl.conf").write_text("NCCL_PROTO=LL\n")
+    assert dict(sweeplib.conf_files({"HOME": str(tmp_path)}))[str(tmp_path / ".nccl.conf")] == ["NCCL_PROTO"]
 
 
 # ---------------------------------------------------------------- sim backend: grouping, rounds

@@ -41,6 +41,16 @@ def test_dry_run_json_and_isolation_process(cli_runner):
     assert plan["estimate_s"] == 0.0  # sim launches nothing
 
 
+def test_dry_run_reports_inherited_settings_and_conf_files(cli_runner, tmp_path):
+    (tmp_path / ".nccl.conf").write_text("NCCL_P2P_LEVEL=SYS\n")
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo", "--dry-run",
+                                     "--keep-env", "NCCL_SOCKET_IFNAME"],
+                               env={"HOME": str(tmp_path), "NCCL_ALGO": "Tree", "NCCL_SOCKET_IFNAME": "eth0"})
+    assert result.exit_code == 0, result.output
+    assert "inherited NCCL_* removed from every launch (the baseline sets none): NCCL_ALGO" in result.output
+    assert f"conf file {tmp_path / '.nccl.conf'} still supplies NCCL_P2P_LEVEL" in result.output
+
+
 @pytest.mark.parametrize("args,message", [
     ([], "no grid"),
     (["--set", "NCCL_PROTO=LL", "--backend", "sim"], "--out FILE is required"),

@@ -230,7 +230,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         if removed:
             notes.append("inherited NCCL_* removed from every launch (the baseline sets none): "
                          + ", ".join(removed))
-        for path, names in sweeplib.conf_files():
+        for path, names in sweeplib.conf_files(keep=tuple(keep_env)):
             notes.append(f"conf file {path} still supplies {', '.join(names) or 'nothing'} "
                          "to every cell, the baseline included")
         if not launcher.writes_records:
