@@ -115,8 +115,11 @@ class SweepEngine:
     # -- the results file
 
     def _matches(self, record: dict) -> bool:
+        """A record this sweep would have written: same backend, op and (when known) world."""
+        world = None if (self.launcher is None or self.launcher.template) else self.launcher.world_size
         return (record.get("backend") == self.options.backend
                 and (record.get("op") or "allreduce") == self.options.op
+                and (world is None or record.get("world_size") in (None, world))
                 and not record.get("superseded"))
 
     def _load_existing(self) -> None:
