@@ -86,7 +86,8 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
             latency_stat=stat, redop=row.get("redop"), root=row.get("root"),
             inplace=None if inplace is None else {k: inplace.get(k) for k in
                                                    ("time_us", "algbw_gbps", "busbw_gbps", "wrong")},
-            run_failure=run.failure, source_file=os.path.basename(path), source_line=row["line"],
+            run_failure=run.failure, env_plugin=run.env_plugin or None,
+            source_file=os.path.basename(path), source_line=row["line"],
             world_size_inferred=inferred and nranks is not None)
         records.append(record)
     return records

@@ -44,6 +44,8 @@ INSTRUMENTATION_PREFIXES = ("NCCL_DEBUG", "NCCL_TESTS_")
 _TAG_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<(stdout|stderr)>:|\[\d+\]\s?|\d+:\s)")
 _ENV_ASSIGN_RE = re.compile(r"(?<![A-Za-z0-9_])(NCCL_[A-Z0-9_]+)=([^\s'\"`;]+)")
 _SET_BY_ENV_RE = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+?)\.?\s*$")
+# A network plugin changing a setting itself (aws-ofi-nccl: 'Setting NCCL_PROTO to "simple"').
+_SET_BY_PLUGIN_RE = re.compile(r"\bSetting (NCCL_[A-Z0-9_]+) to \"?([^\"\s]+)\"?")
 _NCCL_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _TESTS_VERSION_RE = re.compile(r"#\s*nccl-tests version (\S+).*?nccl-library=(\d+)")
 _TEST_NAME_RE = re.compile(r"#\s*Collective test starting:\s*(\S+)")
@@ -89,6 +91,7 @@ class Run:
     hosts: list[str] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    env_plugin: dict[str, str] = field(default_factory=dict)  # set by a plugin, not the user
     rows: list[dict] = field(default_factory=list)
     out_of_bounds: int | None = None
     failure: str | None = None
@@ -168,6 +171,7 @@ class _TextParser:
         self.runs: list[Run] = []
         self.layout: Layout | None = None
         self.env: dict[str, str] = {}
+        self.env_plugin: dict[str, str] = {}
         self.nccl_version: str | None = None
         self.tests_version: str | None = None
         self.pending: dict | None = None  # a row whose numbers continue on later lines
@@ -184,6 +188,7 @@ class _TextParser:
         self._flush_pending(None)
         if self.runs and not self.expect_new_run:
             self.runs[-1].env = dict(self.env)  # the settings in force when the run ended
+            self.runs[-1].env_plugin = dict(self.env_plugin)
         self.expect_new_run = True
 
     def boundary(self) -> None:
@@ -195,6 +200,9 @@ class _TextParser:
         text, stderr = _strip_tag(raw.rstrip("\r\n"))
         for name, value in _ENV_ASSIGN_RE.findall(text):
             self._set_env(name, value)
+        plugin = _SET_BY_PLUGIN_RE.search(text)
+        if plugin:
+            self.env_plugin[plugin.group(1)] = plugin.group(2)
         match = _SET_BY_ENV_RE.search(text)
         if match:
             self._set_env(match.group(1), match.group(2))

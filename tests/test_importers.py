@@ -66,6 +66,7 @@ def test_interleaved_debug_log(real_fixtures):
     records, _ = importers.import_file(str(path))
     assert len(records) == 31  # two zero-byte rows + 29 sizes, 4 B .. 1 GiB
     assert records[0]["env"] == {"NCCL_SHM_DISABLE": "0"}  # "set by environment to 0."
+    assert records[0]["env_plugin"] == {"NCCL_PROTO": "simple"}  # aws-ofi-nccl set it, not the user
     assert records[0]["versions"]["nccl"] == "2.12.7"
     assert records[0]["world_size"] == 2 and records[0]["nnodes"] == 2
     assert records[-1]["bytes"] == 1073741824 and records[-1]["lat_us"]["mean"] == 344981.0
