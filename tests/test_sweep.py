@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
+import json
 import sys
 
 import pytest
 
-from conftest import REPO_ROOT
 from nccl_tune import grid as gridlib
 from nccl_tune import launch, report, simbackend, store
 from nccl_tune import sweep as sweeplib
@@ -179,7 +178,7 @@ def test_partially_recorded_cell_is_completed_exactly_once(tmp_path):
     engine = _sim_engine(out)
     sweeplib.run_rounds(engine, g.cells, rounds=1, seed=1)
     kept = [r for r in store.read_records([str(out)]) if not (r["cell"] != "baseline" and r["bytes"] == SIZES[1])]
-    out.write_text("".join(__import__("json").dumps(r) + "\n" for r in kept))
+    out.write_text("".join(json.dumps(r) + "\n" for r in kept))
     again = _sim_engine(out)
     sweeplib.run_rounds(again, g.cells, rounds=1, seed=1)
     keys = [(r["cell"], r["round"], r["bytes"]) for r in store.read_records([str(out)])]

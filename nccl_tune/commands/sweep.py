@@ -10,7 +10,7 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, grid as gridlib, launch, store, sweep as sweeplib
+from nccl_tune import costmodel, grid as gridlib, launch, sweep as sweeplib
 from nccl_tune.errors import NcclTuneError
 
 SIM_DEFAULT_TOPOLOGY = "pcie-shm"
