@@ -9,6 +9,10 @@ TP), each of `tokens x hidden x dtype` bytes, where tokens = batch x tokens per 
 Latency at a size comes from measured points, interpolated linearly in
 log(bytes)-log(latency). Outside the measured range it refuses (OutOfRangeError) unless
 asked to extrapolate, and callers then say so.
+
+Savings per forward pass (`estimate_saving`) carry an interval from the rounds: paired
+by round with the baseline (Student-t) when there are enough rounds, else a bootstrap
+over the iterations that says so (see the notes above `SavingEstimate`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import bisect
 import math
 from dataclasses import dataclass
 from typing import Iterable
+
+import numpy as np
 
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2,
                "fp32": 4, "float32": 4, "float": 4, "fp8": 1, "int8": 1, "uint8": 1}
@@ -128,3 +134,203 @@ def projected_tok_s(baseline_tok_s: float, saving_ms_per_token: float) -> float:
     if per_token_ms <= 0:
         raise ValueError("the saving exceeds the whole time per token")
     return 1000.0 / per_token_ms
+
+
+# ---------------------------------------------------------------- savings with intervals
+#
+# The saving of a cell at the decode size, per forward pass, with its interval carried
+# from the rounds, the same way report.py compares cells with the baseline:
+# - at least MIN_ROUNDS rounds shared with the baseline: each round gives its own
+#   interpolated latency for both cells, the difference is paired by round (drift that
+#   hits a whole round cancels), and a Student-t interval covers the mean difference;
+# - at least MIN_ROUNDS rounds each but not shared: Welch's t interval;
+# - fewer rounds: a bootstrap over the pooled per-iteration samples (medians at the
+#   bracketing sizes, interpolated log-log); that interval ignores drift between rounds
+#   and is labelled "iterations".
+
+MIN_ROUNDS = 3
+BASIS_ROUNDS = "rounds"
+BASIS_ROUNDS_UNPAIRED = "rounds (unpaired)"
+BASIS_ITERATIONS = "iterations"
+
+
+@dataclass(frozen=True)
+class SavingEstimate:
+    """ms a cell saves per forward pass versus the baseline, and how sure that is."""
+
+    saving_ms: float
+    ci_ms: tuple[float, float] | None  # None when no spread can be estimated
+    basis: str | None  # rounds | rounds (unpaired) | iterations | None
+    n_rounds: int  # rounds that entered the estimate (shared rounds when paired)
+    per_round_ms: dict = None  # round -> saving (paired basis only), for tie checks
+    extrapolated: bool = False  # the decode size lies outside a measured range
+
+    @property
+    def excludes_zero(self) -> bool:
+        """True when the interval lies wholly above or below zero."""
+        return self.ci_ms is not None and (self.ci_ms[0] > 0 or self.ci_ms[1] < 0)
+
+
+def _ok_points(records: Iterable[dict]) -> Iterable[dict]:
+    for r in records:
+        if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("p50") is not None:
+            yield r
+
+
+def round_points(records: Iterable[dict]) -> dict[int, dict[int, float]]:
+    """round -> {bytes: p50 (median over that round's records)} for ok records."""
+    acc: dict[int, dict[int, list[float]]] = {}
+    for r in _ok_points(records):
+        acc.setdefault(int(r.get("round") or 0), {}).setdefault(int(r["bytes"]), []).append(
+            float(r["lat_us"]["p50"]))
+    return {rnd: {b: float(np.median(v)) for b, v in sizes.items()} for rnd, sizes in acc.items()}
+
+
+def pooled_samples(records: Iterable[dict]) -> dict[int, list[float]]:
+    """bytes -> pooled per-iteration samples (the p50 alone where a record has none)."""
+    out: dict[int, list[float]] = {}
+    for r in _ok_points(records):
+        values = r.get("samples_us") or [r["lat_us"]["p50"]]
+        out.setdefault(int(r["bytes"]), []).extend(float(x) for x in values)
+    return out
+
+
+def _round_latency(points: dict[int, float], nbytes: int, extrapolate: bool) -> float | None:
+    try:
+        return LatencyCurve.from_points(points.items()).at(nbytes, extrapolate)
+    except OutOfRangeError:
+        return None
+
+
+def saving_from_rounds(base: dict[int, dict[int, float]], cell: dict[int, dict[int, float]],
+                       nbytes: int, collectives: int, extrapolate: bool = False,
+                       confidence: float = 0.95) -> SavingEstimate | None:
+    """Saving (ms per forward) from per-round latencies; None with too few rounds.
+
+    Raises OutOfRangeError when no round covers `nbytes` and extrapolation is off.
+    """
+    from nccl_tune import stats
+
+    def at(rounds):
+        vals = {rnd: _round_latency(pts, nbytes, extrapolate) for rnd, pts in rounds.items()}
+        return {rnd: v for rnd, v in vals.items() if v is not None}
+
+    base_at, cell_at = at(base), at(cell)
+    if not base_at or not cell_at:
+        _refuse_if_uncovered(base, cell, nbytes, extrapolate)
+        return None
+    scale = collectives / 1000.0
+    extrap = _outside(base, nbytes) or _outside(cell, nbytes)
+    shared = sorted(set(base_at) & set(cell_at))
+    if len(shared) >= MIN_ROUNDS:
+        per_round = {rnd: (base_at[rnd] - cell_at[rnd]) * scale for rnd in shared}
+        mean, lo, hi = stats.t_ci(list(per_round.values()), confidence)
+        return SavingEstimate(mean, (lo, hi), BASIS_ROUNDS, len(shared), per_round, extrap)
+    if len(base_at) >= MIN_ROUNDS and len(cell_at) >= MIN_ROUNDS:
+        delta, lo, hi = stats.welch_t_ci(list(base_at.values()), list(cell_at.values()), confidence)
+        return SavingEstimate(delta * scale, (lo * scale, hi * scale), BASIS_ROUNDS_UNPAIRED,
+                              min(len(base_at), len(cell_at)), None, extrap)
+    return None
+
+
+def _outside(rounds: dict[int, dict[int, float]], nbytes: int) -> bool:
+    sizes = {b for pts in rounds.values() for b in pts}
+    return bool(sizes) and not (min(sizes) <= nbytes <= max(sizes))
+
+
+def _refuse_if_uncovered(base, cell, nbytes: int, extrapolate: bool) -> None:
+    if extrapolate:
+        return
+    for rounds in (base, cell):
+        sizes = sorted({b for pts in rounds.values() for b in pts})
+        if sizes and not sizes[0] <= nbytes <= sizes[-1]:
+            raise OutOfRangeError(f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B; "
+                                  "measure that size or allow extrapolation")
+
+
+def _bracket(sizes: list[int], nbytes: int, extrapolate: bool) -> list[int]:
+    if nbytes in sizes:
+        return [nbytes]
+    if not sizes[0] <= nbytes <= sizes[-1]:
+        if not extrapolate:
+            raise OutOfRangeError(f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B; "
+                                  "measure that size or allow extrapolation")
+        if len(sizes) == 1:
+            return sizes
+        return sizes[:2] if nbytes < sizes[0] else sizes[-2:]
+    i = bisect.bisect_left(sizes, nbytes)
+    return [sizes[i - 1], sizes[i]]
+
+
+def _boot_at(samples: dict[int, list[float]], nbytes: int, extrapolate: bool, n_boot: int,
+             rng) -> tuple[float, "np.ndarray"]:
+    """Point latency at `nbytes` and `n_boot` bootstrap replicates (medians, log-log)."""
+    sizes = _bracket(sorted(samples), nbytes, extrapolate)
+    points, boots = [], []
+    for size in sizes:
+        data = np.asarray(samples[size], dtype=float)
+        points.append(float(np.median(data)))
+        idx = rng.integers(0, data.size, size=(n_boot, data.size))
+        boots.append(np.median(data[idx], axis=1))
+    if len(sizes) == 1:
+        return points[0], boots[0]
+    x0, x1, x = math.log(sizes[0]), math.log(sizes[1]), math.log(nbytes)
+    w = (x - x0) / (x1 - x0)
+    point = math.exp((1 - w) * math.log(points[0]) + w * math.log(points[1]))
+    boot = np.exp((1 - w) * np.log(boots[0]) + w * np.log(boots[1]))
+    return point, boot
+
+
+def saving_from_samples(base: dict[int, list[float]], cell: dict[int, list[float]], nbytes: int,
+                        collectives: int, extrapolate: bool = False, confidence: float = 0.95,
+                        n_boot: int = 2000, seed: int = 0, n_rounds: int = 1) -> SavingEstimate | None:
+    """Saving (ms per forward) from pooled iterations; None when there are no samples.
+
+    The interval ignores drift between rounds (basis "iterations"); with one value per
+    size on each side there is no interval at all.
+    """
+    if not base or not cell:
+        return None
+    rng = np.random.default_rng(seed)
+    base_point, base_boot = _boot_at(base, nbytes, extrapolate, n_boot, rng)
+    cell_point, cell_boot = _boot_at(cell, nbytes, extrapolate, n_boot, rng)
+    scale = collectives / 1000.0
+    extrap = not (min(base) <= nbytes <= max(base)) or not (min(cell) <= nbytes <= max(cell))
+    saving = (base_point - cell_point) * scale
+    single = all(len(v) == 1 for v in base.values()) and all(len(v) == 1 for v in cell.values())
+    if single:
+        return SavingEstimate(saving, None, None, n_rounds, None, extrap)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile((base_boot - cell_boot) * scale, [alpha, 1 - alpha])
+    return SavingEstimate(saving, (float(lo), float(hi)), BASIS_ITERATIONS, n_rounds, None, extrap)
+
+
+def estimate_saving(base_records: list[dict], cell_records: list[dict], nbytes: int,
+                    collectives: int, extrapolate: bool = False, confidence: float = 0.95,
+                    seed: int = 0) -> SavingEstimate | None:
+    """Saving per forward pass of `cell_records` versus `base_records` at `nbytes`.
+
+    Rounds when there are enough of them, else pooled iterations (see the notes above).
+    Raises OutOfRangeError when `nbytes` is outside the measured sizes and
+    `extrapolate` is off.
+    """
+    base_rounds, cell_rounds = round_points(base_records), round_points(cell_records)
+    by_rounds = saving_from_rounds(base_rounds, cell_rounds, nbytes, collectives, extrapolate,
+                                   confidence)
+    if by_rounds is not None:
+        return by_rounds
+    shared = len(set(base_rounds) & set(cell_rounds)) or min(len(base_rounds), len(cell_rounds))
+    return saving_from_samples(pooled_samples(base_records), pooled_samples(cell_records), nbytes,
+                               collectives, extrapolate, confidence, seed=seed, n_rounds=shared)
+
+
+def projected_tok_s_interval(baseline_tok_s: float,
+                             saving_ci_ms: tuple[float, float] | None) -> tuple[float, float] | None:
+    """projected_tok_s at both ends of a saving interval (None when it cannot be computed)."""
+    if saving_ci_ms is None:
+        return None
+    try:
+        return (projected_tok_s(baseline_tok_s, saving_ci_ms[0]),
+                projected_tok_s(baseline_tok_s, saving_ci_ms[1]))
+    except ValueError:
+        return None

@@ -8,11 +8,21 @@ Interval basis: with at least `MIN_ROUNDS_FOR_ROUND_CI` rounds, rounds are the u
 Student-t intervals over per-round p50s, differences paired by round when both cells
 share rounds (which cancels drift that hits a whole round), Welch's otherwise. A
 percentile bootstrap over 3-5 rounds is far too narrow (stats.t_ci says why). With
-fewer rounds, the per-iteration samples are pooled and bootstrapped; that interval
+fewer rounds, the per-iteration samples are pooled and bootstrapped, and the point
+estimate is the pooled median (the statistic that interval is about); that interval
 ignores drift between rounds and says so (`ci_basis: "iterations"`).
 
 Records with `final: false` (early rungs of a search) never enter a verdict; they are
-summarised apart as pruned.
+summarised apart as pruned. Records marked `superseded` (a sweep re-ran the cell alone
+because NCCL's log did not confirm it in a shared process) are left out entirely.
+
+Many cells compared with one baseline: at 95% per comparison, a flat landscape of 20
+cells would show about one false "faster" per size. Verdicts therefore use p-values
+adjusted across the cells of each (op, size, world, backend) family with
+Benjamini-Hochberg (`adjust="bh"`, the default; under a flat landscape this bounds the
+chance of any false verdict at 5%), or Bonferroni, or none. The intervals shown stay
+at the nominal confidence; a verdict needs both its interval to exclude zero and its
+adjusted p-value below 1 - confidence.
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ class CellSizeSummary:
     errors: list[str] = field(default_factory=list)
     final: bool = True
     samples_us: list[float] = field(default_factory=list, repr=False)
+    p_value: float | None = None  # the difference to the baseline, unadjusted
+    p_adjusted: float | None = None  # adjusted across the family (see module doc)
 
     @property
     def label(self) -> str:
@@ -133,8 +145,12 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
         _, lo, hi = stats.t_ci(p50s, confidence)
         p50, ci, basis = float(np.median(p50s)), (lo, hi), "rounds"
     elif samples:
-        p50 = float(np.median(p50s)) if p50s else float(np.median(samples))
-        ci, basis = stats.bootstrap_ci(samples, confidence=confidence, n_boot=1000, seed=seed), "iterations"
+        # The pooled median: the statistic the bootstrap interval (and the difference to
+        # the baseline) is about. A median of one or two round p50s can lie outside it.
+        p50 = float(np.median(samples))
+        if len(samples) > 1:  # one value (an imported average, say) has no interval
+            ci = stats.bootstrap_ci(samples, confidence=confidence, n_boot=1000, seed=seed)
+            basis = "iterations"
     confirmed, effective = _confirmed(ok)
     errors = sorted({str(r["error"]) for r in records if r.get("error")})
     return CellSizeSummary(
@@ -152,25 +168,73 @@ def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict
     base_rounds = dict(_round_p50s([r for r in base_records if (r.get("status") or "ok") == "ok"]))
     shared = sorted(set(cell_rounds) & set(base_rounds))
     if len(shared) >= MIN_ROUNDS_FOR_ROUND_CI:
-        return stats.paired_t_ci([cell_rounds[r] for r in shared], [base_rounds[r] for r in shared],
-                                 confidence)
+        a, b = [cell_rounds[r] for r in shared], [base_rounds[r] for r in shared]
+        return (*stats.paired_t_ci(a, b, confidence), _paired_t_p(a, b))
     if len(cell_rounds) >= MIN_ROUNDS_FOR_ROUND_CI and len(base_rounds) >= MIN_ROUNDS_FOR_ROUND_CI:
-        return stats.welch_t_ci(list(cell_rounds.values()), list(base_rounds.values()), confidence)
+        a, b = list(cell_rounds.values()), list(base_rounds.values())
+        return (*stats.welch_t_ci(a, b, confidence), _welch_p(a, b))
+    if cell.samples_us and base.samples_us and min(len(cell.samples_us), len(base.samples_us)) < 2:
+        # One value a side (imported averages, say): a difference, but no interval.
+        return float(np.median(cell.samples_us) - np.median(base.samples_us)), None, None, None
     if cell.samples_us and base.samples_us:
-        return stats.bootstrap_diff_ci(cell.samples_us, base.samples_us, confidence=confidence,
-                                       n_boot=1000, seed=seed)
+        return (*stats.bootstrap_diff_ci(cell.samples_us, base.samples_us, confidence=confidence,
+                                         n_boot=1000, seed=seed),
+                stats.mann_whitney_p(cell.samples_us, base.samples_us))
     return None
 
 
-def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0) -> list[CellSizeSummary]:
+def _paired_t_p(a: list[float], b: list[float]) -> float:
+    from scipy.stats import ttest_1samp
+
+    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if np.allclose(diffs, diffs[0]):  # no spread: a sure difference, or none
+        return 1.0 if diffs[0] == 0 else 0.0
+    return float(ttest_1samp(diffs, 0.0).pvalue)
+
+
+def _welch_p(a: list[float], b: list[float]) -> float:
+    from scipy.stats import ttest_ind
+
+    if np.std(a) == 0 and np.std(b) == 0:
+        return 1.0 if np.mean(a) == np.mean(b) else 0.0
+    return float(ttest_ind(a, b, equal_var=False).pvalue)
+
+
+ADJUSTMENTS = ("bh", "bonferroni", "none")
+
+
+def adjust_p(pvalues: list[float], method: str = "bh") -> list[float]:
+    """p-values adjusted for a family of comparisons: Benjamini-Hochberg, Bonferroni or none."""
+    if method not in ADJUSTMENTS:
+        raise ValueError(f"unknown adjustment '{method}' (known: {', '.join(ADJUSTMENTS)})")
+    count = len(pvalues)
+    if method == "none" or count <= 1:
+        return list(pvalues)
+    if method == "bonferroni":
+        return [min(1.0, p * count) for p in pvalues]
+    order = sorted(range(count), key=lambda i: pvalues[i])
+    adjusted = [0.0] * count
+    running = 1.0
+    for rank in range(count, 0, -1):  # step-up: from the largest p-value down
+        index = order[rank - 1]
+        running = min(running, pvalues[index] * count / rank)
+        adjusted[index] = running
+    return adjusted
+
+
+def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
+              adjust: str = "bh") -> list[CellSizeSummary]:
     """Summaries of every (cell, size) group, each compared with its baseline.
 
     Only final records are compared (see module doc); groups made only of non-final
-    records come back with `final=False` and no verdict. Order: by op, world, backend,
-    bytes, then baseline first and cells by p50.
+    records come back with `final=False` and no verdict. Verdicts are adjusted for the
+    number of cells compared at each size (`adjust`: "bh", "bonferroni" or "none").
+    Order: by op, world, backend, bytes, then baseline first and cells by p50.
     """
     groups: dict[tuple, dict[str, list[dict]]] = {}
     for r in records:
+        if r.get("superseded"):
+            continue
         final = r.get("final", True) is not False
         cell = (r.get("cell") or BASELINE) + ("" if final else "\x00pruned")
         groups.setdefault(_key(r), {}).setdefault(cell, []).append(r)
@@ -179,17 +243,24 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0) -> l
         cells = groups[key]
         base_records = cells.get(BASELINE)
         base = summarize_group(base_records, confidence, seed) if base_records else None
-        rows = []
+        rows, compared = [], []
         for cell_key, recs in cells.items():
             summary = base if cell_key == BASELINE else summarize_group(recs, confidence, seed)
             if (cell_key != BASELINE and summary.final and base is not None
                     and summary.status == "ok" and base.status == "ok" and summary.p50_us is not None):
                 delta = _delta(summary, base, recs, base_records, confidence, seed)
                 if delta is not None:
-                    summary.delta_us, lo, hi = delta
-                    summary.delta_ci_us = (lo, hi)
-                    summary.verdict = stats.verdict(lo, hi)
+                    summary.delta_us, lo, hi, summary.p_value = delta
+                    if lo is not None:
+                        summary.delta_ci_us = (lo, hi)
+                        compared.append(summary)
             rows.append(summary)
+        alpha = 1 - confidence
+        for summary, p_adj in zip(compared, adjust_p([s.p_value for s in compared], adjust)):
+            summary.p_adjusted = p_adj
+            lo, hi = summary.delta_ci_us
+            raw = stats.verdict(lo, hi)
+            summary.verdict = raw if (raw == stats.NO_DIFFERENCE or p_adj < alpha) else stats.NO_DIFFERENCE
         rows.sort(key=lambda s: (s.cell != BASELINE, not s.final, s.status != "ok",
                                  s.p50_us if s.p50_us is not None else float("inf")))
         out.extend(rows)

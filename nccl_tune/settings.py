@@ -2,7 +2,10 @@
 
 Facts come from NCCL's documentation (docs.nvidia.com/deeplearning/nccl, "Environment
 Variables") and, where marked (code), from reading NCCL 2.30 source; see
-DESIGN.md section 5. Scope is what a sweep needs to know:
+DESIGN.md section 5. Grammar details were checked against NCCL's source (tuning.cc
+parseList, paths.cc ncclGetLevel, getNthreads) and the strings of libnccl 2.32.3, whose
+table of names every catalogued variable but NCCL_TUNER_CONFIG_FILE (read by the tuner
+plugin) appears in (tests/test_settings.py checks this against the installed library). Scope is what a sweep needs to know:
 
 - ``communicator``: re-read at every communicator init (NCCL_PROTO, NCCL_ALGO,
   NCCL_THREAD_THRESHOLDS), so one process may try several values, one process group each;
@@ -26,15 +29,23 @@ WARNING = "warning"
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-# Function prefixes of the per-collective form (NCCL >= 2.24), lower-cased.
-COLL_FUNCTIONS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce",
-                  "sendrecv", "send", "recv", "alltoall", "gather", "scatter", "allgatherv")
-# NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL path types, matched case-sensitively by NCCL (code).
+# Function prefixes of the per-collective form (NCCL >= 2.24), lower-cased. NCCL matches
+# them case-insensitively against its ncclFuncStr table, whose first NCCL_NUM_FUNCTIONS (5)
+# entries are these (tuning.cc parseList; libnccl 2.32.3's strings list the same five);
+# any other prefix makes NCCL reject the whole value ("Unrecognized prefix token").
+COLL_FUNCTIONS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+# NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL path types: NCCL compares them with strcmp (so
+# case-sensitively) against topoPathTypeStr up to SYS (graph/paths.cc ncclGetLevel); a
+# value that matches nothing and does not start with a digit is silently ignored.
 P2P_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
-GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+# Legacy integers (same function): 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS.
+LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE", "NONE")
+# Subsystems NCCL_DEBUG_SUBSYS names (2.32.3's strings add ALLOC_HOST and DESTROY); NCCL
+# ignores a name it does not know, so an unknown one is a warning, not an error.
 DEBUG_SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC",
-                "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALL")
+                "ALLOC_HOST", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS",
+                "DESTROY", "ALL")
 CTA_POLICIES = ("DEFAULT", "EFFICIENCY", "ZERO")
 
 # Characters a value may use and still need no quoting in bash, docker --env-file and
@@ -153,20 +164,27 @@ def _as_int(value: str) -> int:
         raise SettingError(f"'{value}' is not an integer") from None
 
 
+def _refuse_empty(table: dict[str, frozenset[str]], what: str) -> None:
+    for func, allowed in table.items():
+        if not allowed:
+            target = "every collective" if func == "*" else func
+            raise SettingError(f"leaves no {what} for {target}, so NCCL cannot run it")
+
+
 def _check_proto(value: str, version=None) -> list[Finding]:
-    parse_coll_list(value, PROTOCOLS, "protocol")
+    _refuse_empty(parse_coll_list(value, PROTOCOLS, "protocol"), "protocol")
     found: list[Finding] = []
     if enables_ll128(value):
-        found.append((WARNING, f"NCCL_PROTO={value} enables LL128 explicitly: NCCL then skips its "
-                               "LL128 safety checks and uses it even on PCIe, where it can corrupt "
-                               "data; use it only on NVLink machines where NCCL enables LL128 itself"))
+        found.append((WARNING, f"'{value}' enables LL128 explicitly: NCCL then skips its LL128 "
+                               "safety checks and uses it even on PCIe, where it can corrupt data; "
+                               "leave LL128 to NCCL (it enables it itself where it is safe)"))
     if ";" in value or ":" in value:
         found += _needs_version(version, (2, 24, 0), "per-collective NCCL_PROTO")
     return found
 
 
 def _check_algo(value: str, version=None) -> list[Finding]:
-    parse_coll_list(value, ALGORITHMS, "algorithm")
+    _refuse_empty(parse_coll_list(value, ALGORITHMS, "algorithm"), "algorithm")
     if ";" in value or ":" in value:
         return _needs_version(version, (2, 24, 0), "per-collective NCCL_ALGO")
     return []
@@ -195,7 +213,7 @@ def _int_range(low: int, high: int | None, multiple: int = 1) -> Callable:
 def _check_channels(value: str, version=None) -> list[Finding]:
     number = _as_int(value)
     if not 1 <= number <= 64:
-        raise SettingError(f"{number} channels is out of range [1, 64]")
+        raise SettingError(f"{number} is out of range [1, 64] (NCCL's MAXCHANNELS since 2.25)")
     if number > 32 and version is not None and tuple(version) < (2, 25, 0):
         return [(WARNING, f"{number} channels: NCCL before 2.25 caps channels at 32")]
     return []
@@ -226,8 +244,34 @@ def _bool01(value: str, version=None) -> list[Finding]:
 
 
 def _check_debug_subsys(value: str, version=None) -> list[Finding]:
-    _parse_name_list(value, DEBUG_SUBSYS, "debug subsystem")
+    body = value.strip().lstrip("^")
+    items = [item.strip() for item in body.split(",")]
+    if not body or any(not item for item in items):
+        raise SettingError(f"empty debug subsystem name in '{value}'")
+    known = set(DEBUG_SUBSYS)
+    unknown = [item for item in items if item.upper() not in known]
+    if unknown:
+        return [(WARNING, f"unknown debug subsystem {', '.join(unknown)} (NCCL ignores it; "
+                          f"known: {', '.join(DEBUG_SUBSYS)})")]
     return []
+
+
+def _check_path_level(value: str, version=None) -> list[Finding]:
+    """NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL: a path name (case-sensitive) or a legacy integer."""
+    v = value.strip()
+    if v in P2P_LEVELS:
+        return []
+    if v[:1].isdigit():
+        if not v.isdigit():
+            raise SettingError(f"'{v}' is neither a path name nor an integer")
+        name = LEGACY_LEVELS[min(int(v), len(LEGACY_LEVELS) - 1)]
+        return [(WARNING, f"legacy integer level {v} means {name} to NCCL; NCCL's documentation "
+                          f"discourages integers since their meaning changed over releases: "
+                          f"write {name}")]
+    if v.upper() in P2P_LEVELS:
+        return [(WARNING, f"'{v}' is in the wrong case: NCCL compares it case-sensitively with "
+                          f"'{v.upper()}', so it ignores this value and picks its own level")]
+    raise SettingError(f"'{v}' is not one of {', '.join(P2P_LEVELS)} (or a legacy integer 0-4)")
 
 
 def _check_thread_thresholds(value: str, version=None) -> list[Finding]:
@@ -243,7 +287,7 @@ def _check_no_cache(value: str, version=None) -> list[Finding]:
     items = [s.strip() for s in value.split(",")]
     if not value.strip() or any(not s for s in items):
         raise SettingError("expected ALL or a comma list of parameter names")
-    return _needs_version(version, (2, 29, 7), "NCCL_NO_CACHE")
+    return []  # the version note comes from the entry's `since`
 
 
 def _check_nonempty(value: str, version=None) -> list[Finding]:
@@ -258,8 +302,6 @@ def _check_iface_list(value: str, version=None) -> list[Finding]:
         raise SettingError("expected [^][=]name[,name...]")
     return []
 
-
-_TUNABLE_P2P = _choices(P2P_LEVELS, case_sensitive=True, integers=range(0, 6))
 
 _CATALOGUE = [
     Setting("NCCL_PROTO", "communicator", "unset: NCCL picks per size (LL128 only where safe)",
@@ -283,10 +325,10 @@ _CATALOGUE = [
             _check_channels),
     Setting("NCCL_MAX_CTAS", "process", "unset: NCCL's choice",
             "Upper bound on CTAs per collective (2.17+; config field maxCTAs).",
-            _int_range(1, 64), tunable=True, since="2.17"),
+            _check_channels, tunable=True, since="2.17"),
     Setting("NCCL_MIN_CTAS", "process", "unset: NCCL's choice",
             "Lower bound on CTAs per collective (2.17+; config field minCTAs).",
-            _int_range(1, 64), tunable=True, since="2.17"),
+            _check_channels, tunable=True, since="2.17"),
     Setting("NCCL_BUFFSIZE", "process", "4194304 (4 MiB)",
             "Bytes of the per-peer, per-channel buffer of the Simple protocol.",
             _int_range(1, None), tunable=True),
@@ -294,15 +336,19 @@ _CATALOGUE = [
             "Bytes of the LL protocol's buffer.", _int_range(1, None)),
     Setting("NCCL_LL128_BUFFSIZE", "process", "unset: derived from NCCL_BUFFSIZE",
             "Bytes of the LL128 protocol's buffer.", _int_range(1, None)),
-    Setting("NCCL_NTHREADS", "process", "unset: 512 on recent GPUs",
+    Setting("NCCL_NTHREADS", "process", "unset: NCCL picks per algorithm/protocol (256-512)",
             "CUDA threads per CTA for LL and Simple; a multiple of 32 in [64, 512].",
             _int_range(64, 512, 32), tunable=True),
-    Setting("NCCL_LL128_NTHREADS", "process", "unset: 640 on recent GPUs",
-            "CUDA threads per CTA for LL128; a multiple of 32 in [64, 640].",
-            _int_range(64, 640, 32)),
+    # NCCL clamps out-of-range thread counts (and replaces a non-multiple of 32 by the
+    # maximum) with only an INFO line, so the value written is not the value used: error.
+    # Bounds from tuning.cc getNthreads: NTHREADS [2*WARP_SIZE, NCCL_MAX_NTHREADS] = [64, 512],
+    # LL128_NTHREADS [NCCL_LL128_MAX_NTHREADS/4, NCCL_LL128_MAX_NTHREADS] = [160, 640].
+    Setting("NCCL_LL128_NTHREADS", "process", "unset: 640",
+            "CUDA threads per CTA for LL128; a multiple of 32 in [160, 640].",
+            _int_range(160, 640, 32)),
     Setting("NCCL_P2P_LEVEL", "process", "unset: NCCL decides from the topology",
             "Farthest path over which GPUs talk P2P: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS.",
-            _TUNABLE_P2P, tunable=True),
+            _check_path_level, tunable=True),
     Setting("NCCL_P2P_DISABLE", "process", "0", "1 disables P2P between GPUs (SHM or net instead).",
             _bool01, tunable=True),
     Setting("NCCL_SHM_DISABLE", "process", "0", "1 disables the shared-memory transport.",
@@ -332,8 +378,8 @@ _CATALOGUE = [
     Setting("NCCL_DEBUG_FILE", "process", "unset: stdout",
             "File for NCCL's log; %h is the host name and %p the pid.", _check_nonempty),
     Setting("NCCL_NET_GDR_LEVEL", "process", "unset: NCCL decides (PXB)",
-            "Farthest path for GPUDirect RDMA between NIC and GPU: LOC PIX PXB PHB SYS.",
-            _choices(GDR_LEVELS, case_sensitive=True, integers=range(0, 6))),
+            "Farthest NIC-GPU path for GPUDirect RDMA: LOC PIX PXB PHB SYS (case-sensitive).",
+            _check_path_level),
     Setting("NCCL_SOCKET_IFNAME", "process", "unset: any but lo and docker*",
             "Network interfaces for sockets: prefixes, ^ excludes, = exact.", _check_iface_list),
     Setting("NCCL_IB_HCA", "process", "unset: all IB/RoCE devices",

@@ -23,10 +23,12 @@ def summarize(samples: Sequence[float]) -> dict:
                 "max": None, "mean": None, "cv": None, "n": 0}
     p10, p50, p90, p99 = np.percentile(values, [10, 50, 90, 99])
     mean = float(values.mean())
-    std = float(values.std(ddof=1)) if values.size > 1 else 0.0
+    # One sample has no spread to estimate: cv is unknown (None), not 0.
+    std = float(values.std(ddof=1)) if values.size > 1 else None
     return {"min": float(values.min()), "p10": float(p10), "p50": float(p50),
             "p90": float(p90), "p99": float(p99), "max": float(values.max()),
-            "mean": mean, "cv": (std / mean) if mean else None, "n": int(values.size)}
+            "mean": mean, "cv": (std / mean) if mean and std is not None else None,
+            "n": int(values.size)}
 
 
 def slowest_rank(per_rank: Sequence[Sequence[float]]) -> list[float]:
@@ -34,10 +36,22 @@ def slowest_rank(per_rank: Sequence[Sequence[float]]) -> list[float]:
 
     `per_rank[r][i]` is rank r's time for iteration i; all ranks must have the same count.
     """
+    if len({len(row) for row in per_rank}) > 1:
+        raise ValueError("ranks have different numbers of samples: "
+                         + ", ".join(str(len(row)) for row in per_rank))
     table = np.asarray(per_rank, dtype=float)
     if table.ndim != 2:
         raise ValueError("expected one row of samples per rank")
     return table.max(axis=0).tolist()
+
+
+def _paired(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
+    """a - b element by element; unequal lengths are an error (numpy would broadcast a
+    single value silently and pair every round with the same one)."""
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xa.shape != xb.shape:
+        raise ValueError(f"paired samples need equal lengths, got {xa.size} and {xb.size}")
+    return xa - xb
 
 
 def _rng(seed: int | None) -> np.random.Generator:
@@ -86,7 +100,7 @@ def paired_diff_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0
 
     Pairing by round cancels drift that hits both cells of a round alike.
     """
-    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    diffs = _paired(a, b)
     lo, hi = bootstrap_ci(diffs, np.median, confidence, n_boot, seed)
     return float(np.median(diffs)), lo, hi
 
@@ -112,7 +126,7 @@ def t_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, floa
 def paired_t_ci(a: Sequence[float], b: Sequence[float],
                 confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean of paired differences a[i] - b[i] (same round) and its t interval."""
-    return t_ci(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), confidence)
+    return t_ci(_paired(a, b), confidence)
 
 
 def welch_t_ci(a: Sequence[float], b: Sequence[float],

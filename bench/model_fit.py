@@ -1,0 +1,259 @@
+"""Does the per-token model predict a real TP decode loop? Prints predicted vs measured.
+
+For two model sizes, on gloo at world 2 (CPU), this runs:
+
+1. the built-in TP speculative decode loop (`integration.spec_loop`, issue "Integration")
+   as it is, and again with `--skip-allreduce` (compute only: every allreduce a no-op);
+2. the allreduce microbench (`microbench.allreduce`) at the loop's message sizes.
+
+Then it predicts, per decode cycle (k draft steps + one verify of k+1 tokens):
+
+    collectives = k x per_draft_forward x lat(decode bytes)
+                  + per_target_forward x lat(verify bytes)          (nccl_tune.model)
+    cycle       = compute-only cycle + collectives
+
+and compares with the loop's measured cycle, and with the collectives time the loop
+really spent (measured cycle - compute-only cycle). Target: within 15%.
+
+Approximation, stated: a draft forward after a rejection carries the few pending tokens
+at once; the prediction counts every draft allreduce at one token's size.
+
+    python bench/model_fit.py            # two sizes, about a minute on 2 cores
+    python bench/model_fit.py --json
+
+Exit codes: 0 all within target, 1 outside target, 2 a part is missing or failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from nccl_tune import model  # noqa: E402  (after the path is set)
+
+TARGET = 0.15
+WORLD = 2
+SIZES = [  # (name, spec_loop size options)
+    ("small", ["--layers", "4", "--hidden", "256", "--heads", "4", "--vocab", "512"]),
+    ("large", ["--layers", "8", "--hidden", "1024", "--heads", "8", "--vocab", "1024"]),
+]
+LOOP_COMMON = ["--steps", "2", "--new-tokens", "48", "--runs", "3", "--warmup-tokens", "8",
+               "--backend", "gloo", "--device", "cpu", "--json"]
+LOOP_KEYS = ("backend", "world_size", "layers", "hidden", "steps", "accept_len", "tok_s",
+             "draft_ms", "verify_ms", "other_ms", "cycles", "allreduces")
+MICRO_ITERS = "300"
+
+
+class Missing(Exception):
+    """A part of the project this benchmark needs is not in this checkout."""
+
+
+def require_parts() -> None:
+    """Fail with a clear message when the loop or the microbench has not landed."""
+    missing = []
+    if importlib.util.find_spec("integration.spec_loop") is None:
+        missing.append("the built-in TP loop `integration/spec_loop.py` (issue \"Integration\", "
+                       "helper h5)")
+    if importlib.util.find_spec("microbench.allreduce") is None:
+        missing.append("the allreduce microbench `microbench/allreduce.py` (helper h2)")
+    if missing:
+        raise Missing("bench/model_fit.py cannot run: missing " + " and ".join(missing)
+                      + ". No figures are made up in their place.")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def torchrun(module: str, args: list[str], timeout: float = 600) -> str:
+    """Run `module` under torchrun at world 2; stdout, or Missing/RuntimeError on failure."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           str(WORLD), "-m", module, *args]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise RuntimeError(f"{module} timed out after {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        tail = "\n".join(err.strip().splitlines()[-5:])
+        if "unrecognized arguments" in err:
+            raise Missing(f"{module} does not take the options this benchmark needs:\n{tail}")
+        raise RuntimeError(f"{module} exited {proc.returncode}:\n{tail}")
+    return out
+
+
+def run_loop(size_args: list[str], skip: bool) -> dict:
+    """One loop measurement (rank 0's JSON object)."""
+    out = torchrun("integration.spec_loop", size_args + LOOP_COMMON + (["--skip-allreduce"] if skip else []))
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if len(lines) != 1:
+        raise RuntimeError(f"integration.spec_loop printed {len(lines)} JSON objects, expected 1")
+    record = json.loads(lines[0])
+    absent = [k for k in LOOP_KEYS if k not in record]
+    if absent:
+        raise Missing(f"integration.spec_loop's JSON lacks {', '.join(absent)}")
+    if skip and record.get("tokens_valid") is not False:
+        raise RuntimeError("--skip-allreduce did not mark its tokens invalid: was it honoured?")
+    return record
+
+
+def run_microbench(sizes: list[int]) -> dict[int, dict]:
+    """lat_us summary per size from the microbench's records, gloo at world 2."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "micro.jsonl")
+        torchrun("microbench.allreduce", ["--sizes", ",".join(map(str, sizes)), "--dtype", "fp32",
+                                          "--backend", "gloo", "--iters", MICRO_ITERS, "--out", out])
+        from nccl_tune import store
+
+        records = store.read_records([out])
+    lat = {int(r["bytes"]): r["lat_us"] for r in records
+           if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("mean")}
+    if set(lat) != set(sizes):
+        raise RuntimeError(f"microbench measured {sorted(lat)}, expected {sorted(sizes)}")
+    return lat
+
+
+def cycle_ms(record: dict) -> float:
+    """Mean time of one decode cycle (draft + verify + other), ms."""
+    return record["draft_ms"] + record["verify_ms"] + record["other_ms"]
+
+
+def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
+    """Predicted collectives and cycle time from the microbench and the compute-only run.
+
+    `lat` is the microbench's MEAN latency per size: the loop reports mean times per
+    cycle, and a mean of sums is the sum of means (p50s would not add up).
+    """
+    ar = full["allreduces"]
+    k = full["steps"]
+    decode_b, verify_b = int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])
+    curve = model.LatencyCurve.from_points(lat.items(), label="gloo microbench")
+    draft_comm = k * ar["per_draft_forward"] * curve.at(decode_b) / 1000.0
+    verify_comm = ar["per_target_forward"] * curve.at(verify_b) / 1000.0
+    predicted_comm = draft_comm + verify_comm
+    measured_comm = cycle_ms(full) - cycle_ms(compute)
+    predicted_cycle = cycle_ms(compute) + predicted_comm
+    return {
+        "layers": full["layers"], "hidden": full["hidden"], "steps": k,
+        "decode_bytes": decode_b, "verify_bytes": verify_b,
+        "lat_mean_us": {str(b): v for b, v in sorted(lat.items())},
+        "allreduces_per_cycle": k * ar["per_draft_forward"] + ar["per_target_forward"],
+        "compute_cycle_ms": cycle_ms(compute),
+        "predicted_comm_ms": predicted_comm, "measured_comm_ms": measured_comm,
+        "comm_error": (predicted_comm - measured_comm) / measured_comm if measured_comm > 0 else None,
+        "predicted_verify_ms": compute["verify_ms"] + verify_comm, "measured_verify_ms": full["verify_ms"],
+        "predicted_draft_ms": compute["draft_ms"] + draft_comm, "measured_draft_ms": full["draft_ms"],
+        "predicted_cycle_ms": predicted_cycle, "measured_cycle_ms": cycle_ms(full),
+        "cycle_error": (predicted_cycle - cycle_ms(full)) / cycle_ms(full),
+        "accept_len": full["accept_len"], "tok_s": full["tok_s"],
+    }
+
+
+def measure_size(size_args: list[str], repeats: int) -> dict:
+    """Full loop, compute-only loop and microbench, interleaved `repeats` times; medians.
+
+    Interleaving spreads slow phases of a shared machine over all three alike.
+    """
+    fulls, computes, micros = [], [], []
+    for _ in range(repeats):
+        fulls.append(run_loop(size_args, skip=False))
+        computes.append(run_loop(size_args, skip=True))
+        ar = fulls[-1]["allreduces"]
+        micros.append(run_microbench(sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])})))
+    full, compute = dict(fulls[-1]), dict(computes[-1])
+    for key in ("draft_ms", "verify_ms", "other_ms"):
+        full[key] = statistics.median(r[key] for r in fulls)
+        compute[key] = statistics.median(r[key] for r in computes)
+    lat = {b: statistics.median(m[b]["mean"] for m in micros) for b in micros[0]}
+    row = predict(full, compute, lat)
+    # The same prediction within each repeat (its own loop runs and microbench): on a
+    # shared machine the state drifts between repeats, so these show how far it moves.
+    row["per_repeat_comm_error"] = [
+        predict(f, c, {b: v["mean"] for b, v in m.items()})["comm_error"]
+        for f, c, m in zip(fulls, computes, micros)]
+    row["spread"] = {
+        "cycle_ms": [round(cycle_ms(r), 3) for r in fulls],
+        "compute_cycle_ms": [round(cycle_ms(r), 3) for r in computes],
+        "lat_mean_us": {str(b): [round(m[b]["mean"], 1) for m in micros] for b in micros[0]},
+        "lat_p50_us": {str(b): [round(m[b]["p50"], 1) for m in micros] for b in micros[0]},
+    }
+    return row
+
+
+def render(rows: list[dict]) -> str:
+    """A plain table of predicted against measured."""
+    lines = [f"model fit: per-token model vs the built-in TP loop, gloo world {WORLD} (CPU); "
+             f"target |error| <= {TARGET:.0%}",
+             f"{'size':<22}{'allreduce mean us':<22}{'comm ms/cycle':<26}{'cycle ms':<26}",
+             f"{'':<22}{'decode / verify':<22}{'pred / meas (err)':<26}{'pred / meas (err)':<26}"]
+    for r in rows:
+        lat = list(r["lat_mean_us"].values())
+        lat_text = " / ".join(f"{v:.1f}" for v in (lat if len(lat) > 1 else lat * 2))
+        comm = f"{r['predicted_comm_ms']:.3f} / {r['measured_comm_ms']:.3f} ({_pct(r['comm_error'])})"
+        cyc = f"{r['predicted_cycle_ms']:.3f} / {r['measured_cycle_ms']:.3f} ({_pct(r['cycle_error'])})"
+        lines.append(f"{r['name'] + ' L' + str(r['layers']) + ' H' + str(r['hidden']):<22}"
+                     f"{lat_text:<22}{comm:<26}{cyc:<26}")
+    for r in rows:
+        lines.append(f"{r['name']}: {r['allreduces_per_cycle']} allreduces per cycle (k={r['steps']}), "
+                     f"{r['decode_bytes']} B decode / {r['verify_bytes']} B verify; compute-only cycle "
+                     f"{r['compute_cycle_ms']:.3f} ms; accept len {r['accept_len']:.2f}")
+        errors = ", ".join(_pct(e) for e in r["per_repeat_comm_error"])
+        lines.append(f"  comm error within each repeat: {errors}")
+        sp = r["spread"]
+        lines.append(f"  runs: cycle ms {sp['cycle_ms']}, compute-only {sp['compute_cycle_ms']}, "
+                     f"allreduce mean us {sp['lat_mean_us']}, p50 us {sp['lat_p50_us']}")
+    return "\n".join(lines)
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="loop runs per size and variant")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        require_parts()
+        rows = []
+        for name, size_args in SIZES:
+            row = measure_size(size_args, args.repeats)
+            row["name"] = name
+            rows.append(row)
+    except Missing as exc:
+        print(f"model_fit: {exc}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError, ValueError) as exc:
+        print(f"model_fit: failed: {exc}", file=sys.stderr)
+        return 2
+    within = all(abs(r["cycle_error"]) <= TARGET and r["comm_error"] is not None
+                 and abs(r["comm_error"]) <= TARGET for r in rows)
+    if args.json:
+        print(json.dumps({"target": TARGET, "within_target": within, "sizes": rows}, indent=2))
+    else:
+        print(render(rows))
+        print("within target" if within else "OUTSIDE target")
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

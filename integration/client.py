@@ -1,0 +1,241 @@
+"""A benchmark client for SGLang's native `/generate` endpoint.
+
+It measures the way the public 8x PCIe report did (one request at a time, a fixed
+token budget, greedy) and a little better: warm-up requests not counted, a fixed prompt
+set, `ignore_eos` and `temperature: 0` sent explicitly (so every run generates exactly
+`max_new_tokens`), per-run tokens, seconds and tok/s, the mean with a 95% Student-t
+interval, time to first token when streaming, and the accept length per request from
+`meta_info` (`completion_tokens / spec_verify_ct`, which SGLang adds to a finished
+request when speculative decoding is on).
+
+Request and response fields follow SGLang's http_server (`GenerateReqInput`: `text`,
+`sampling_params`, `stream`; the answer's `text` and `meta_info` with `prompt_tokens`,
+`completion_tokens`, `finish_reason`, `spec_verify_ct`). Streaming answers are
+server-sent events: `data: {json}` lines, each carrying the text so far and its
+`meta_info`, ending with `data: [DONE]`.
+
+    python -m integration.client --url http://127.0.0.1:30000 --max-tokens 500 --num-runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+from urllib.parse import urlsplit
+
+# A fixed prompt set (written for this project): run i uses PROMPTS[i % len(PROMPTS)].
+PROMPTS = (
+    "Write a detailed guide to maintaining a bicycle, covering the chain, brakes and tyres.",
+    "Explain step by step how a compiler turns source code into machine code.",
+    "Describe the water cycle and how it shapes the weather over a year.",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "List the main ideas of linear algebra and give an example of each.",
+)
+
+
+class ClientError(Exception):
+    """A request failed; `completed` holds the runs that finished before it."""
+
+    def __init__(self, message: str, completed: list["RunResult"] | None = None):
+        super().__init__(message)
+        self.completed = list(completed or [])
+
+
+@dataclass
+class RunResult:
+    """One request's figures."""
+
+    index: int  # -1, -2 ... for warm-up requests
+    prompt_index: int
+    tokens: int
+    seconds: float
+    tok_s: float
+    ttft_s: float | None = None  # streaming only
+    decode_tok_s: float | None = None  # (tokens - 1) after the first token, streaming only
+    accept_len: float | None = None
+    spec_verify_ct: int | None = None
+    finish_reason: str | None = None
+
+
+def request_body(prompt: str, max_tokens: int, stream: bool) -> dict:
+    """The JSON of a /generate request: greedy, EOS ignored, exactly max_tokens new tokens."""
+    return {"text": prompt,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+            "stream": stream}
+
+
+def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ClientError(f"bad server URL {url!r}: expected http://HOST:PORT")
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
+
+
+def _finish(meta: dict, started: float, ended: float, first: float | None, index: int,
+            prompt_index: int) -> RunResult:
+    tokens = int(meta.get("completion_tokens") or 0)
+    seconds = ended - started
+    verify = meta.get("spec_verify_ct")
+    accept = tokens / verify if isinstance(verify, (int, float)) and verify > 0 else None
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict):
+        reason = reason.get("type")
+    decode = None
+    if first is not None and tokens > 1 and ended > first:
+        decode = (tokens - 1) / (ended - first)
+    return RunResult(index, prompt_index, tokens, seconds, tokens / seconds if seconds > 0 else 0.0,
+                     None if first is None else first - started, decode, accept,
+                     int(verify) if isinstance(verify, (int, float)) else None,
+                     None if reason is None else str(reason))
+
+
+def generate_once(url: str, prompt: str, max_tokens: int, stream: bool = True,
+                  timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
+    """Send one /generate request and time it; ClientError on any failure."""
+    conn, base = _connect(url, timeout)
+    body = json.dumps(request_body(prompt, max_tokens, stream)).encode()
+    started = time.perf_counter()
+    try:
+        conn.request("POST", base + "/generate", body=body,
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            detail = response.read(500).decode("utf-8", "replace").strip()
+            raise ClientError(f"/generate answered HTTP {response.status}: {detail}")
+        if not stream:
+            payload = json.loads(response.read().decode("utf-8"))
+            ended = time.perf_counter()
+            if not isinstance(payload, dict) or "meta_info" not in payload:
+                raise ClientError("/generate answer has no meta_info")
+            return _finish(payload["meta_info"], started, ended, None, index, prompt_index)
+        return _read_stream(response, started, index, prompt_index)
+    except ClientError:
+        raise
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise ClientError(f"/generate failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def _read_stream(response, started: float, index: int, prompt_index: int) -> RunResult:
+    first = None
+    meta: dict = {}
+    while True:
+        raw = response.readline()
+        if not raw:
+            raise ClientError("the stream ended before 'data: [DONE]' (did the server die?)")
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, other SSE fields
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if isinstance(chunk, dict) and "error" in chunk:
+            raise ClientError(f"the server reported an error: {chunk['error']}")
+        meta = chunk.get("meta_info") or meta
+        if first is None and (int(meta.get("completion_tokens") or 0) > 0 or chunk.get("text")):
+            first = time.perf_counter()
+    ended = time.perf_counter()
+    if not meta:
+        raise ClientError("the stream carried no meta_info")
+    return _finish(meta, started, ended, first, index, prompt_index)
+
+
+def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
+    """Mean, stdev and t interval of per-run tok/s; overall tok/s; TTFT; accept length."""
+    from nccl_tune import stats
+
+    rates = [r.tok_s for r in runs]
+    out: dict = {"runs": len(runs), "tokens": sum(r.tokens for r in runs),
+                 "seconds": sum(r.seconds for r in runs)}
+    out["overall_tok_s"] = out["tokens"] / out["seconds"] if out["seconds"] > 0 else None
+    if rates:
+        mean, lo, hi = stats.t_ci(rates, confidence)
+        out.update(tok_s_mean=mean, tok_s_stdev=statistics.stdev(rates) if len(rates) > 1 else None,
+                   tok_s_ci=[lo, hi] if len(rates) > 1 else None)
+    else:
+        out.update(tok_s_mean=None, tok_s_stdev=None, tok_s_ci=None)
+    ttft = [r.ttft_s for r in runs if r.ttft_s is not None]
+    out["ttft_s_mean"] = statistics.fmean(ttft) if ttft else None
+    decode = [r.decode_tok_s for r in runs if r.decode_tok_s is not None]
+    out["decode_tok_s_mean"] = statistics.fmean(decode) if decode else None
+    verified = [r for r in runs if r.spec_verify_ct]
+    out["accept_len"] = (sum(r.tokens for r in verified) / sum(r.spec_verify_ct for r in verified)
+                         if verified else None)
+    return out
+
+
+def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream: bool = True,
+              prompts: tuple[str, ...] = PROMPTS, timeout: float = 600.0,
+              on_run: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+    """`warmup` uncounted requests, then `num_runs` timed ones, one at a time.
+
+    `on_run` sees each timed run as it finishes. On a failure, ClientError carries the
+    timed runs that finished.
+    """
+    for w in range(warmup):
+        try:
+            generate_once(url, prompts[w % len(prompts)], max_tokens, stream, timeout,
+                          index=-(w + 1), prompt_index=w % len(prompts))
+        except ClientError as exc:
+            raise ClientError(f"warm-up request {w + 1}: {exc}") from None
+    done: list[RunResult] = []
+    for i in range(num_runs):
+        try:
+            result = generate_once(url, prompts[i % len(prompts)], max_tokens, stream, timeout,
+                                   index=i, prompt_index=i % len(prompts))
+        except ClientError as exc:
+            raise ClientError(f"run {i + 1} of {num_runs}: {exc}", done) from None
+        done.append(result)
+        if on_run:
+            on_run(result)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: benchmark a running server and print per-run and overall figures."""
+    p = argparse.ArgumentParser(prog="python -m integration.client", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:30000")
+    p.add_argument("--max-tokens", type=int, default=500)
+    p.add_argument("--num-runs", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--no-stream", action="store_true", help="one JSON answer per request (no TTFT)")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.max_tokens < 1 or args.num_runs < 1 or args.warmup < 0:
+        p.error("--max-tokens and --num-runs must be at least 1, --warmup at least 0")
+    error = None
+    try:
+        runs = benchmark(args.url, args.max_tokens, args.num_runs, args.warmup, not args.no_stream,
+                         timeout=args.timeout)
+    except ClientError as exc:
+        runs, error = exc.completed, str(exc)
+    summary = summarize_runs(runs)
+    if args.json:
+        print(json.dumps({"runs": [asdict(r) for r in runs], "summary": summary, "error": error}))
+    else:
+        for r in runs:
+            ttft = "" if r.ttft_s is None else f"  ttft {r.ttft_s * 1000:.0f} ms"
+            acc = "" if r.accept_len is None else f"  accept len {r.accept_len:.2f}"
+            print(f"run {r.index + 1}: {r.tokens} tokens in {r.seconds:.2f} s = {r.tok_s:.1f} tok/s{ttft}{acc}")
+        if summary["tok_s_mean"] is not None:
+            ci = summary["tok_s_ci"]
+            print(f"mean {summary['tok_s_mean']:.1f} tok/s"
+                  + (f" (95% CI {ci[0]:.1f}-{ci[1]:.1f}, stdev {summary['tok_s_stdev']:.1f})" if ci else ""))
+    if error:
+        print(f"client: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

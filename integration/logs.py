@@ -1,0 +1,366 @@
+"""Parse SGLang and vLLM server logs: decode/prefill statistics, speculative settings.
+
+SGLang's scheduler logs a line every `--decode-log-interval` decode steps. The formats
+this module reads (seen in public sgl-project/sglang issues and its scheduler source;
+tests/fixtures/logs/README.md names where):
+
+    [04:40:55 TP0] Decode batch. #running-req: 2, #token: 4078, token usage: 0.00, gen throughput (token/s): 447.31, #queue-req: 0
+    [2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, ..., accept len: 2.10, gen throughput (token/s): 186.64, #queue-req: 0
+    [2026-04-05 20:02:51] Decode batch, #running-req: 32, ..., cuda graph: True, gen throughput (token/s): 1635.11, #queue-req: 0
+    [2026-01-10 08:00:00 DP0 TP0] Decode batch [1204], ..., accept len: 3.1, accept rate: 0.70, ..., #queue-req: 0,
+
+i.e. `Decode batch` then `.` or `,` (or ` [iteration],`), then `key: value` pairs separated
+by commas, in any order, optional fields (accept len, accept rate, cuda/cpu/npu graph,
+largest-len, ...) and sometimes a trailing comma. Prefixes vary: time only, date and
+time, TP/DP/EP/PP ranks, Python logging's `date - logger - LEVEL - ` and `LEVEL:logger:`,
+Ray's `(Actor pid=N) `. Also read: `Prefill batch` lines, `server_args=ServerArgs(...)`
+(the speculative settings actually used), the ready line, and vLLM's speculative metrics
+in both forms (`Speculative metrics: ...` up to v0.8, `SpecDecoding metrics: ...` in V1)
+and its `Avg generation throughput` lines.
+
+Nothing here raises on odd input: a line that does not parse is skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from nccl_tune.errors import NcclTuneError
+
+READY_TEXT = "The server is fired up and ready to roll"
+DEFAULT_IDLE_GAP_S = 5.0
+
+_DECODE_RE = re.compile(r"Decode batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")
+_PREFILL_RE = re.compile(r"Prefill batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")
+_SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)\s*$")
+_VLLM_OLD_RE = re.compile(r"Speculative metrics:\s*(?P<body>.*)$")
+_VLLM_NEW_RE = re.compile(r"SpecDecoding metrics:\s*(?P<body>.*)$")
+_VLLM_STATS_RE = re.compile(r"Avg generation throughput:\s*(?P<value>[-+0-9.eE]+)")
+_DATE_TIME_RE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?")
+_MONTH_DAY_TIME_RE = re.compile(r"\b(?P<md>\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})\b")
+_TIME_RE = re.compile(r"\b(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?\b")
+_RANK_RE = re.compile(r"\b(?P<kind>TP|DP|EP|PP|CP|MoE)(?P<num>\d+)\b")
+_ARG_RE = re.compile(r"(?:^|,\s*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
+
+# SGLang decode/prefill keys -> field names; values are converted by type.
+_SGLANG_KEYS = {
+    "#running-req": "running_req", "#token": "tokens", "token usage": "token_usage",
+    "gen throughput (token/s)": "gen_throughput", "#queue-req": "queue_req",
+    "accept len": "accept_len", "accept rate": "accept_rate", "largest-len": "largest_len",
+    "#new-seq": "new_seq", "#new-token": "new_token", "#cached-token": "cached_token",
+    "input throughput (token/s)": "input_throughput",
+}
+SERVER_ARG_KEYS = ("model_path", "tp_size", "dp_size", "enable_dp_attention",
+                   "speculative_algorithm", "speculative_draft_model_path",
+                   "speculative_num_steps", "speculative_eagle_topk",
+                   "speculative_num_draft_tokens", "disable_custom_all_reduce",
+                   "disable_cuda_graph", "cuda_graph_max_bs", "decode_log_interval")
+
+
+@dataclass
+class LogEvent:
+    """One recognised line: kind, where, when, and its fields."""
+
+    kind: str  # decode | prefill | server_args | ready | vllm_spec | vllm_stats
+    line: int
+    time_s: float | None  # seconds (epoch with a date, else seconds of the day)
+    dated: bool
+    source: str  # ranks as printed ("TP0", "DP1 TP0") or ""
+    fields: dict = field(default_factory=dict)
+
+
+def _number(text: str):
+    text = text.strip().rstrip(".")
+    if text in ("True", "False"):
+        return text == "True"
+    percent = text.endswith("%")
+    core = text[:-1] if percent else text
+    core = core.split()[0] if core.split() else core  # "66 tokens" -> "66"
+    try:
+        value = int(core)
+    except ValueError:
+        try:
+            value = float(core)
+        except ValueError:
+            return text
+    return value / 100.0 if percent else value
+
+
+def _pairs(body: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for part in body.split(","):
+        key, sep, value = part.partition(":")
+        if sep and key.strip():
+            out[key.strip()] = _number(value)
+    return out
+
+
+def _when(prefix: str) -> tuple[float | None, bool]:
+    match = _DATE_TIME_RE.search(prefix)
+    if match:
+        try:
+            stamp = _dt.datetime.strptime(f"{match['date']} {match['time']}", "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return None, False
+        frac = float("0." + match["frac"]) if match["frac"] else 0.0
+        return stamp.replace(tzinfo=_dt.timezone.utc).timestamp() + frac, True
+    match = _MONTH_DAY_TIME_RE.search(prefix) or _TIME_RE.search(prefix)
+    if match:
+        try:
+            h, m, s = (int(x) for x in match["time"].split(":"))
+        except ValueError:
+            return None, False
+        if h > 23 or m > 59 or s > 60:
+            return None, False
+        frac = match.groupdict().get("frac")
+        return h * 3600 + m * 60 + s + (float("0." + frac) if frac else 0.0), False
+    return None, False
+
+
+def _source(prefix: str) -> str:
+    # Only rank tags inside the last [...] of the prefix (SGLang's "[time TP0]").
+    bracket = prefix.rfind("[")
+    scope = prefix[bracket:] if bracket >= 0 else prefix
+    return " ".join(m.group(0) for m in _RANK_RE.finditer(scope))
+
+
+def _sglang_fields(raw: dict[str, object]) -> dict:
+    out: dict = {}
+    extra: dict = {}
+    for key, value in raw.items():
+        name = _SGLANG_KEYS.get(key)
+        if name:
+            out[name] = value
+        elif key.endswith(" graph"):  # cuda graph / cpu graph / npu graph
+            out["graph"] = value if isinstance(value, bool) else None
+            out["graph_kind"] = key[:-len(" graph")]
+        else:
+            extra[key] = value
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+def _server_args(body: str) -> dict:
+    out: dict = {}
+    for match in _ARG_RE.finditer(body):
+        key, value = match["key"], match["value"].strip()
+        if key not in SERVER_ARG_KEYS or key in out:
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            out[key] = value[1:-1]
+        elif value == "None":
+            out[key] = None
+        else:
+            out[key] = _number(value)
+    return out
+
+
+def _vllm_spec(body: str, new_form: bool) -> dict:
+    per_position = None
+    head, sep, tail = body.partition("Per-position acceptance rate:")
+    if sep:
+        # the list runs to the end or to the next "Name: value" pair
+        parts = re.split(r",\s*(?=[A-Za-z])", tail, maxsplit=1)
+        per_position = [v for v in (_number(x) for x in parts[0].split(",") if x.strip())
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        body = head + (parts[1] if len(parts) > 1 else "")
+    raw = {k.lower(): v for k, v in _pairs(body).items()}
+    out: dict = {"form": "SpecDecoding" if new_form else "Speculative"}
+    rate = raw.get("draft acceptance rate", raw.get("avg draft acceptance rate"))
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        out["accept_rate"] = float(rate)
+    for key, name in (("mean acceptance length", "accept_len"), ("system efficiency", "efficiency"),
+                      ("number of speculative tokens", "num_spec_tokens"),
+                      ("accepted", "accepted"), ("drafted", "drafted"),
+                      ("number of accepted tokens", "accepted"),
+                      ("number of draft tokens", "drafted"),
+                      ("number of draft tokens tokens", "drafted"),
+                      ("number of emitted tokens", "emitted"),
+                      ("number of emitted tokens tokens", "emitted"),
+                      ("drafts", "drafts")):
+        value = raw.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    if per_position:
+        out["per_position"] = per_position
+    # The old form has no accept length: emitted tokens per step = efficiency x (k + 1).
+    if "accept_len" not in out and "efficiency" in out and "num_spec_tokens" in out:
+        out["accept_len"] = out["efficiency"] * (out["num_spec_tokens"] + 1)
+    return out
+
+
+def parse_line(text: str, number: int = 0) -> LogEvent | None:
+    """The event a log line holds, or None (never raises)."""
+    try:
+        return _parse_line(text, number)
+    except Exception:  # noqa: BLE001 - odd input is skipped, never a traceback
+        return None
+
+
+def _parse_line(text: str, number: int) -> LogEvent | None:
+    text = text.rstrip("\r\n")
+    for kind, regex in (("decode", _DECODE_RE), ("prefill", _PREFILL_RE)):
+        match = regex.search(text)
+        if match:
+            raw = _pairs(match["body"])
+            if not raw:
+                return None
+            prefix = text[:match.start()]
+            fields = _sglang_fields(raw)
+            if match["iter"]:
+                fields["iteration"] = int(match["iter"])
+            when, dated = _when(prefix)
+            return LogEvent(kind, number, when, dated, _source(prefix), fields)
+    for kind, regex in (("vllm_spec_new", _VLLM_NEW_RE), ("vllm_spec_old", _VLLM_OLD_RE)):
+        match = regex.search(text)
+        if match:
+            fields = _vllm_spec(match["body"], kind.endswith("new"))
+            if len(fields) <= 1:
+                return None
+            when, dated = _when(text[:match.start()])
+            return LogEvent("vllm_spec", number, when, dated, "", fields)
+    match = _VLLM_STATS_RE.search(text)
+    if match:
+        value = _number(match["value"])
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            when, dated = _when(text[:match.start()])
+            return LogEvent("vllm_stats", number, when, dated, "", {"gen_throughput": float(value)})
+    match = _SERVER_ARGS_RE.search(text)
+    if match:
+        return LogEvent("server_args", number, None, False, "", _server_args(match["body"]))
+    if READY_TEXT in text:
+        when, dated = _when(text[:text.find(READY_TEXT)])
+        return LogEvent("ready", number, when, dated, "", {})
+    return None
+
+
+def parse_lines(lines: Iterable[str]) -> list[LogEvent]:
+    """Every recognised event of `lines`, in order (line numbers from 1)."""
+    events = []
+    for number, text in enumerate(lines, start=1):
+        event = parse_line(text, number)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _gap(prev: LogEvent, cur: LogEvent) -> float | None:
+    if prev.time_s is None or cur.time_s is None or prev.dated != cur.dated:
+        return None
+    delta = cur.time_s - prev.time_s
+    if not cur.dated and delta < -43200:  # time-only stamps passing midnight
+        delta += 86400
+    return delta
+
+
+def throughput_lines(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S
+                     ) -> tuple[list[LogEvent], list[LogEvent]]:
+    """Decode lines whose gen throughput counts, and those excluded.
+
+    SGLang divides the tokens since its previous decode line by the time since then, so
+    the first line after an idle period (the first of the log, one more than `idle_gap_s`
+    after the previous line, or one after a prefill that found nothing running) carries
+    the idle time and is excluded. Each rank prefix is followed on its own.
+    """
+    used, excluded = [], []
+    last: dict[str, LogEvent] = {}
+    idle_prefill: dict[str, bool] = {}
+    for event in events:
+        if event.kind == "prefill":
+            if event.fields.get("running_req") == 0:
+                idle_prefill[event.source] = True
+            continue
+        if event.kind != "decode" or not _is_number(event.fields.get("gen_throughput")):
+            continue
+        prev = last.get(event.source)
+        gap = _gap(prev, event) if prev else None
+        idle = prev is None or idle_prefill.get(event.source, False) or (gap is not None and gap > idle_gap_s)
+        (excluded if idle else used).append(event)
+        last[event.source] = event
+        idle_prefill[event.source] = False
+    return used, excluded
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict:
+    """Counts and means of a parsed log (see `nccl-tune logs summarize`)."""
+    decode = [e for e in events if e.kind == "decode"]
+    used, excluded = throughput_lines(events, idle_gap_s)
+    throughput = [float(e.fields["gen_throughput"]) for e in used]
+    accept_len = [float(e.fields["accept_len"]) for e in decode if _is_number(e.fields.get("accept_len"))]
+    accept_rate = [float(e.fields["accept_rate"]) for e in decode if _is_number(e.fields.get("accept_rate"))]
+    graphs = [e.fields.get("graph") for e in decode if isinstance(e.fields.get("graph"), bool)]
+    server_args: dict = {}
+    for e in events:
+        if e.kind == "server_args":
+            server_args = e.fields  # the last launch in the log wins
+    speculative = {k[len("speculative_"):]: v for k, v in server_args.items()
+                   if k.startswith("speculative_")}
+    if not speculative.get("algorithm"):
+        speculative = None  # launched without speculative decoding (or not said)
+    vllm = [e for e in events if e.kind == "vllm_spec"]
+    vllm_stats = [e.fields["gen_throughput"] for e in events if e.kind == "vllm_stats"]
+    vllm_summary = {
+        "spec_lines": len(vllm),
+        "accept_len_mean": _mean([e.fields["accept_len"] for e in vllm if "accept_len" in e.fields]),
+        "accept_rate_mean": _mean([e.fields["accept_rate"] for e in vllm if "accept_rate" in e.fields]),
+        "gen_throughput_mean": _mean([v for v in vllm_stats if v > 0]),  # 0: idle interval
+        "stats_lines": len(vllm_stats),
+    } if (vllm or vllm_stats) else None
+    engine = "sglang" if decode or server_args else ("vllm" if vllm_summary else None)
+    if engine == "vllm":  # the headline figures come from vLLM's own lines
+        return {"engine": engine, "decode_lines": 0, "prefill_lines": 0,
+                "gen_throughput_mean": vllm_summary["gen_throughput_mean"],
+                "gen_throughput_median": statistics.median([v for v in vllm_stats if v > 0])
+                if any(v > 0 for v in vllm_stats) else None,
+                "gen_throughput_lines": sum(v > 0 for v in vllm_stats), "excluded_after_idle":
+                sum(v <= 0 for v in vllm_stats), "accept_len_mean": vllm_summary["accept_len_mean"],
+                "accept_rate_mean": vllm_summary["accept_rate_mean"],
+                "accept_len_lines": sum("accept_len" in e.fields for e in vllm),
+                "graph_share": None, "sources": [], "ready": False, "speculative": None,
+                "server_args": None, "vllm": vllm_summary}
+    return {
+        "engine": engine,
+        "decode_lines": len(decode),
+        "prefill_lines": sum(e.kind == "prefill" for e in events),
+        "gen_throughput_mean": _mean(throughput),
+        "gen_throughput_median": statistics.median(throughput) if throughput else None,
+        "gen_throughput_lines": len(throughput),
+        "excluded_after_idle": len(excluded),
+        "accept_len_mean": _mean(accept_len),
+        "accept_rate_mean": _mean(accept_rate),
+        "accept_len_lines": len(accept_len),
+        "graph_share": (sum(graphs) / len(graphs)) if graphs else None,
+        "sources": sorted({e.source for e in decode if e.source}),
+        "ready": any(e.kind == "ready" for e in events),
+        "speculative": speculative,
+        "server_args": server_args or None,
+        "vllm": vllm_summary,
+    }
+
+
+def read_log(path: str) -> list[str]:
+    """The lines of a log file (undecodable bytes replaced); NcclTuneError if unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().splitlines()
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+
+
+def summarize_file(path: str, idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict:
+    """`summarize_events` of a log file, with the file's path."""
+    summary = summarize_events(parse_lines(read_log(path)), idle_gap_s)
+    return {"log": path, **summary}

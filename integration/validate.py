@@ -1,0 +1,417 @@
+"""A/B validation of a profile on a real TP speculative decode loop.
+
+For each step count, the baseline (every NCCL_* removed) and the profile are each
+launched, measured and stopped: one launch per configuration, since SGLang cannot change
+its step count at run time and most NCCL settings are read once per process
+(DESIGN.md section 5). Baseline and profile alternate at each step count so slow drift
+hits both. Each configuration's result is appended to the results file as soon as it is
+measured, so a crash keeps everything measured before it.
+
+Measured against predicted: the time a profile saves per token is measured as
+1000/tok_s(baseline) - 1000/tok_s(profile) at the same step count, and predicted by the
+per-token model (nccl_tune.model): a cycle of k draft steps runs one target forward of
+k+1 tokens (layers x 2 + 1 allreduces of (k+1) x hidden x dtype bytes) and k draft
+forwards of one token each, and yields `accept_len` tokens, so
+
+    predicted ms/token = [saving(k+1 tokens, target layers) + k x saving(1 token, draft
+                          layers)] / accept_len
+
+with latency curves from measured results (`--results`, the profile's cell and the
+baseline cell) or, without them, from the analytical cost model for a topology.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nccl_tune import model, stats, store
+from nccl_tune.errors import NcclTuneError
+
+HELPS, HURTS, NO_DIFFERENCE = "helps", "hurts", "no significant difference"
+RESERVED_MODEL_ARGS = ("--steps", "--runs", "--new-tokens", "--json", "--warmup-tokens",
+                       "--sweep-steps", "--sweep-noise", "--check-greedy")
+ELEMENT_BYTES = {"float64": 8, "fp64": 8, **model.DTYPE_BYTES}
+
+
+@dataclass
+class Options:
+    """What `nccl-tune validate` was asked to do."""
+
+    profile_env: dict[str, str]
+    profile_name: str
+    engine: str = "builtin"  # builtin | sglang
+    steps: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 5])
+    runs: int = 5
+    warmup: int = 1
+    max_tokens: int = 500
+    nproc: int = 2
+    model_args: list[str] = field(default_factory=list)
+    server_args: list[str] = field(default_factory=list)
+    out: str = "validate.jsonl"
+    log_dir: str = "."
+    results: str | None = None
+    topology: str = "pcie"
+    layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
+    hidden: int | None = None
+    dtype: str = "bf16"
+    draft_layers: int = 1
+    launch_timeout: float = 900.0
+    health_timeout: float = 900.0
+    server_command: list[str] | None = None  # instead of python -m sglang.launch_server (tests)
+    run_id: str = field(default_factory=store.new_run_id)
+
+
+def split_args(text: str | None, option: str) -> list[str]:
+    """A user's argument string as an argv list (shlex rules; never a shell)."""
+    if not text:
+        return []
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise NcclTuneError(f"{option}: cannot split {text!r}: {exc}") from None
+
+
+def check_model_args(args: list[str]) -> None:
+    """NcclTuneError for spec_loop options that validate sets itself."""
+    for token in args:
+        if token.split("=", 1)[0] in RESERVED_MODEL_ARGS:
+            raise NcclTuneError(f"--model-args: {token.split('=', 1)[0]} is set by validate "
+                                "(use --steps, --runs, --warmup, --max-tokens)")
+
+
+def _project_pythonpath(env: dict[str, str]) -> str:
+    root = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+
+
+def _run_group(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str, str]:
+    # own session: on a timeout every rank is ended, not just torchrun
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        out, err = proc.communicate()
+        if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+            return None, out, err
+        raise
+
+
+def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: int) -> dict:
+    """One launch of the built-in loop (torchrun, `opts.nproc` ranks): its JSON record."""
+    from integration.sglang import server_env
+
+    env = server_env(dict(os.environ), env_profile)
+    env["PYTHONPATH"] = _project_pythonpath(env)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(opts.nproc), "-m", "integration.spec_loop", *opts.model_args,
+            "--steps", str(steps), "--runs", str(opts.runs),
+            "--warmup-tokens", str(opts.warmup * opts.max_tokens),
+            "--new-tokens", str(opts.max_tokens), "--json"]
+    code, out, err = _run_group(argv, env, opts.launch_timeout)
+    if code is None:
+        return {"status": "timeout", "error": f"no result after {opts.launch_timeout:.0f} s"}
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if code != 0 or not lines:
+        tail = " | ".join(err.strip().splitlines()[-3:]) or f"exit code {code}"
+        return {"status": "failed", "error": tail}
+    loop = json.loads(lines[-1])
+    runs = loop.get("runs_tok_s") or []
+    return {"status": "ok", "runs_tok_s": runs, "accept_len": loop.get("accept_len"),
+            "draft_ms": loop.get("draft_ms"), "verify_ms": loop.get("verify_ms"),
+            "other_ms": loop.get("other_ms"), "backend": loop.get("backend"),
+            "world_size": loop.get("world_size"), "env_seen": loop.get("nccl_env"),
+            "env_ok": loop.get("nccl_env") == {k: v for k, v in (env_profile or {}).items()
+                                               if k.startswith("NCCL_")}
+            and loop.get("nccl_env_same_on_all_ranks", True),
+            "model": {k: loop.get(k) for k in ("layers", "hidden", "heads", "vocab", "dtype",
+                                                "draft_layers", "draft_noise")},
+            "detail": {k: loop.get(k) for k in ("step_ms", "shares", "allreduces", "cycles",
+                                                 "matches_greedy", "ranks_agree")}}
+
+
+def measure_sglang(opts: Options, env_profile: dict[str, str] | None, steps: int, label: str) -> dict:
+    """One SGLang launch: start, wait for /health, check the workers' env, benchmark, stop."""
+    from integration import client, logs, sglang
+
+    log_path = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.log")
+    try:
+        server = sglang.SGLangServer(opts.server_args, profile_env=env_profile, steps=steps,
+                                     log_path=log_path, health_timeout=opts.health_timeout,
+                                     command=opts.server_command)
+    except ValueError as exc:
+        raise NcclTuneError(f"--server-args: {exc}") from None
+    result: dict = {"log": log_path}
+    with server:  # stopped on leaving the block, errors and Ctrl-C included
+        try:
+            server.wait_ready()
+        except sglang.ServerError as exc:
+            return {**result, "status": "failed", "error": exc.short, "log_tail": exc.log_tail}
+        check = server.check_env()
+        result["env_ok"] = check.ok
+        result["env_check"] = check.to_dict()
+        try:
+            runs = client.benchmark(server.url, opts.max_tokens, opts.runs, opts.warmup, stream=True)
+            error = None
+        except client.ClientError as exc:
+            runs, error = exc.completed, str(exc)
+    summary = client.summarize_runs(runs)
+    log_summary = logs.summarize_file(log_path)
+    accept = summary["accept_len"] if summary["accept_len"] is not None else (
+        log_summary["accept_len_mean"] if steps else 1.0)
+    return {**result, "status": "failed" if error else "ok", "error": error,
+            "runs_tok_s": [r.tok_s for r in runs], "accept_len": accept,
+            "draft_ms": None, "verify_ms": None, "other_ms": None, "backend": "nccl",
+            "world_size": _tp_size(opts.server_args), "ttft_s": summary["ttft_s_mean"],
+            "log_summary": {k: log_summary[k] for k in ("decode_lines", "gen_throughput_mean",
+                                                         "accept_len_mean", "speculative")}}
+
+
+def _tp_size(server_args: list[str]) -> int | None:
+    from integration.sglang import option_value
+
+    value = option_value(server_args, "--tp", "--tp-size", "--tensor-parallel-size")
+    return int(value) if value and value.isdigit() else None
+
+
+# --- prediction ------------------------------------------------------------------------
+
+@dataclass
+class Curves:
+    """Baseline and profile latency curves and where they came from."""
+
+    baseline: model.LatencyCurve
+    profile: model.LatencyCurve
+    source: str
+    measured: bool
+
+
+def curves_from_results(path: str, profile_env: dict[str, str], world: int | None) -> Curves:
+    """p50 latency per size of the baseline cell and the profile's cell in a results file."""
+    from nccl_tune import report
+
+    records = [r for r in store.read_records([path]) if (r.get("op") or "allreduce") == "allreduce"]
+    summaries = [s for s in report.summarize(records) if s.final and s.status == "ok" and s.p50_us]
+    worlds = sorted({s.world_size for s in summaries if s.world_size})
+    if world is not None and world in worlds:
+        summaries = [s for s in summaries if s.world_size == world]
+    elif len(worlds) > 1:
+        raise NcclTuneError(f"results hold worlds {worlds}; none is {world} ranks", path=path)
+    cell = store.cell_id(profile_env)
+    points = {"baseline": [], cell: []}
+    for s in summaries:
+        if s.cell in points and s.bytes > 0:
+            points[s.cell].append((s.bytes, s.p50_us))
+    if not points["baseline"]:
+        raise NcclTuneError("no baseline (NCCL defaults) allreduce records to predict from", path=path)
+    if not points[cell]:
+        raise NcclTuneError(f"no allreduce records for this profile's settings (cell {cell}); "
+                            "measure them with nccl-tune sweep or bench", path=path)
+    backends = sorted({str(s.backend) for s in summaries if s.cell in points})
+    return Curves(model.LatencyCurve.from_points(points["baseline"], "baseline"),
+                  model.LatencyCurve.from_points(points[cell], cell),
+                  f"measured: {path} (cells baseline and {cell}, backend {', '.join(backends)}, p50)",
+                  True)
+
+
+def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str,
+                          sizes: list[int]) -> Curves:
+    """Modelled curves at the given sizes (nccl_tune.costmodel; not a measurement)."""
+    from nccl_tune import costmodel
+
+    try:
+        base = [(b, costmodel.latency_us(b, world, topology, {})) for b in sizes]
+        prof = [(b, costmodel.latency_us(b, world, topology, profile_env)) for b in sizes]
+    except ValueError as exc:
+        raise NcclTuneError(f"cost model: {exc}") from None
+    return Curves(model.LatencyCurve.from_points(base, "baseline"),
+                  model.LatencyCurve.from_points(prof, "profile"),
+                  f"modelled: nccl_tune.costmodel, topology {topology}, {world} ranks", False)
+
+
+def forward_saving_ms(curves: Curves, tokens: int, layers: int, hidden: int, dtype: str) -> float:
+    """ms one forward of `tokens` tokens saves under the profile (model.predicted_saving_ms)."""
+    if dtype.lower() in model.DTYPE_BYTES:
+        return model.predicted_saving_ms(curves.baseline, curves.profile, tokens, layers, hidden,
+                                         dtype, extrapolate=True)
+    # float64 (the exact CPU loop) is not in the model's table: same formula, 8 bytes
+    nbytes = tokens * hidden * ELEMENT_BYTES[dtype.lower()]
+    per = curves.baseline.at(nbytes, True) - curves.profile.at(nbytes, True)
+    return model.collectives_per_forward(layers) * per / 1000.0
+
+
+def predicted_ms_per_token(curves: Curves, steps: int, accept_len: float, layers: int,
+                           hidden: int, dtype: str, draft_layers: int) -> float:
+    """Predicted ms saved per generated token at `steps` draft steps (see module doc)."""
+    cycle = forward_saving_ms(curves, steps + 1, layers, hidden, dtype)
+    if steps:
+        cycle += steps * forward_saving_ms(curves, 1, draft_layers, hidden, dtype)
+    return cycle / max(accept_len, 1.0)
+
+
+def needed_sizes(hidden: int, dtype: str, max_steps: int) -> list[int]:
+    """Message sizes of every forward the validation runs."""
+    elem = ELEMENT_BYTES.get(dtype.lower(), 2)
+    return [t * hidden * elem for t in range(1, max_steps + 2)]
+
+
+# --- comparison ------------------------------------------------------------------------
+
+def _ci(values: list[float]) -> tuple[float | None, list[float] | None]:
+    if not values:
+        return None, None
+    mean, lo, hi = stats.t_ci(values)
+    return mean, ([lo, hi] if len(values) > 1 else None)
+
+
+def compare(base_runs: list[float], prof_runs: list[float]) -> tuple[str | None, list[float] | None]:
+    """Verdict on profile minus baseline tok/s (Welch t interval), and the interval."""
+    if len(base_runs) < 2 or len(prof_runs) < 2:
+        return None, None
+    _, lo, hi = stats.welch_t_ci(prof_runs, base_runs)
+    return (HELPS if lo > 0 else HURTS if hi < 0 else NO_DIFFERENCE), [lo, hi]
+
+
+def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: Curves | None,
+               sizes: dict | None) -> list[dict]:
+    """One row per configuration with speedup, measured and predicted saving."""
+    rows = []
+    for k in steps:
+        base = measured.get(("baseline", k), {})
+        for label in ("baseline", "profile"):
+            m = measured.get((label, k))
+            if m is None:
+                continue
+            mean, ci = _ci(m.get("runs_tok_s") or [])
+            row = {"steps": k, "config": label, "status": m.get("status"), "error": m.get("error"),
+                   "tok_s": mean, "tok_s_ci": ci, "runs_tok_s": m.get("runs_tok_s") or [],
+                   "accept_len": m.get("accept_len"), "draft_ms": m.get("draft_ms"),
+                   "verify_ms": m.get("verify_ms"), "env_ok": m.get("env_ok"),
+                   "speedup": None, "diff_ci": None, "verdict": None, "measured_saving_ms": None,
+                   "predicted_saving_ms": None, "prediction_error_ms": None}
+            base_mean, _ = _ci(base.get("runs_tok_s") or [])
+            if label == "profile" and mean and base_mean:
+                row["speedup"] = mean / base_mean
+                row["verdict"], row["diff_ci"] = compare(base["runs_tok_s"], m["runs_tok_s"])
+                row["measured_saving_ms"] = 1000.0 / base_mean - 1000.0 / mean
+                if curves is not None and sizes is not None:
+                    accept = m.get("accept_len") or 1.0
+                    row["predicted_saving_ms"] = predicted_ms_per_token(
+                        curves, k, accept, sizes["layers"], sizes["hidden"], sizes["dtype"],
+                        sizes["draft_layers"])
+                    row["prediction_error_ms"] = row["measured_saving_ms"] - row["predicted_saving_ms"]
+            rows.append(row)
+    return rows
+
+
+def best_steps(rows: list[dict]) -> dict[str, int | None]:
+    """The step count with the highest mean tok/s under each configuration."""
+    out: dict[str, int | None] = {}
+    for label in ("baseline", "profile"):
+        candidates = [r for r in rows if r["config"] == label and r["tok_s"]]
+        out[label] = max(candidates, key=lambda r: r["tok_s"])["steps"] if candidates else None
+    return out
+
+
+def overall_verdict(rows: list[dict], best: dict) -> tuple[str, str]:
+    """The profile at its best step count against the baseline at its best."""
+    pick = {label: next((r for r in rows if r["config"] == label and r["steps"] == best[label]), None)
+            for label in ("baseline", "profile")}
+    if not pick["baseline"] or not pick["profile"]:
+        return "unknown", "not enough successful configurations to compare"
+    verdict, ci = compare(pick["baseline"]["runs_tok_s"], pick["profile"]["runs_tok_s"])
+    b, p = pick["baseline"]["tok_s"], pick["profile"]["tok_s"]
+    detail = (f"best profile (steps {best['profile']}, {p:.1f} tok/s) vs best baseline "
+              f"(steps {best['baseline']}, {b:.1f} tok/s): {p / b:.3f}x")
+    if verdict is None:
+        return "unknown", detail + "; at least 2 runs per configuration are needed for an interval"
+    return verdict, detail + f", difference 95% CI [{ci[0]:+.1f}, {ci[1]:+.1f}] tok/s"
+
+
+def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None) -> dict:
+    """Measure every configuration (appending each to opts.out), then compare and predict."""
+    measured: dict[tuple[str, int], dict] = {}
+    if opts.results:  # a results file that cannot predict is refused before any launch
+        world = _tp_size(opts.server_args) if opts.engine == "sglang" else None
+        curves_from_results(opts.results, opts.profile_env, world or opts.nproc)
+    for k in opts.steps:
+        for label, env in (("baseline", None), ("profile", opts.profile_env)):
+            started = time.time()
+            if opts.engine == "builtin":
+                result = measure_builtin(opts, env, k)
+            else:
+                result = measure_sglang(opts, env, k, label)
+            result["seconds"] = time.time() - started
+            measured[(label, k)] = result
+            mean, ci = _ci(result.get("runs_tok_s") or [])
+            record = store.make_record(
+                run_id=opts.run_id, env=dict(env or {}), backend=result.get("backend"),
+                op="spec_decode", world_size=result.get("world_size") or opts.nproc,
+                status=result.get("status"), error=result.get("error"), label=label,
+                engine=opts.engine, steps=k, profile=opts.profile_name, source="measured",
+                tok_s=mean, tok_s_ci=ci, runs_tok_s=result.get("runs_tok_s"),
+                accept_len=result.get("accept_len"), draft_ms=result.get("draft_ms"),
+                verify_ms=result.get("verify_ms"), other_ms=result.get("other_ms"),
+                max_tokens=opts.max_tokens, env_ok=result.get("env_ok"),
+                detail={k2: v for k2, v in result.items() if k2 not in ("runs_tok_s",)})
+            store.append_record(opts.out, record)
+            if on_config:
+                on_config(label, k, result)
+    return finish(opts, measured)
+
+
+def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
+    """Rows, best step counts, prediction and verdict from what was measured."""
+    notes: list[str] = []
+    sizes = None
+    model_info = next((m.get("model") for m in measured.values() if m.get("model")), None)
+    if model_info:
+        sizes = {"layers": model_info["layers"], "hidden": model_info["hidden"],
+                 "dtype": model_info["dtype"], "draft_layers": model_info["draft_layers"]}
+    elif opts.layers and opts.hidden:
+        sizes = {"layers": opts.layers, "hidden": opts.hidden, "dtype": opts.dtype,
+                 "draft_layers": opts.draft_layers}
+    backend = next((m.get("backend") for m in measured.values() if m.get("backend")), None)
+    world = next((m.get("world_size") for m in measured.values() if m.get("world_size")), opts.nproc)
+    curves = None
+    if sizes is None:
+        notes.append("no prediction: give --layers and --hidden (the served model's sizes)"
+                     if opts.engine == "sglang" else "no prediction: no configuration finished")
+    else:
+        if opts.results:
+            curves = curves_from_results(opts.results, opts.profile_env, world)
+        else:
+            curves = curves_from_costmodel(opts.profile_env, world, opts.topology,
+                                           needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)))
+        notes.append(f"prediction from {curves.source}")
+    if opts.engine == "builtin" and backend == "gloo":
+        notes.append("engine builtin ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
+                     "so any difference here is noise and the prediction (for NCCL) does not apply")
+    bad_env = [m for m in measured.values() if m.get("env_ok") is False]
+    if bad_env:
+        notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "
+                     "(see env_check in the results file)")
+    rows = build_rows(measured, opts.steps, curves, sizes)
+    best = best_steps(rows)
+    verdict, detail = overall_verdict(rows, best)
+    return {"run_id": opts.run_id, "engine": opts.engine, "backend": backend, "world_size": world,
+            "profile": opts.profile_name, "profile_env": opts.profile_env, "out": opts.out,
+            "steps": opts.steps, "runs": opts.runs, "max_tokens": opts.max_tokens,
+            "model": sizes, "prediction_source": curves.source if curves else None,
+            "prediction_measured": curves.measured if curves else None,
+            "rows": rows, "best_steps": best, "verdict": verdict, "verdict_detail": detail,
+            "notes": notes}

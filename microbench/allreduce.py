@@ -1,0 +1,486 @@
+"""`torchrun --nproc-per-node N -m microbench.allreduce`: small-message collective latency.
+
+Per size: warm up, time `iters` iterations on every rank (ranks aligned before each),
+keep the slowest rank's time per iteration, then check the result exactly (never
+timed). Rank 0 prints a header and an nccl-tests-like table and appends one record
+per size to --out (DESIGN.md section 3; each record flushed as it is written).
+
+Process groups: the default group is gloo and carries only bookkeeping (barriers,
+gathering samples and error reports), so NCCL's log holds nothing but the measured
+collectives. Each cell measures on a fresh group (`new_group`) whose communicator
+NCCL builds at its first collective, after the cell's NCCL_PROTO / NCCL_ALGO /
+NCCL_THREAD_THRESHOLDS are in os.environ; the group is destroyed after the cell.
+
+Failures: an exception on any rank during a size is reported to every rank through the
+default group; the size and the cell's remaining sizes are recorded as failed naming
+the rank and cause, and a plan goes on with its next cell. Without a plan a failed or
+wrong cell makes every rank exit 1. A rank that cannot reach the others, or that makes
+no progress for --timeout seconds (plus a grace), prints one line naming itself and the
+cause and exits non-zero; torchrun then stops the rest.
+
+Test hook: MICROBENCH_FAULT="RANK:raise" (an exception while measuring on that rank),
+"RANK:exit" (the process dies), "RANK:wrong" (one result element corrupted); a third
+field ("1:raise:CELL") limits it to one cell.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import warnings
+
+from nccl_tune import costmodel, ncclinfo, stats, store
+from nccl_tune.errors import NcclTuneError
+from microbench import check, nccllog, options, output, timing
+
+PROG = options.PROG
+FAULT_VAR = "MICROBENCH_FAULT"
+GRACE_S = 30.0  # the watchdog fires this long after the process-group timeout
+
+
+class Fatal(Exception):
+    """A failure that ends the run on this rank (the message names the cause)."""
+
+
+def _say(text: str) -> None:
+    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _fault(rank: int, kind: str, cell: str | None = None) -> bool:
+    """True when MICROBENCH_FAULT asks for `kind` on this rank (and cell, when it names one)."""
+    parts = os.environ.get(FAULT_VAR, "").split(":", 2)
+    if len(parts) < 2 or parts[0] != str(rank) or parts[1] != kind:
+        return False
+    return len(parts) == 2 or parts[2] == cell
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _standalone_env() -> None:
+    """Outside torchrun: a world of one process on this host."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+
+
+class Bench:
+    """One rank's run: resolved options, process groups, log capture and output."""
+
+    def __init__(self, args, plan: options.Plan | None, env_process: dict[str, str]):
+        import torch
+
+        self.args, self.plan, self.env_process = args, plan, env_process
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.backend, self.mode = resolve_backend_mode(args.backend, args.mode)
+        self.verify = self.backend == "nccl" if args.verify is None else args.verify
+        if self.verify and self.backend != "nccl":
+            raise NcclTuneError("--verify-effective needs the NCCL backend (gloo has no NCCL log)")
+        self.torch_dtype = getattr(torch, options.DTYPES[args.dtype][0])
+        self.elem, self.max_exact = options.DTYPES[args.dtype][1:]
+        self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+        self.run_id = args.run_id or (plan.run_id if plan and plan.run_id else None) or store.new_run_id()
+        self.capture = nccllog.NcclLogCapture() if self.verify else None
+        self.quiet_ok: bool | None = None
+        self.failed_or_wrong = False
+        self.current: dict = {}
+        # The bookkeeping group waits longer than a measured collective may take, so a rank
+        # stuck in a collective times out there first and still joins the error exchange.
+        # The watchdog bounds what no process-group timeout sees (a hung graph replay or
+        # device sync): no heartbeat for --timeout plus a grace ends the rank.
+        self.control_timeout = 2 * args.timeout + 10
+        self.watchdog = timing.Watchdog(args.timeout + GRACE_S, self._expired)
+
+    # ---------------------------------------------------------------- set-up
+
+    def start(self) -> None:
+        """Log capture (before any NCCL init), device, default gloo group, host facts."""
+        import torch
+        import torch.distributed as dist
+
+        if self.capture:
+            self.capture.install()
+        if self.backend == "nccl":
+            torch.cuda.set_device(self.local_rank)
+        self.watchdog.start()
+        self.watchdog.beat("joining the process group")
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.control_timeout))
+        gpu = torch.cuda.get_device_name(self.local_rank) if self.backend == "nccl" else None
+        facts = [None] * self.world
+        dist.all_gather_object(facts, (socket.gethostname(), gpu))
+        self.hosts = [f[0] for f in facts]
+        self.gpus = [f[1] for f in facts] if self.backend == "nccl" else None
+        self.nnodes = len(set(self.hosts))
+        self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
+        if self.backend == "nccl":
+            version = torch.cuda.nccl.version()  # a tuple in torch 2.x, an int code before
+            if isinstance(version, int):
+                version = ncclinfo.decode_version(version)
+            self.versions["nccl"] = ".".join(map(str, version))
+
+    def header_info(self) -> dict:
+        """What header_lines prints."""
+        a = self.args
+        if not self.verify:
+            note = "off" + (" (gloo has no NCCL log)" if self.backend == "gloo" else "")
+        else:
+            note = f"on: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={nccllog.LOUD_SUBSYS} into {self.capture.directory}"
+            if self.mode == "eager" and self.capture.probe():
+                note += "; timed eager iterations run with per-collective lines off (ncclResetDebugInit)"
+            elif self.mode == "eager":
+                note += ("; this NCCL lacks ncclResetDebugInit, so NCCL logs every timed eager "
+                         "collective and the latencies include that cost")
+        notes = []
+        for name, value in (self.capture.previous.items() if self.capture else ()):
+            if value is not None:
+                notes.append(f"note: your {name}={value} is replaced while verifying")
+        return {"run_id": self.run_id, "world_size": self.world, "nnodes": self.nnodes,
+                "hosts": self.hosts, "backend": self.backend, "mode": self.mode, "op": a.op,
+                "dtype": a.dtype, "warmup": a.warmup, "iters": a.iters, "graph_ops": a.graph_ops,
+                "versions": self.versions, "env_process": self.env_process,
+                "conf_files": output.read_conf_files(os.environ), "gpus": self.gpus,
+                "verify_note": note, "notes": notes}
+
+    # ---------------------------------------------------------------- bookkeeping
+
+    def _expired(self, what: str, seconds: float) -> None:
+        message = f"timeout: no progress for {seconds:.0f} s while {what}"
+        if self.rank == 0 and self.current.get("cell") is not None and self.args.out:
+            try:
+                store.append_record(self.args.out, self._record(self.current["cell"], self.current["bytes"],
+                                                                status="timeout", error=message))
+            except Exception:  # noqa: BLE001 - the process is going down; the line below says why
+                pass
+        _say(f"rank {self.rank}: {message}")
+        os._exit(124)
+
+    def barrier(self) -> None:
+        """Meet every rank on the default (gloo) group."""
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def exchange_errors(self, error: str | None) -> list[tuple[int, str]]:
+        """Every rank's error of this step (rank, message), same list on all ranks."""
+        import torch.distributed as dist
+
+        self.watchdog.beat("exchanging status with the other ranks")
+        found = [None] * self.world
+        try:
+            dist.all_gather_object(found, error)
+        except Exception as exc:  # noqa: BLE001
+            cause = _first_line(exc)
+            if "closed by peer" in cause or "Connection reset" in cause:
+                cause = "a peer closed its connection: another rank probably died"
+            raise Fatal(f"lost contact with the other ranks ({cause})") from None
+        errors = [(r, e) for r, e in enumerate(found) if e]
+        # Root causes first: a rank that timed out waiting for a failed one is a consequence.
+        return sorted(errors, key=lambda item: ("timed out" in item[1].lower(), item[0]))
+
+    def gather_samples(self, samples: list[float], wrong: int) -> tuple[list[float], int]:
+        """Slowest rank per iteration, and #wrong summed over ranks."""
+        import torch
+        import torch.distributed as dist
+
+        local = torch.tensor([float(wrong)] + list(samples), dtype=torch.float64)
+        table = [torch.empty_like(local) for _ in range(self.world)]
+        dist.all_gather(table, local)
+        rows = [t.tolist() for t in table]
+        return stats.slowest_rank([r[1:] for r in rows]), int(sum(r[0] for r in rows))
+
+    # ---------------------------------------------------------------- records
+
+    def _record(self, cell: options.Cell, nbytes: int, **fields) -> dict:
+        a = self.args
+        extra = dict(cell.extra)
+        return store.make_record(
+            run_id=self.run_id, cell=cell.cell, env=cell.env, backend=self.backend, op=a.op,
+            mode=self.mode, world_size=self.world, nnodes=self.nnodes, bytes=nbytes,
+            count=nbytes // self.elem, dtype=a.dtype, iters=cell.iters or a.iters,
+            warmup=cell.warmup if cell.warmup is not None else a.warmup,
+            graph_ops=a.graph_ops if self.mode == "graph" else None,
+            versions=self.versions, gpus=self.gpus, round=cell.round, label=a.label,
+            env_process=self.env_process, hosts=sorted(set(self.hosts)), **extra, **fields)
+
+    def emit(self, record: dict) -> None:
+        """Rank 0: append to --out (flushed), print the row or the JSON line."""
+        if self.rank != 0:
+            return
+        if self.args.out:
+            store.append_record(self.args.out, record)
+        if self.args.json:
+            print(json.dumps(record, default=str), flush=True)
+        else:
+            print(output.row(record), flush=True)
+
+    # ---------------------------------------------------------------- measuring
+
+    def cells(self) -> list[options.Cell]:
+        """The plan's cells, or the one cell of the process environment."""
+        return self.plan.cells if self.plan else [options.single_cell(self.env_process)]
+
+    def run(self) -> int:
+        """Measure every cell; returns the exit code."""
+        import torch.distributed as dist
+
+        if self.rank == 0:
+            stream = sys.stderr if self.args.json else sys.stdout
+            print("\n".join(output.header_lines(self.header_info())), file=stream, flush=True)
+        for cell in self.cells():
+            self.run_cell(cell)
+        self.watchdog.beat("finishing")
+        self.barrier()
+        dist.destroy_process_group()
+        self.watchdog.stop()
+        if self.capture:
+            self.capture.cleanup()
+        return 1 if self.failed_or_wrong and not self.plan else 0
+
+    def run_cell(self, cell: options.Cell) -> None:
+        """Fresh group under the cell's settings, every size measured and recorded."""
+        import torch.distributed as dist
+
+        if self.plan:
+            options.apply_comm_env(cell.comm_env)
+        if self.rank == 0 and not self.args.json:
+            print("\n".join(output.cell_lines(cell.cell, cell.env, cell.round, bool(self.plan))), flush=True)
+        mismatch = options.process_env_mismatch(cell.env, self.env_process)
+        snapshot = self.capture.snapshot() if self.capture else None
+        self.watchdog.beat(f"creating the process group of cell {cell.cell}")
+        group = dist.new_group(backend=self.backend,
+                               timeout=datetime.timedelta(seconds=self.args.timeout))
+        sizes = self.args.sizes_bytes
+        for index, requested in enumerate(sizes):
+            self.current = {"cell": cell, "bytes": requested}
+            error, result = mismatch, None
+            if error is None:
+                try:
+                    result = self.measure(group, requested, cell)
+                except Fatal:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - reported to all ranks, recorded
+                    error = _first_line(exc)
+            errors = self.exchange_errors(error)
+            if errors:
+                text = "; ".join(f"rank {r}: {e}" for r, e in errors[:4])
+                if len(errors) > 4:
+                    text += f"; and {len(errors) - 4} more rank(s)"
+                self.failed_or_wrong = True
+                status = "timeout" if all("timed out" in e.lower() for _, e in errors) else "failed"
+                for nbytes in sizes[index:]:
+                    self.emit(self._record(cell, nbytes, status=status, error=text,
+                                           effective=None, correct=None))
+                if self.rank == 0 and not self.plan:
+                    _say(f"cell {cell.cell} failed at {requested} bytes: {text}")
+                break
+            samples, nbytes, wrong = result
+            samples, wrong = self.gather_samples(samples, wrong if wrong is not None else 0)
+            if self.rank == 0:
+                self.emit(self.size_record(cell, nbytes, samples, wrong, snapshot))
+        self.current = {}
+        self.watchdog.beat(f"destroying the process group of cell {cell.cell}")
+        self.barrier()
+        dist.destroy_process_group(group)
+        if self.rank == 0 and self.capture and self.args.show_nccl_log:
+            for line in self.capture.read_since(snapshot):
+                print(f"# nccl-log {line}", file=sys.stderr)
+
+    def size_record(self, cell, nbytes: int, samples: list[float], wrong: int, snapshot) -> dict:
+        """The record of one measured size (rank 0)."""
+        lat = stats.summarize(samples)
+        p50 = lat["p50"]
+        algbw = nbytes / (p50 * 1e-6) / 1e9 if p50 else None
+        busbw = algbw * costmodel.bus_factor(self.args.op, self.world) if algbw is not None else None
+        checked = self.args.check
+        effective = None
+        if self.capture:
+            observed = ncclinfo.summarize_log(ncclinfo.parse_log(self.capture.read_since(snapshot)))
+            effective = ncclinfo.confirm_effective(cell.env, observed, self.args.op, nbytes, self.world)
+            if effective is not None and self.mode == "eager" and self.quiet_ok is False:
+                effective["detail"] += ("; eager timing ran with NCCL's per-collective log on "
+                                        "(no ncclResetDebugInit): latencies include NCCL's logging")
+        status = "ok"
+        if checked and wrong:
+            status = "wrong"
+            self.failed_or_wrong = True
+            if not self.plan:
+                _say(f"cell {cell.cell}: {wrong} wrong element(s) at {nbytes} bytes")
+        return self._record(cell, nbytes, lat_us=lat, samples_us=samples, algbw_gbps=algbw,
+                            busbw_gbps=busbw, correct=(wrong == 0) if checked else None,
+                            wrong=wrong if checked else None, effective=effective, status=status)
+
+    def _buffers(self, count: int, copies: int):
+        import torch
+
+        n_in = check.input_length(self.args.op, count, self.world)
+        n_out = check.output_length(self.args.op, count, self.world)
+        pairs = []
+        for _ in range(copies):
+            inp = torch.zeros(n_in, dtype=self.torch_dtype, device=self.device)
+            out = inp if self.args.op == "allreduce" else torch.zeros(n_out, dtype=self.torch_dtype,
+                                                                       device=self.device)
+            pairs.append((inp, out))
+        return pairs
+
+    def _op(self, group, inp, out):
+        import torch.distributed as dist
+
+        op = self.args.op
+        if op == "allreduce":
+            return lambda: dist.all_reduce(out, group=group)
+        if op == "reduce_scatter":
+            fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        else:
+            fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: fn(out, inp, group=group)
+
+    def _align(self):
+        import torch
+
+        if self.device.type == "cuda":
+            def align():
+                torch.cuda.synchronize()
+                self.barrier()
+            return align
+        return self.barrier
+
+    def measure(self, group, requested: int, cell) -> tuple[list[float], int, int | None]:
+        """Time one size on this rank and check it: (samples_us, bytes, wrong or None)."""
+        a = self.args
+        iters = cell.iters or a.iters
+        warmup = cell.warmup if cell.warmup is not None else a.warmup
+        count = requested // self.elem
+        if a.op != "allreduce":
+            count = count // self.world * self.world  # whole elements per rank, as nccl-tests
+            if count == 0:
+                raise NcclTuneError(f"{requested} bytes is less than one {a.dtype} element per rank")
+        nbytes = count * self.elem
+        copies = a.graph_ops if self.mode == "graph" else 1
+        pairs = self._buffers(count, copies)
+        ops = [self._op(group, i, o) for i, o in pairs]
+        beat = self.watchdog.beat
+        beat(f"measuring {nbytes} bytes in cell {cell.cell}")
+        if _fault(self.rank, "raise", cell.cell):
+            raise RuntimeError("injected fault (MICROBENCH_FAULT)")
+        if _fault(self.rank, "exit", cell.cell):
+            os._exit(3)
+        align = self._align()
+        graph = None
+        if self.mode == "graph":
+            graph = timing.capture_graph(ops)  # runs each op once first: the log's burst
+            for _ in range(warmup):
+                graph.replay()
+            samples = timing.cuda_graph(graph, copies, align, iters, beat)
+        else:
+            op = ops[0]
+            # At least one untimed call: the communicator is built there, and its log lines
+            # (the short burst that --verify-effective reads) are written outside timing.
+            for _ in range(max(warmup, 1)):
+                op()
+            quiet = self.capture.quiet() if self.capture else False
+            if self.capture:
+                self.quiet_ok = quiet
+            try:
+                timer = timing.cuda_eager if self.device.type == "cuda" else timing.cpu_eager
+                samples = timer(op, align, iters, beat)
+            finally:
+                if quiet:
+                    self.capture.loud()
+        wrong = self.check(pairs, count, graph, ops, cell.cell) if a.check else None
+        return samples, nbytes, wrong
+
+    def check(self, pairs, count: int, graph, ops, cell: str) -> int:
+        """Fill per-rank inputs, run once (replay in graph mode), count wrong elements."""
+        import torch
+
+        a = self.args
+        values = check.input_values(a.op, self.rank, self.world, count, self.max_exact)
+        source = torch.from_numpy(values).to(self.torch_dtype).to(self.device)
+        for inp, out in pairs:
+            if out is not inp:
+                out.zero_()
+            inp.copy_(source)
+        if graph is not None:
+            graph.replay()
+        else:
+            for op in ops:
+                op()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        if _fault(self.rank, "wrong", cell):
+            pairs[0][1].view(-1)[0] += 1
+        expected = check.expected_values(a.op, self.rank, self.world, count, self.max_exact)
+        return sum(check.count_wrong(out.float().cpu().numpy(), expected) for _, out in pairs)
+
+
+def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
+    """auto -> nccl with CUDA (else gloo); auto mode -> graph on CUDA, eager on CPU."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    if backend == "auto":
+        backend = "nccl" if cuda and dist.is_nccl_available() else "gloo"
+    if backend == "nccl" and not (cuda and dist.is_nccl_available()):
+        raise NcclTuneError("--backend nccl needs CUDA GPUs and a torch built with NCCL "
+                            f"(torch.cuda.is_available() is {cuda})")
+    if mode == "auto":
+        mode = "graph" if backend == "nccl" else "eager"
+    if mode == "graph" and not cuda:
+        raise NcclTuneError("--mode graph needs CUDA (torch.cuda.is_available() is False); "
+                            "use --mode eager")
+    if mode == "graph" and backend != "nccl":
+        raise NcclTuneError("--mode graph needs the NCCL backend (gloo collectives cannot be "
+                            "captured in a CUDA graph)")
+    return backend, mode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of every rank; returns the process exit code."""
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        args = options.parse_args(argv)
+        plan = options.load_plan(args.plan) if args.plan else None
+        env_process = options.settings_env(os.environ)  # before any instrumentation
+        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+        _standalone_env()
+        bench = Bench(args, plan, env_process)
+    except NcclTuneError as exc:
+        if rank == 0:
+            _say(f"error: {exc}")
+        return 2
+    try:
+        bench.start()
+        return bench.run()
+    except NcclTuneError as exc:
+        _say(f"rank {bench.rank}: error: {exc}")
+        code = 2
+    except Fatal as exc:
+        _say(f"rank {bench.rank}: {exc}")
+        code = 1
+    except KeyboardInterrupt:
+        _say(f"rank {bench.rank}: interrupted")
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - one line naming the rank and cause, no traceback
+        _say(f"rank {bench.rank}: failed: {_first_line(exc)}")
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)  # skip teardown that could hang on a broken group
+
+
+if __name__ == "__main__":
+    sys.exit(main())

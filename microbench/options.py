@@ -1,0 +1,314 @@
+"""Options of `microbench.allreduce`: parsing and validation, torch-free.
+
+Kept apart from the measuring code so that `nccl-tune bench` can check a command
+line (and show the same help) without importing torch, and so that the parsing is
+testable as pure functions. Bad input raises `NcclTuneError`; the entry point turns
+it into one line on stderr and exit code 2.
+
+A plan (`--plan PLAN.json`, written by `nccl-tune sweep`) lists cells to measure one
+after another in this process, each with a fresh communicator:
+
+    {"run_id": "...", "cells": [{"cell": "c-1a2b...", "env": {...}, "comm_env": {...},
+      "round": 0, "iters": null, "warmup": null, "extra": {"isolation": "group"}}]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from nccl_tune import settings
+from nccl_tune.errors import NcclTuneError
+
+PROG = "microbench.allreduce"
+
+# name -> (torch dtype attribute, bytes per element, largest integer n such that every
+# integer in [-n, n] is exact in the type: 2**(mantissa bits + 1)).
+DTYPES: dict[str, tuple[str, int, int]] = {
+    "bf16": ("bfloat16", 2, 256),
+    "fp16": ("float16", 2, 2048),
+    "fp32": ("float32", 4, 1 << 24),
+}
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+                 "float32": "fp32", "float": "fp32"}
+OPS = ("allreduce", "reduce_scatter", "all_gather")
+BACKENDS = ("auto", "nccl", "gloo")
+MODES = ("auto", "graph", "eager")
+DEFAULT_TOKENS = "1,2,3,4,6,8"
+DEFAULT_HIDDEN = 7168
+DEFAULT_DTYPE = "bf16"
+# The NCCL_DEBUG family is instrumentation, not a setting under test: it never enters
+# a cell's env (so NCCL_DEBUG=INFO does not turn a baseline run into another cell).
+DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
+              "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT")
+_SIZE_RE = re.compile(r"^(\d+)\s*([kKmMgG]?)[bB]?$")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def canonical_dtype(name: str) -> str:
+    """'bf16' / 'bfloat16' -> 'bf16'; raises NcclTuneError for an unknown name."""
+    key = name.strip().lower()
+    key = DTYPE_ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise NcclTuneError(f"--dtype: unknown dtype '{name}' (known: {', '.join(DTYPES)})")
+    return key
+
+
+def dtype_size(name: str) -> int:
+    """Bytes per element of a dtype name."""
+    return DTYPES[canonical_dtype(name)][1]
+
+
+def parse_size(text: str) -> int:
+    """'14336' -> 14336, '64K' -> 65536, '1M' -> 1048576 (K = 1024, as nccl-tests)."""
+    match = _SIZE_RE.match(text.strip())
+    if not match:
+        raise NcclTuneError(f"--sizes: '{text}' is not a size (bytes, or a number with K, M or G)")
+    value = int(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value <= 0:
+        raise NcclTuneError(f"--sizes: '{text}' must be at least 1 byte")
+    return value
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    items = [s.strip() for s in text.split(",")]
+    if not text.strip() or any(not s for s in items):
+        raise NcclTuneError(f"{option}: expected a comma list of positive integers, got '{text}'")
+    out = []
+    for item in items:
+        if not item.isdigit() or int(item) <= 0:
+            raise NcclTuneError(f"{option}: '{item}' is not a positive integer")
+        out.append(int(item))
+    return out
+
+
+def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
+                  dtype: str) -> list[int]:
+    """Message sizes in bytes, in the order given, duplicates dropped.
+
+    Either explicit `sizes` ("1K,14336,64K") or decode sizes tokens x hidden x dtype
+    size (default tokens 1,2,3,4,6,8 at hidden 7168). Every size must hold whole
+    elements of `dtype`.
+    """
+    elem = dtype_size(dtype)
+    if sizes is not None and (tokens is not None or hidden is not None):
+        raise NcclTuneError("--sizes cannot be combined with --tokens/--hidden")
+    if sizes is not None:
+        items = [s for s in sizes.split(",")]
+        if not sizes.strip() or any(not s.strip() for s in items):
+            raise NcclTuneError(f"--sizes: expected a comma list of sizes, got '{sizes}'")
+        values = [parse_size(s) for s in items]
+    else:
+        if hidden is not None and hidden <= 0:
+            raise NcclTuneError(f"--hidden: {hidden} must be a positive integer")
+        counts = _int_list(tokens or DEFAULT_TOKENS, "--tokens")
+        values = [t * (hidden or DEFAULT_HIDDEN) * elem for t in counts]
+    for value in values:
+        if value % elem:
+            raise NcclTuneError(f"--sizes: {value} bytes is not a multiple of the {elem}-byte "
+                                f"{canonical_dtype(dtype)} element")
+    return list(dict.fromkeys(values))
+
+
+# ---------------------------------------------------------------- plans
+
+@dataclass
+class Cell:
+    """One plan cell: the settings to measure under, and what to add to its records."""
+
+    cell: str
+    env: dict[str, str]
+    comm_env: dict[str, str]
+    round: int = 0
+    iters: int | None = None
+    warmup: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """Cells measured one after another in one process, each with a fresh communicator."""
+
+    run_id: str | None
+    cells: list[Cell]
+
+
+def _str_map(value, where: str, path: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise NcclTuneError(f"{where} must be an object of NAME: value strings", path=path)
+    for key, val in value.items():
+        if not isinstance(key, str) or not key.startswith("NCCL_"):
+            raise NcclTuneError(f"{where}: '{key}' is not an NCCL_* variable", path=path)
+        if not isinstance(val, str):
+            raise NcclTuneError(f"{where}.{key} must be a string, got {type(val).__name__}",
+                                path=path)
+    return dict(value)
+
+
+def _opt_count(value, where: str, path: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise NcclTuneError(f"{where} must be a non-negative integer or null", path=path)
+    return value
+
+
+def parse_plan(data, path: str = "<plan>") -> Plan:
+    """Validate a decoded plan object and return it as a `Plan`.
+
+    `comm_env` must be exactly the communicator-scoped part of `env` (the catalogue in
+    nccl_tune.settings decides scope): the measurement sets those variables itself,
+    and the launcher must have set the rest.
+    """
+    if not isinstance(data, dict):
+        raise NcclTuneError("a plan must be a JSON object with 'cells'", path=path)
+    run_id = data.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        raise NcclTuneError("run_id must be a string", path=path)
+    cells_data = data.get("cells")
+    if not isinstance(cells_data, list) or not cells_data:
+        raise NcclTuneError("'cells' must be a non-empty list", path=path)
+    cells = []
+    for index, item in enumerate(cells_data):
+        where = f"cells[{index}]"
+        if not isinstance(item, dict):
+            raise NcclTuneError(f"{where} must be an object", path=path)
+        env = _str_map(item.get("env", {}), f"{where}.env", path)
+        comm_env = _str_map(item.get("comm_env", {}), f"{where}.comm_env", path)
+        for key in comm_env:
+            if settings.scope_of(key) != "communicator":
+                raise NcclTuneError(f"{where}.comm_env: {key} is process-scoped; only "
+                                    "communicator-scoped variables can change inside a process",
+                                    path=path)
+        expected = {k: v for k, v in env.items() if settings.scope_of(k) == "communicator"}
+        if comm_env != expected:
+            raise NcclTuneError(f"{where}.comm_env {comm_env} is not the communicator-scoped "
+                                f"part of env {expected}", path=path)
+        cell_name = item.get("cell")
+        if not isinstance(cell_name, str) or not cell_name:
+            raise NcclTuneError(f"{where}.cell must be a non-empty string", path=path)
+        round_ = item.get("round", 0)
+        if not isinstance(round_, int) or isinstance(round_, bool):
+            raise NcclTuneError(f"{where}.round must be an integer", path=path)
+        extra = item.get("extra")
+        extra = {} if extra is None else extra
+        if not isinstance(extra, dict):
+            raise NcclTuneError(f"{where}.extra must be an object", path=path)
+        cells.append(Cell(cell=cell_name, env=env, comm_env=comm_env, round=round_,
+                          iters=_opt_count(item.get("iters"), f"{where}.iters", path),
+                          warmup=_opt_count(item.get("warmup"), f"{where}.warmup", path),
+                          extra=dict(extra)))
+    return Plan(run_id=run_id, cells=cells)
+
+
+def load_plan(path: str) -> Plan:
+    """Read and validate a plan file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read plan: {exc.strerror}", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise NcclTuneError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    return parse_plan(data, path)
+
+
+def settings_env(environ) -> dict[str, str]:
+    """The NCCL_* settings of an environment, less the NCCL_DEBUG family, sorted."""
+    return {k: environ[k] for k in sorted(environ)
+            if k.startswith("NCCL_") and k not in DEBUG_VARS}
+
+
+def single_cell(environ) -> Cell:
+    """Without a plan: one cell whose env is the process's NCCL_* settings."""
+    from nccl_tune.store import cell_id
+
+    env = settings_env(environ)
+    comm = {k: v for k, v in env.items() if settings.scope_of(k) == "communicator"}
+    return Cell(cell=cell_id(env), env=env, comm_env=comm)
+
+
+def apply_comm_env(comm_env: dict[str, str], environ=None) -> None:
+    """Make os.environ hold exactly `comm_env` among the communicator-scoped variables."""
+    environ = os.environ if environ is None else environ
+    for name, setting in settings.CATALOGUE.items():
+        if setting.scope == "communicator" and name not in comm_env:
+            environ.pop(name, None)
+    environ.update(comm_env)
+
+
+def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str]) -> str | None:
+    """A process-scoped variable of the cell that the process does not carry, described."""
+    for name, value in cell_env.items():
+        if settings.scope_of(name) == "process" and process_env.get(name) != value:
+            return (f"cell needs {name}={value} but the process has "
+                    f"{name}={process_env.get(name, '(unset)')}: the launcher must set it")
+    return None
+
+
+# ---------------------------------------------------------------- the command line
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises NcclTuneError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        raise NcclTuneError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `python -m microbench.allreduce` (and of `nccl-tune bench`)."""
+    p = _Parser(prog=PROG, description="Small-message collective latency, per rank and "
+                "slowest-rank, with a correctness check; run it under torchrun.")
+    p.add_argument("--sizes", help="message sizes in bytes: 1K,14336,64K,1M (K=1024)")
+    p.add_argument("--tokens", help=f"decode sizes: tokens x hidden x dtype (default {DEFAULT_TOKENS})")
+    p.add_argument("--hidden", type=int, help=f"hidden size for --tokens (default {DEFAULT_HIDDEN})")
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, help="bf16 (default), fp16 or fp32")
+    p.add_argument("--op", default="allreduce", choices=OPS, help="collective (default allreduce)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="auto: nccl with CUDA, else gloo")
+    p.add_argument("--mode", default="auto", choices=MODES,
+                   help="graph (CUDA graphs; default on CUDA) or eager (default on CPU)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (default 20)")
+    p.add_argument("--iters", type=int, default=200, help="timed iterations (default 200)")
+    p.add_argument("--graph-ops", type=int, default=10,
+                   help="collectives captured per CUDA graph replay (default 10)")
+    p.add_argument("--check", dest="check", action="store_true", default=True,
+                   help="check results after timing (default)")
+    p.add_argument("--no-check", dest="check", action="store_false")
+    p.add_argument("--out", help="append one JSON record per size to this .jsonl file")
+    p.add_argument("--json", action="store_true",
+                   help="print records as JSON lines on stdout instead of the table")
+    p.add_argument("--label", help="free text stored in every record")
+    p.add_argument("--verify-effective", dest="verify", action="store_true", default=None,
+                   help="capture NCCL's own log and record what it ran (default with NCCL)")
+    p.add_argument("--no-verify-effective", dest="verify", action="store_false")
+    p.add_argument("--show-nccl-log", action="store_true",
+                   help="print the NCCL log lines captured for each cell (rank 0, stderr)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a collective may take before the run fails (default 300)")
+    p.add_argument("--plan", help="JSON plan of cells to measure in turn (written by nccl-tune sweep)")
+    p.add_argument("--run-id", help="run id for the records (default: new, or the plan's)")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse and validate a command line; raises NcclTuneError on bad input.
+
+    Adds `sizes_bytes` (list of int) and canonical `dtype` to the namespace.
+    """
+    args = build_parser().parse_args(argv)
+    args.dtype = canonical_dtype(args.dtype)
+    args.sizes_bytes = resolve_sizes(args.sizes, args.tokens, args.hidden, args.dtype)
+    for name in ("warmup", "iters", "graph_ops"):
+        value = getattr(args, name)
+        low = 0 if name == "warmup" else 1
+        if value < low:
+            raise NcclTuneError(f"--{name.replace('_', '-')}: {value} must be >= {low}")
+    if not args.timeout > 0:
+        raise NcclTuneError(f"--timeout: {args.timeout} must be > 0")
+    if args.verify and args.backend == "gloo":
+        raise NcclTuneError("--verify-effective needs the NCCL backend (gloo has no NCCL log)")
+    return args

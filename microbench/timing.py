@@ -1,0 +1,141 @@
+"""Timers for one collective: CPU wall clock, CUDA events (eager), CUDA graph replay.
+
+Every timer runs `iters` iterations of: heartbeat, align the ranks, time the op. It
+returns this rank's per-iteration times in microseconds; the caller gathers them from
+all ranks and keeps the slowest rank per iteration (stats.slowest_rank).
+
+- CPU (gloo): `time.perf_counter` around one blocking collective.
+- CUDA eager: CUDA events recorded on the current stream around one collective;
+  torch makes the current stream wait for NCCL's stream, so the end event fires when
+  the collective is done. Launch overhead on the host is part of the interval, as it
+  is for a server running eagerly.
+- CUDA graph: K collectives captured in one graph; events around each replay; per-op
+  time = replay time / K. This is what a server with CUDA graphs runs: no host work
+  per collective at all (and no NCCL log line either: NCCL logs at enqueue, i.e. at
+  capture).
+
+`align` is the caller's: on CUDA it synchronises the device and then meets the other
+ranks on a CPU (gloo) barrier, so no rank starts its timer while another is still busy.
+The Watchdog bounds the whole thing: a rank that sees no heartbeat for `timeout_s`
+seconds (a collective that never completes, a replay that hangs) reports and exits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Sequence
+
+Op = Callable[[], object]
+
+
+def cpu_eager(op: Op, align: Callable[[], object], iters: int,
+              beat: Callable[[], object] = lambda: None) -> list[float]:
+    """Wall-clock microseconds of `iters` aligned calls of a blocking `op`."""
+    clock = time.perf_counter
+    out = [0.0] * iters
+    for i in range(iters):
+        beat()
+        align()
+        start = clock()
+        op()
+        out[i] = (clock() - start) * 1e6
+    return out
+
+
+def cuda_eager(op: Op, align: Callable[[], object], iters: int,
+               beat: Callable[[], object] = lambda: None) -> list[float]:
+    """CUDA-event microseconds of `iters` aligned collectives on the current stream."""
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        beat()
+        align()
+        starts[i].record()
+        op()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+
+def capture_graph(ops: Sequence[Op]):
+    """Capture `ops` (run once each, in order) into one CUDA graph and return it.
+
+    The ops run once on a side stream first, as torch requires before capture; that
+    also makes sure NCCL's communicator exists (it cannot be created inside a capture).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for op in ops:
+            op()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for op in ops:
+            op()
+    torch.cuda.synchronize()
+    return graph
+
+
+def cuda_graph(graph, ops_per_replay: int, align: Callable[[], object], iters: int,
+               beat: Callable[[], object] = lambda: None) -> list[float]:
+    """Per-op microseconds of `iters` aligned replays: replay time / ops_per_replay."""
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        beat()
+        align()
+        starts[i].record()
+        graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 / ops_per_replay for s, e in zip(starts, ends)]
+
+
+class Watchdog:
+    """Calls `on_expire(what, seconds)` once if no heartbeat arrives for `timeout_s`.
+
+    `beat(what)` is cheap (one clock read and an attribute store), so the timers call
+    it every iteration. The thread is a daemon and polls a few times a second.
+    """
+
+    def __init__(self, timeout_s: float, on_expire: Callable[[str, float], None],
+                 poll_s: float | None = None):
+        self.timeout_s = timeout_s
+        self.on_expire = on_expire
+        self.poll_s = poll_s if poll_s is not None else min(1.0, max(0.05, timeout_s / 20))
+        self.what = "start-up"
+        self.last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="microbench-watchdog", daemon=True)
+
+    def beat(self, what: str | None = None) -> None:
+        """Record progress (and optionally what the rank is doing now)."""
+        self.last = time.monotonic()
+        if what is not None:
+            self.what = what
+
+    def start(self) -> "Watchdog":
+        """Start watching; returns self."""
+        self.last = time.monotonic()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (idempotent)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            if time.monotonic() - self.last > self.timeout_s:
+                self._stop.set()
+                self.on_expire(self.what, self.timeout_s)
+                return

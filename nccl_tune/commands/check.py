@@ -1,0 +1,67 @@
+"""`nccl-tune check --profile FILE --pid PID [--tree] [--json]`: does a running server
+(and its workers) carry the profile? Exit 0 when every process matches, 1 when any does
+not, 2 when the process cannot be read. Logic: nccl_tune.procenv.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nccl_tune import procenv
+from nccl_tune.profile import load_profile, resolve_profile
+
+
+def _short(cmdline: list[str], width: int = 60) -> str:
+    text = " ".join(cmdline) or "?"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+@click.command("check")
+@click.option("--profile", "profiles", multiple=True, required=True,
+              help="Profile .env file or shipped profile name (repeatable; later ones win).")
+@click.option("--pid", type=click.IntRange(min=1), required=True, help="Process to check.")
+@click.option("--tree", is_flag=True, help="Also check every descendant (TP workers).")
+@click.option("--json", "as_json", is_flag=True, help="Print one object per process.")
+def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> None:
+    """Check that a running process (and its workers) carries a profile.
+
+    Reads /proc/PID/environ: the environment the process was started with.
+    """
+    from nccl_tune.cli import emit_json
+
+    expected: dict[str, str] = {}
+    for name in profiles:
+        expected.update(load_profile(str(resolve_profile(name))).env)
+    results = procenv.check_processes(expected, pid, tree=tree)
+    if as_json:
+        emit_json([r.to_dict() for r in results])
+    else:
+        from tabulate import tabulate
+
+        rows = []
+        for r in results:
+            if r.error:
+                state = f"UNREADABLE: {r.error}"
+            elif r.ok:
+                state = "ok"
+            else:
+                bad = [v for v in r.variables if v.status != "ok"]
+                state = f"MISMATCH ({len(bad)} of {len(r.variables)})"
+            rows.append([r.pid, r.ppid, _short(r.cmdline), state])
+        click.echo(tabulate(rows, headers=["pid", "ppid", "command", "profile"]))
+        for r in results:
+            for v in r.variables:
+                if v.status == "missing":
+                    click.echo(f"pid {r.pid}: {v.name} missing (profile: {v.expected})")
+                elif v.status == "different":
+                    click.echo(f"pid {r.pid}: {v.name} different: process {v.actual}, "
+                               f"profile {v.expected}")
+            if r.extra:
+                extra = " ".join(f"{k}={v}" for k, v in r.extra.items())
+                click.echo(f"pid {r.pid}: NCCL_* not in the profile: {extra}")
+        good = sum(r.ok for r in results)
+        click.echo(f"{good} of {len(results)} process(es) carry all {len(expected)} profile "
+                   "variable(s)", err=True)
+    sys.exit(0 if procenv.all_ok(results) else 1)

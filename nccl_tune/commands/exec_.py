@@ -1,0 +1,78 @@
+"""`nccl-tune exec --profile FILE [--profile FILE2 ...] [--clean] -- CMD [ARGS...]`.
+
+Runs CMD with the profile applied, by replacing this process (os.execvpe): CMD keeps
+this pid (so `nccl-tune check --pid` sees the server itself), receives signals directly,
+and its exit code is the exit code. argv goes to the kernel as given; no shell is
+involved. A profile with lint errors is refused (exit 2) before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import click
+
+from nccl_tune import lint as linter
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.profile import load_profile, read_text, resolve_profile
+
+
+def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) -> tuple[dict[str, str], list[str]]:
+    """(the environment CMD gets, the foreign NCCL_* names `clean` removed)."""
+    env = dict(base)
+    removed = []
+    if clean:
+        removed = sorted(k for k in env if k.startswith("NCCL_") and k not in profile_env)
+        for key in removed:
+            del env[key]
+    env.update(profile_env)
+    return env, removed
+
+
+@click.command("exec", context_settings={"ignore_unknown_options": True,
+                                         "allow_interspersed_args": False})
+@click.option("--profile", "profiles", multiple=True, required=True,
+              help="Profile .env file or shipped profile name (repeatable; later ones win).")
+@click.option("--clean", is_flag=True,
+              help="First remove every NCCL_* variable the profiles do not set.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> None:
+    """Run a command with a profile applied (no shell involved).
+
+    Put `--` before the command. Prints one line on stderr saying what was applied.
+    """
+    applied: dict[str, str] = {}
+    warnings = 0
+    known = linter.installed_names()
+    used = []
+    for name in profiles:
+        path = str(resolve_profile(name))
+        used.append(path)
+        findings = linter.lint_text(read_text(path), path, known)
+        errors = [f for f in findings if f.severity == linter.ERROR]
+        if errors:
+            raise NcclTuneError(f"refusing a profile with {len(errors)} lint error(s), first: "
+                                f"{errors[0]}")
+        warnings += len(findings)
+        applied.update(load_profile(path).env)
+    env, removed = build_env(dict(os.environ), applied, clean)
+    program = command[0] if os.sep in command[0] else shutil.which(command[0], path=env.get("PATH"))
+    if program is None or not os.path.isfile(program) or not os.access(program, os.X_OK):
+        raise NcclTuneError(f"cannot run {command[0]!r}: no such executable "
+                            f"{'file' if os.sep in command[0] else 'on PATH'}")
+    names = ", ".join(os.path.basename(p) for p in used)
+    summary = " ".join(f"{k}={v}" for k, v in applied.items()) or "(no variables)"
+    line = f"nccl-tune exec: applied {names}: {summary}"
+    if clean:
+        line += f"; removed {len(removed)} other NCCL_* ({' '.join(removed) or 'none'})"
+    if warnings:
+        line += f"; {warnings} lint warning(s), see nccl-tune lint"
+    click.echo(line, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], list(command), env)
+    except OSError as exc:
+        raise NcclTuneError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None

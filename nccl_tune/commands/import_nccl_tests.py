@@ -1,0 +1,63 @@
+"""`nccl-tune import-nccl-tests`: nccl-tests output (text or -J JSON) -> results records."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import click
+from tabulate import tabulate
+
+from nccl_tune import importers, store
+from nccl_tune.errors import NcclTuneError
+
+
+@click.command("import-nccl-tests")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--env", "env_text", metavar='"NCCL_A=x NCCL_B=y"',
+              help="The settings the runs used (replaces what the files' headers say; '' = baseline).")
+@click.option("--label", help="A label stored in every record.")
+@click.option("--op", type=click.Choice(["allreduce", "all_gather", "reduce_scatter"]),
+              help="The collective, when the file does not say (else read or inferred).")
+@click.option("--out", required=True, help="Results file to append to (JSON Lines).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def import_nccl_tests(files, env_text, label, op, out, as_json):
+    """Convert all_reduce_perf (all_gather, reduce_scatter) output into results records.
+
+    One record per run and size (backend nccl-tests); the out-of-place time is the
+    latency, the in-place one is kept; rows with #wrong > 0 are imported as wrong and
+    cut-off or failed rows as failed. Every file is read before anything is written.
+    """
+    env = importers.parse_env_option(env_text) if env_text is not None else None
+    run_id = store.new_run_id()
+    parsed = []
+    for path in files:  # read all first: a bad file aborts before anything is appended
+        records, runs = importers.import_file(path, env=env, label=label, op=op, run_id=run_id)
+        parsed.append((path, records, runs))
+    summary = []
+    for path, records, runs in parsed:
+        store.append_records(out, records)
+        statuses = Counter(r["status"] for r in records)
+        first = records[0]
+        summary.append({
+            "file": path, "runs": len(runs), "records": len(records), "op": first["op"],
+            "world_size": first["world_size"], "world_size_inferred": first["world_size_inferred"],
+            "nccl": (first["versions"] or {}).get("nccl"),
+            "env": store.cell_label(first["env"]), "statuses": dict(statuses),
+            "run_failures": sorted({r.failure for r in runs if r.failure})})
+    if as_json:
+        from nccl_tune.cli import emit_json
+        emit_json({"out": out, "run_id": run_id, "files": summary})
+        return
+    rows = [[s["file"], s["runs"], s["records"], s["op"],
+             f"{s['world_size']}{' (inferred)' if s['world_size_inferred'] else ''}"
+             if s["world_size"] else "?", s["nccl"] or "?", s["env"],
+             ", ".join(f"{n} {k}" for k, n in sorted(s["statuses"].items()))] for s in summary]
+    click.echo(tabulate(rows, headers=["file", "runs", "records", "op", "ranks", "NCCL", "settings",
+                                       "status"]))
+    for s in summary:
+        for failure in s["run_failures"]:
+            click.echo(f"note: {s['file']}: the run reported a failure: {failure}")
+    total = sum(s["records"] for s in summary)
+    if not total:
+        raise NcclTuneError("nothing imported")
+    click.echo(f"appended {total} records to {out}; next: nccl-tune report {out}")

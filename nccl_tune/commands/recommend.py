@@ -1,0 +1,386 @@
+"""`nccl-tune recommend`: latencies -> time saved per token; pick, plan, export.
+
+Thin: parse options, call nccl_tune.recommendation / specdec / tuner, render. Without
+--results it shows the embedded default (the analytical model, labelled MODELLED).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+from tabulate import tabulate
+
+from nccl_tune import costmodel, export, model, recommendation, specdec, store
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.recommendation import MODELLED, SIMULATED
+
+ASSUMED_TOPOLOGY = "pcie-shm"
+MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
+                "microbench.allreduce`) and pass the results file with --results")
+
+
+class _ArgvCommand(click.Command):
+    """Keeps the raw arguments, so an exported profile can name the exact command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["nccl_tune.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def resolve_topology(choice: str) -> tuple[str, str]:
+    """(topology name, how it was found) for --topology; falls back to an assumption."""
+    if choice != "auto":
+        return choice, f"{choice} (--topology)"
+    try:
+        from nccl_tune import topology as topo_mod  # helper module; may be absent or fail
+
+        kind = topo_mod.detect_kind()
+    except ImportError:
+        reason = "topology detection is not available in this install"
+    except Exception as exc:  # detection is best effort: never let it stop a recommendation
+        reason = f"topology detection failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    else:
+        if isinstance(kind, str) and kind in costmodel.TOPOLOGIES:
+            return kind, f"{kind} (detected)"
+        reason = "no GPU found" if not kind else f"detected '{kind}', which the model does not know"
+    return ASSUMED_TOPOLOGY, (
+        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machine, where "
+        "NCCL's default P2P level sends traffic between GPUs on different CPU sockets through "
+        "host memory; pass --topology nvlink|pcie|pcie-shm to model another machine")
+
+
+def _read(paths: tuple[str, ...]) -> list[dict]:
+    records = store.read_records(paths, warn=lambda msg: click.echo(f"warning: {msg}", err=True))
+    if not records:
+        raise NcclTuneError("no results records to read", path=", ".join(paths))
+    return records
+
+
+def _fmt(value, digits=3, sign=False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _basis_short(saving) -> str:
+    if saving is None or saving.basis is None:
+        return ""
+    return {"rounds": f"r{saving.n_rounds}", "rounds (unpaired)": f"u{saving.n_rounds}",
+            "iterations": "it"}.get(saving.basis, saving.basis)
+
+
+def _saving_text(row, modelled: bool) -> str:
+    s = row.saving
+    if s is None:
+        return "-"
+    text = _fmt(s.saving_ms, sign=True)
+    if modelled:
+        return text
+    if s.ci_ms is not None:
+        text += f" [{_fmt(s.ci_ms[0], sign=True)}, {_fmt(s.ci_ms[1], sign=True)}] {_basis_short(s)}"
+    return text + (" extrap" if s.extrapolated else "")
+
+
+def _short(label: str) -> str:
+    return " ".join(part[5:] if part.startswith("NCCL_") else part for part in label.split(" "))
+
+
+def _table(analysis, baseline_tok_s) -> str:
+    modelled = analysis.source == MODELLED
+    headers = ["#", "settings (NCCL_ omitted)", "trust" if not modelled else "NCCL runs (model)",
+               f"lat@{analysis.message_bytes}B us", "comm ms/tok", "saving ms/tok"
+               + ("" if modelled else " [95% CI]")]
+    if baseline_tok_s:
+        headers.append("tok/s")
+    headers += ["verdict", "why not"]
+
+    def trust(row):
+        if modelled:
+            e = row.effective or {}
+            return f"{e.get('algo')}/{e.get('proto')} x{e.get('channels')} {e.get('detail', '').split()[-1]}"
+        return row.trust
+
+    rows = []
+    base = analysis.baseline
+    base_line = ["-", base.label, trust(base) if modelled else "-", _fmt(base.latency_us, 2), _fmt(base.comm_ms), "0"]
+    if baseline_tok_s:
+        base_line.append(f"{baseline_tok_s:.1f}")
+    rows.append(base_line + ["reference", ""])
+    for i, row in enumerate(analysis.cells, start=1):
+        mark = "*" if row is analysis.recommended else str(i)
+        line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
+                _saving_text(row, modelled)]
+        if baseline_tok_s:
+            line.append(_fmt(row.projected_tok_s, 1))
+        line += [row.verdict, "" if row.eligible else (row.reason or "")]
+        rows.append(line)
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
+    rec = analysis.recommended
+    if rec is None:
+        if analysis.source == MODELLED:
+            return ("Keep NCCL's defaults: no setting saves time under the model on this topology.")
+        return ("Keep NCCL's defaults: no cell's saving has an interval that excludes zero "
+                "(--export and --tuner-csv write nothing without --force).")
+    s = rec.saving
+    text = f"Recommended: {rec.label}: saves {s.saving_ms:.3f} ms/token"
+    if analysis.source == MODELLED:
+        text += " (MODELLED, not measured; export needs --force)"
+    else:
+        basis = {"rounds": f"{s.n_rounds} rounds, paired with the baseline",
+                 "rounds (unpaired)": f"{s.n_rounds}+ rounds, unpaired",
+                 "iterations": "iterations of one round: ignores drift between rounds"}[s.basis]
+        text += (f" ({confidence:.0%} CI {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}; {basis}); "
+                 f"{'confirmed by NCCL log' if rec.trust == 'confirmed' else 'declared, not confirmed by NCCL log'}")
+    if baseline_tok_s and rec.projected_tok_s:
+        text += f"; {baseline_tok_s:.1f} -> {rec.projected_tok_s:.1f} tok/s"
+        if rec.projected_ci:
+            text += f" [{rec.projected_ci[0]:.1f}, {rec.projected_ci[1]:.1f}]"
+    if s.extrapolated:
+        text += "; EXTRAPOLATED beyond the measured sizes"
+    return text
+
+
+def _header(analysis, topo_note: str, w, source_files) -> list[str]:
+    lines = []
+    if analysis.source == MODELLED:
+        lines.append("MODELLED, not measured: figures come from nccl-tune's analytical model of "
+                     f"NCCL (NCCL's own cost constants plus guesses); {MEASURE_HINT}.")
+        lines.append(f"topology: {topo_note}; world size {analysis.world_size}")
+    elif analysis.source == SIMULATED:
+        lines.append("SIMULATED, not measured: these records come from the sweep's sim backend "
+                     "(the cost model with noise), not from hardware.")
+    if analysis.source != MODELLED:
+        where = ", ".join(x for x in (analysis.gpus, f"topology {analysis.topology}"
+                                      if analysis.topology else None,
+                                      f"NCCL {analysis.nccl_version}" if analysis.nccl_version else None) if x)
+        lines.append(f"{analysis.source}: {', '.join(source_files)} (backend {analysis.backend}, "
+                     f"world size {analysis.world_size}{'; ' + where if where else ''})")
+    lines.append(f"per token: {analysis.collectives} allreduces ({w.layers} layers x {w.per_layer} + "
+                 f"{w.extra}) of {analysis.message_bytes} B ({w.tokens} token(s) x {w.hidden} x {w.dtype})")
+    return lines + [f"note: {n}" for n in analysis.notes]
+
+
+def _spec_table(comp, baseline_label: str, rec_label: str | None) -> str:
+    headers = ["k", "tau", f"cycle ms ({baseline_label})", "tok/s"]
+    rec = {p.k: p for p in comp.recommended or []}
+    if rec:
+        headers += [f"cycle ms ({rec_label})", "tok/s "]
+    rows = []
+    for p in comp.baseline:
+        line = ["0 (plain)" if p.k == 0 else str(p.k), f"{p.tau:.3f}", f"{p.cycle_ms:.3f}",
+                f"{p.tok_s:.1f}" + ("*" if p.extrapolated else "")]
+        if rec:
+            r = rec[p.k]
+            line += [f"{r.cycle_ms:.3f}", f"{r.tok_s:.1f}" + ("*" if r.extrapolated else "")]
+        rows.append(line)
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def _plot(path, analysis, comp) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NcclTuneError("--plot needs matplotlib: pip install 'nccl-tune[plot]'") from None
+    rows = [r for r in analysis.cells if r.saving is not None]
+    panels = 2 if comp is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(7 * panels, max(3.0, 0.45 * len(rows) + 1.5)))
+    axes = axes if panels > 1 else [axes]
+    ax = axes[0]
+    labels = [r.label if len(r.label) < 48 else r.label[:45] + "..." for r in rows]
+    values = [r.saving.saving_ms for r in rows]
+    err = None
+    if any(r.saving.ci_ms for r in rows):
+        err = [[max(0.0, r.saving.saving_ms - r.saving.ci_ms[0]) if r.saving.ci_ms else 0 for r in rows],
+               [max(0.0, r.saving.ci_ms[1] - r.saving.saving_ms) if r.saving.ci_ms else 0 for r in rows]]
+    colors = ["tab:green" if r is analysis.recommended else "tab:gray" for r in rows]
+    ax.barh(range(len(rows)), values, xerr=err, color=colors)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("saving per token (ms)")
+    ax.set_title(f"{analysis.source}: saving per token vs NCCL defaults")
+    if comp is not None:
+        ax2 = axes[1]
+        plans = [p for p in comp.baseline if p.k >= 1]
+        ax2.plot([p.k for p in plans], [p.tok_s for p in plans], marker="o", label="baseline")
+        if comp.recommended:
+            rec = [p for p in comp.recommended if p.k >= 1]
+            ax2.plot([p.k for p in rec], [p.tok_s for p in rec], marker="o", label="recommended")
+        ax2.set_xlabel("draft steps k")
+        ax2.set_ylabel("tok/s")
+        ax2.set_title("speculative decoding: tok/s against steps")
+        ax2.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
+    finally:
+        plt.close(fig)
+
+
+@click.command("recommend", cls=_ArgvCommand)
+@click.option("--layers", type=click.IntRange(min=1), required=True, help="Transformer layers.")
+@click.option("--collectives-per-layer", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Allreduces per layer (attention out-projection, MLP/MoE down-projection).")
+@click.option("--extra-collectives", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Allreduces per forward outside the layers (the vocab-parallel embedding).")
+@click.option("--hidden", type=click.IntRange(min=1), default=7168, show_default=True)
+@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype of the allreduce.")
+@click.option("--tp", type=click.IntRange(min=1), default=None,
+              help="Tensor-parallel world size [default: the results' world size; 8 when modelled].")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Sequences decoded together (tokens per decode forward).")
+@click.option("--results", multiple=True, type=click.Path(dir_okay=False),
+              help="Results file(s) (JSON Lines) from bench/sweep/import; repeatable.")
+@click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
+              show_default=True, help="Machine the model assumes without results (auto: detect).")
+@click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
+              help="Decode tok/s (per sequence) with NCCL's defaults, to project tok/s.")
+@click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
+@click.option("--accept-len", help="Accept length L@K, bonus token included (SGLang accept len, "
+                                   "vLLM mean acceptance length) measured at K steps.")
+@click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
+@click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
+@click.option("--draft-ms", type=click.FloatRange(min=0), help="Draft step time (ms) with NCCL's defaults.")
+@click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
+                                  "(T = tokens per sequence, k+1).")
+@click.option("--compute-per-token-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Extra verify compute per extra token without --verify-ms (MoE: > 0).")
+@click.option("--draft-collectives", type=click.IntRange(min=0), default=None,
+              help="Allreduces per draft step [default: collectives-per-layer + extra].")
+@click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Per-cycle time outside draft and verify (sampling, scheduling).")
+@click.option("--extrapolate", is_flag=True, help="Extrapolate outside the measured sizes (and say so).")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False),
+              help="Write the recommended profile (.env) here, atomically.")
+@click.option("--tuner-csv", "tuner_path", type=click.Path(dir_okay=False),
+              help="Write rules for NCCL's example tuner plugin here.")
+@click.option("--force", is_flag=True, help="Write files even without a significant (or a measured) winner.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Save a PNG: saving by cell (and tok/s against steps). Needs the plot extra.")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
+              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos, draft_ms,
+              verify_ms, compute_per_token_ms, draft_collectives, other_ms, extrapolate, export_path,
+              tuner_path, force, plot_path, confidence, as_json):
+    """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
+
+    With --results: cells ranked by the ms they save per token across all layers, with
+    intervals from the rounds. Without: the embedded analytical model (MODELLED).
+    """
+    try:
+        nbytes = model.message_bytes(batch, hidden, dtype)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dtype") from None
+    collectives = model.collectives_per_forward(layers, collectives_per_layer, extra_collectives)
+    if collectives == 0:
+        raise click.BadParameter("no collectives per token", param_hint="--collectives-per-layer")
+    steps = acceptance = verify_points = None
+    if spec_steps:
+        try:
+            steps = specdec.parse_steps(spec_steps)
+            acceptance = specdec.acceptance_from_options(accept_len, accept_rate, accept_per_pos)
+            if verify_ms:
+                values, at = specdec.parse_at(verify_ms, "--verify-ms")
+                verify_points = specdec.MeasuredVerify.from_lists(at or [1], values)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        if acceptance.max_k is not None and steps[-1] > acceptance.max_k:
+            raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; "
+                                   f"--spec-steps goes to {steps[-1]}")
+    topo_name, topo_note = resolve_topology(topology)
+    extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
+    if results:
+        analysis = recommendation.analyze_records(
+            _read(results), nbytes=nbytes, collectives=collectives, tp=tp, extrapolate=extrapolate,
+            baseline_tok_s=baseline_tok_s, confidence=confidence)
+        if analysis.topology in costmodel.TOPOLOGIES:
+            topo_name = analysis.topology
+    else:
+        analysis = recommendation.analyze_model(
+            topology_name=topo_name, nranks=tp or 8, nbytes=nbytes, collectives=collectives,
+            baseline_tok_s=baseline_tok_s, extra_sizes=extra_sizes)
+        analysis.topology_note = topo_note
+    comp = None
+    if steps:
+        comp = specdec.compare_profiles(
+            analysis, steps=steps, tau=acceptance.tau, hidden=hidden, dtype=dtype, batch=batch,
+            layers=layers, baseline_tok_s=baseline_tok_s, verify_measured=verify_points,
+            compute_per_token_ms=compute_per_token_ms, draft_ms=draft_ms,
+            draft_collectives=(collectives_per_layer + extra_collectives
+                               if draft_collectives is None else draft_collectives),
+            other_ms=other_ms, extrapolate=extrapolate)
+    workload = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
+    command = "nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", []))
+    written = {}
+    if export_path:
+        written["export"] = export.write_profile(
+            export_path, analysis, workload, command, force=force, topology_note=topo_note,
+            baseline_tok_s=baseline_tok_s, confidence=confidence)
+    if tuner_path:
+        written["tuner_csv"] = export.write_tuner_csv(tuner_path, analysis, topo_name, command,
+                                                      force=force)
+    if plot_path:
+        _plot(plot_path, analysis, comp)
+        written["plot"] = {"path": plot_path, "written": True}
+    if as_json:
+        from nccl_tune.cli import emit_json
+
+        out = analysis.to_dict()
+        out["topology_note"] = topo_note if analysis.source == MODELLED else None
+        out["acceptance"] = acceptance.description if acceptance else None
+        out["spec"] = comp.to_dict() if comp else None
+        out["files"] = written
+        emit_json(out)
+    else:
+        _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
+                results)
+
+
+def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
+            results) -> None:
+    for line in _header(analysis, topo_note, workload, results):
+        click.echo(line)
+    click.echo()
+    click.echo(_table(analysis, baseline_tok_s))
+    if analysis.source != MODELLED:
+        click.echo("saving: baseline minus cell, ms per token; [CI] basis: rN = N rounds paired with "
+                   "the baseline, uN = unpaired rounds, it = iterations of one round (ignores drift)")
+    if analysis.pruned:
+        click.echo()
+        click.echo("Not final (pruned early in a search; never recommended): "
+                   + "; ".join(f"{r.label} ({_fmt(r.latency_us, 2)} us)" for r in analysis.pruned))
+    click.echo()
+    click.echo(_summary_line(analysis, confidence, baseline_tok_s))
+    if comp is not None:
+        click.echo()
+        click.echo(f"Speculative decoding ({acceptance.description}):")
+        rec_label = analysis.recommended.label if analysis.recommended else None
+        click.echo(_spec_table(comp, "baseline", rec_label and "recommended"))
+        best_b, best_r = comp.best("baseline"), comp.best("recommended")
+        line = f"best k: {best_b.k} under the baseline ({best_b.tok_s:.1f} tok/s)" if best_b else ""
+        if best_r:
+            line += f"; {best_r.k} under the recommended cell ({best_r.tok_s:.1f} tok/s)"
+        click.echo(line)
+        for note in comp.assumptions:
+            click.echo(f"assumption: {note}")
+        if comp.skipped:
+            click.echo("steps left out (verify size outside the measured range; --extrapolate): "
+                       + ", ".join(map(str, comp.skipped)))
+        if any(p.extrapolated for p in comp.baseline):
+            click.echo("* verify time extrapolated beyond the measured token counts")
+    for kind, info in written.items():
+        if info.get("written"):
+            click.echo(f"{kind}: wrote {info['path']}")
+        else:
+            click.echo(f"{kind}: {info['path']} {info['reason']}")

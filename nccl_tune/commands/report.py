@@ -1,0 +1,207 @@
+"""`nccl-tune report`: per cell and size, the median p50, intervals, and verdicts vs baseline."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import click
+from tabulate import tabulate
+
+from nccl_tune import store
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.report import ADJUSTMENTS, summarize
+
+SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
+GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
+CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "status", "n_rounds",
+              "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
+              "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
+              "effective_proto", "effective_channels", "flag", "simulated", "final", "errors")
+
+
+def observation_flag(summary) -> str | None:
+    """Why a cell's requested settings cannot be trusted to have run, or None.
+
+    NCCL records (and imports) whose log did not confirm the requested settings are
+    flagged; the baseline requests nothing; gloo and sim observe nothing by nature and
+    say so elsewhere.
+    """
+    if not summary.env or summary.backend in ("gloo", "sim"):
+        return None
+    if summary.confirmed is False:
+        return "contradicted: NCCL's log shows other settings than requested"
+    if summary.confirmed is None:
+        return "unverified: the requested settings were not seen in NCCL's log"
+    return None
+
+
+def _row_dict(s) -> dict:
+    out = s.to_dict()
+    out["flag"] = observation_flag(s)
+    out["simulated"] = s.backend == "sim"
+    return out
+
+
+def _fmt(value, digits=2):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(pair, digits=2):
+    return "-" if not pair else f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
+
+
+def _effective(s) -> str:
+    e = s.effective or {}
+    if not e:
+        return "-"
+    text = "/".join(str(e.get(k)) for k in ("algo", "proto") if e.get(k))
+    return text + (f" ch{e['channels']}" if e.get("channels") else "")
+
+
+def _print_text(summaries, notes: list[str]) -> None:
+    for note in notes:
+        click.echo(note)
+    keys = []
+    for s in summaries:
+        key = (s.op, s.world_size, s.backend, s.bytes)
+        if key not in keys:
+            keys.append(key)
+    for op, world, backend, nbytes in keys:
+        rows = [s for s in summaries if (s.op, s.world_size, s.backend, s.bytes) == (op, world, backend, nbytes)]
+        title = f"\n{op}, {nbytes} B, world {world}, backend {backend}"
+        click.echo(title + (" (SIMULATED)" if backend == "sim" else ""))
+        table = []
+        for s in rows:
+            verdict = (s.status if s.status != "ok" else s.verdict or
+                       ("baseline" if s.cell == store.BASELINE else "pruned" if not s.final else "-"))
+            flag = observation_flag(s)
+            table.append([s.label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
+                          _fmt(s.delta_us), _interval(s.delta_ci_us), verdict, _effective(s),
+                          ("! " + flag.split(":")[0]) if flag else ""])
+        click.echo(tabulate(table, headers=["settings", "rounds", "p50 us", "95% CI", "delta us",
+                                            "delta CI", "verdict", "effective", "observed"]))
+    bad = [s for s in summaries if s.status != "ok"]
+    if bad:
+        click.echo("\nFailed, timed-out and wrong cells (never candidates):")
+        for s in bad:
+            firsts = list(dict.fromkeys(e.splitlines()[0] for e in s.errors if e.splitlines()))
+            text = "; ".join(firsts[:3]) + (f"; and {len(firsts) - 3} more" if len(firsts) > 3 else "")
+            click.echo(f"  {s.status:8s} {s.label} @ {s.bytes} B: {text}")
+    flagged = sorted({s.label for s in summaries if observation_flag(s)})
+    if flagged:
+        click.echo(f"\n{len(flagged)} cell(s) flagged '!': the requested setting was not observed "
+                   "in NCCL's own log (unverified) or was contradicted by it.")
+
+
+def _write_csv(summaries) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for s in summaries:
+        e = s.effective or {}
+        writer.writerow({
+            "cell": s.cell, "label": s.label, "env": " ".join(f"{k}={v}" for k, v in s.env.items()),
+            "op": s.op, "bytes": s.bytes, "world_size": s.world_size, "backend": s.backend,
+            "status": s.status, "n_rounds": s.n_rounds, "p50_us": s.p50_us,
+            "ci_lo_us": s.ci_us[0] if s.ci_us else None, "ci_hi_us": s.ci_us[1] if s.ci_us else None,
+            "ci_basis": s.ci_basis, "delta_us": s.delta_us,
+            "delta_ci_lo_us": s.delta_ci_us[0] if s.delta_ci_us else None,
+            "delta_ci_hi_us": s.delta_ci_us[1] if s.delta_ci_us else None,
+            "verdict": s.verdict, "p_value": s.p_value, "p_adjusted": s.p_adjusted,
+            "confirmed": s.confirmed, "effective_algo": e.get("algo"),
+            "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
+            "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final,
+            "errors": " | ".join(x.splitlines()[0] for x in s.errors if x.splitlines())})
+    return buffer.getvalue()
+
+
+def plot_latency(summaries, path: str, title: str | None = None) -> int:
+    """Latency against size (log-log), one line per cell, the baseline emphasised.
+
+    Returns the number of lines drawn. Needs matplotlib (the `plot` extra).
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NcclTuneError("--plot needs matplotlib: pip install 'nccl-tune[plot]'") from None
+    curves: dict[tuple, list] = {}
+    for s in summaries:
+        if s.status == "ok" and s.final and s.p50_us and s.bytes > 0:
+            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend), []).append(s)
+    if not curves:
+        raise NcclTuneError("--plot: no successful final measurements to plot")
+    ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
+    labelled = set(ranked[:8]) | {k for k in curves if k[0] == store.BASELINE}
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for key in ranked:
+        points = sorted(curves[key], key=lambda x: x.bytes)
+        xs, ys = [p.bytes for p in points], [p.p50_us for p in points]
+        baseline = key[0] == store.BASELINE
+        ax.plot(xs, ys, marker="o", color="black" if baseline else None,
+                linewidth=3.0 if baseline else 1.0, alpha=1.0 if baseline or key in labelled else 0.35,
+                zorder=3 if baseline else 2, label=key[1] if key in labelled else None)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("p50 latency (us)")
+    simulated = any(k[4] == "sim" for k in curves)
+    ax.set_title((title or "allreduce latency by NCCL settings") + (" (SIMULATED)" if simulated else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise NcclTuneError(f"--plot: cannot write: {exc.strerror}", path=path) from None
+    finally:
+        plt.close(fig)
+    return len(curves)
+
+
+@click.command("report")
+@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print a list of per-(cell, size) objects.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
+@click.option("--plot", "plot_path", metavar="FILE.png", help="Latency vs size, log-log (matplotlib).")
+@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.999))
+@click.option("--adjust", default="bh", show_default=True, type=click.Choice(ADJUSTMENTS),
+              help="Multiple-comparison adjustment of verdicts across the cells of each size.")
+@click.option("--include-pruned/--final-only", default=True, show_default=True,
+              help="Show cells pruned by a search strategy (never judged).")
+def report(results, as_json, as_csv, plot_path, confidence, adjust, include_pruned):
+    """Summarise results: per cell and size, median p50 over rounds, 95% intervals,
+    the difference to the baseline and a verdict; failed, timed-out and wrong cells listed.
+    """
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv are exclusive")
+    warnings: list[str] = []
+    records = store.read_records(results, warnings.append)
+    for message in warnings:
+        click.echo(f"warning: {message}", err=True)
+    if not records:
+        raise NcclTuneError(f"no records in {', '.join(results)}")
+    summaries = summarize(records, confidence=confidence, adjust=adjust)
+    if not include_pruned:
+        summaries = [s for s in summaries if s.final]
+    backends = {s.backend for s in summaries}
+    notes = []
+    if "sim" in backends:
+        notes.append(SIMULATED_BANNER)
+    if "gloo" in backends:
+        notes.append(GLOO_NOTE)
+    if not any(s.cell == store.BASELINE for s in summaries):
+        notes.append("no baseline records: no differences or verdicts can be given")
+    if plot_path:
+        drawn = plot_latency(summaries, plot_path)
+        click.echo(f"plot: {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
+                   err=as_json or as_csv)
+    if as_json:
+        click.echo(json.dumps([_row_dict(s) for s in summaries], indent=2, default=str))
+    elif as_csv:
+        click.echo(_write_csv(summaries), nl=False)
+    else:
+        _print_text(summaries, notes)

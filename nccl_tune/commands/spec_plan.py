@@ -1,0 +1,90 @@
+"""`nccl-tune spec-plan`: the draft step-count planner on its own, from profiler numbers."""
+
+from __future__ import annotations
+
+import click
+from tabulate import tabulate
+
+from nccl_tune import specdec
+
+
+@click.command("spec-plan")
+@click.option("--verify-ms", required=True,
+              help="Verify forward time: V (flat in tokens) or V1,V2,...@T1,T2,... measured at T "
+                   "tokens per sequence (k+1); linear between points, extrapolated (marked) beyond.")
+@click.option("--draft-ms", type=click.FloatRange(min=0), required=True, help="Time of one draft step (ms).")
+@click.option("--accept-len", help="Accept length L@K, bonus token included (SGLang accept len, "
+                                   "vLLM mean acceptance length), measured at K draft steps.")
+@click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
+@click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
+@click.option("--steps", default="1-10", show_default=True, help="Step counts to compare, e.g. 1-10 or 2,4,6.")
+@click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Per-cycle time outside draft and verify (sampling, scheduling).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, steps, other_ms, as_json):
+    """Plan the speculative draft step count from draft/verify timings and acceptance.
+
+    tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
+    + verify(k+1) + other; tok/s = 1000 x tau / cycle. k = 0 is plain decoding.
+    """
+    try:
+        step_list = specdec.parse_steps(steps)
+        acceptance = specdec.acceptance_from_options(accept_len, accept_rate, accept_per_pos)
+        values, at = specdec.parse_at(verify_ms, "--verify-ms")
+        if at is None and len(values) != 1:
+            raise ValueError("--verify-ms with several values needs @T1,T2,... (tokens per sequence)")
+        verify = specdec.MeasuredVerify.from_lists(at or [1], values)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if acceptance.max_k is not None and step_list[-1] > acceptance.max_k:
+        raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; --steps goes "
+                               f"to {step_list[-1]}")
+    try:
+        plans = specdec.plan_steps([0, *step_list], acceptance.tau, draft_ms, verify, other_ms)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    plain = plans[0]
+    best = specdec.best_step(plans[1:])
+    if as_json:
+        from dataclasses import asdict
+
+        from nccl_tune.cli import emit_json
+
+        emit_json({"source": "given", "acceptance": acceptance.description,
+                   "iid_rate": acceptance.rate, "verify_points": [list(p) for p in verify.points],
+                   "draft_ms": draft_ms, "other_ms": other_ms,
+                   "plans": [asdict(p) for p in plans], "best_k": best.k, "best_tok_s": best.tok_s,
+                   "plain_tok_s": plain.tok_s, "speedup": best.tok_s / plain.tok_s,
+                   "conventions": _conventions(acceptance, best.k)})
+        return
+    click.echo(f"acceptance: {acceptance.description}")
+    flat = len(verify.points) == 1
+    click.echo("verify: " + (f"{values[0]:g} ms for any token count (flat: dense-like; give "
+                             "V1,V2@T1,T2 for a verify that rises with tokens)" if flat else
+                             ", ".join(f"{m:g} ms @ {t} tokens" for t, m in verify.points)))
+    rows = []
+    for p in plans:
+        rows.append(["0 (plain)" if p.k == 0 else p.k, f"{p.tau:.3f}", f"{p.draft_ms:.3f}",
+                     f"{p.verify_ms:.3f}" + ("*" if p.extrapolated else ""), f"{p.cycle_ms:.3f}",
+                     f"{p.tok_s:.1f}", f"{p.tok_s / plain.tok_s:.2f}x",
+                     "<- best" if p is best else ""])
+    click.echo(tabulate(rows, headers=["k", "tau", "draft ms", "verify ms", "cycle ms", "tok/s",
+                                       "vs plain", ""], tablefmt="simple", disable_numparse=True))
+    if any(p.extrapolated for p in plans):
+        click.echo("* verify time extrapolated linearly beyond the measured token counts")
+    click.echo(f"best: k = {best.k} draft steps, {best.tok_s:.1f} tok/s "
+               f"({best.tok_s / plain.tok_s:.2f}x plain decoding)")
+    conv = _conventions(acceptance, best.k)
+    click.echo(f"at k = {best.k}: accept length {conv['accept_len']:.3f}; SGLang accept rate "
+               f"{conv['sglang_accept_rate']:.3f} (recent; {conv['sglang_accept_rate_total']:.3f} in "
+               f"releases that count the bonus token); vLLM draft acceptance rate "
+               f"{conv['vllm_draft_acceptance_rate']:.3f}")
+
+
+def _conventions(acceptance, k: int) -> dict:
+    tau = acceptance.tau(k)
+    return {"k": k, "accept_len": tau,
+            "sglang_accept_rate": specdec.sglang_accept_rate(tau, k, specdec.SGLANG_RATE_DRAFTS),
+            "sglang_accept_rate_total": specdec.sglang_accept_rate(tau, k, specdec.SGLANG_RATE_TOTAL),
+            "vllm_mean_acceptance_length": tau,
+            "vllm_draft_acceptance_rate": specdec.vllm_draft_acceptance_rate(tau, k)}

@@ -1,0 +1,361 @@
+"""`nccl-tune sweep`: measure a grid of NCCL settings, safely, in rounds, resumably."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import click
+from tabulate import tabulate
+
+from nccl_tune import costmodel, grid as gridlib, launch, sweep as sweeplib
+from nccl_tune.errors import NcclTuneError
+
+SIM_DEFAULT_TOPOLOGY = "pcie-shm"
+MAX_DROPPED_LISTED = 20
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs visible to this process, without importing torch (0 when none)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        found = len([n for n in os.listdir("/proc/driver/nvidia/gpus")])
+    except OSError:
+        found = 0
+    if visible is not None and found:
+        wanted = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return min(found, len(wanted))
+    return found
+
+
+def launcher_gpus_needed(nproc: int, template: str | None) -> int:
+    """GPUs this host needs for the ranks it starts (0 for a scheduler template)."""
+    return 0 if template else nproc
+
+
+def _choose_backend(backend: str, gpus: int) -> tuple[str, str]:
+    if backend != "auto":
+        return backend, f"backend {backend}"
+    if gpus >= 2:
+        return "nccl", f"backend nccl ({gpus} GPUs found)"
+    return "gloo", "backend gloo (fewer than two GPUs found; --backend nccl or sim to change)"
+
+
+def _choose_nproc(nproc: int | None, backend: str, gpus: int) -> tuple[int, str]:
+    if nproc is not None:
+        return nproc, f"{nproc} ranks per node"
+    if backend == "nccl":
+        chosen = max(1, min(8, gpus))
+        return chosen, f"{chosen} ranks per node (one per GPU, at most 8)"
+    if backend == "sim":
+        return 8, "8 ranks (the modelled world; --nproc to change)"
+    return 2, "2 ranks on CPU (gloo; --nproc to change)"
+
+
+def _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_version):
+    spec = gridlib.GridSpec()
+    if grid_option:
+        spec = spec.merged(gridlib.resolve_grid_option(grid_option))
+    if sets:
+        spec = spec.merged(gridlib.spec_from_sets(list(sets)))
+    if topology_option == "auto":
+        topology, note = gridlib.detect_topology()
+        if topology is None and backend == "sim":
+            topology, note = SIM_DEFAULT_TOPOLOGY, (f"sim: modelled topology '{SIM_DEFAULT_TOPOLOGY}' "
+                                                    "(none detected; --topology to change)")
+    elif topology_option == "none":
+        topology, note = None, "--topology none: nothing pruned by topology"
+    else:
+        topology, note = topology_option, f"topology '{topology_option}' (--topology)"
+    if backend == "sim" and topology is None:
+        raise NcclTuneError("--backend sim needs a topology to model: pass --topology "
+                            f"({', '.join(costmodel.TOPOLOGIES)})")
+    return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note)
+
+
+def _nccl_version(backend: str):
+    if backend != "nccl":
+        return None
+    from nccl_tune import ncclinfo
+
+    lib = ncclinfo.default_library()
+    return ncclinfo.parse_version(lib.version) if lib else None
+
+
+def _plan_dict(g, options, isolation, rounds, launcher, notes, out) -> dict:
+    groups = g.groups() if isolation == "group" else [gridlib.ProcessGroup(c.process_env, [c])
+                                                       for c in g.cells]
+    return {
+        "backend": options.backend, "simulated": options.backend == "sim", "out": out,
+        "sizes": list(options.sizes), "op": options.op, "rounds": rounds, "isolation": isolation,
+        "launcher": launcher.describe() if launcher else None, "topology": g.topology,
+        "cells": [{"cell": c.id, "env": c.env, "label": c.label, "notes": list(c.notes)}
+                  for c in g.cells],
+        "dropped": [{"cell": d.id, "env": d.env, "label": d.label, "kind": d.kind,
+                     "reason": d.reason} for d in g.dropped],
+        "groups": [{"process_env": grp.process_env, "cells": [c.id for c in grp.cells]}
+                   for grp in groups],
+        "launches": sweeplib.count_launches(g.cells, rounds, isolation),
+        "estimate_s": round(sweeplib.estimate_seconds(g.cells, rounds, isolation, options), 1),
+        "notes": notes,
+    }
+
+
+def _print_plan(plan: dict) -> None:
+    click.echo(f"Plan: {len(plan['cells'])} cells x {plan['rounds']} rounds, "
+               f"{len(plan['groups'])} process groups, {plan['launches']} launches "
+               f"(isolation {plan['isolation']}), sizes {', '.join(map(str, plan['sizes']))} B, "
+               f"{plan['op']}, backend {plan['backend']}"
+               + (" (simulated)" if plan["simulated"] else ""))
+    for note in plan["notes"]:
+        click.echo(f"  note: {note}")
+    group_of = {cell: f"g{index}" for index, grp in enumerate(plan["groups"], start=1)
+                for cell in grp["cells"]}
+    rows = [[group_of.get(c["cell"], "-"), c["cell"], c["label"], "; ".join(c["notes"])]
+            for c in plan["cells"]]
+    click.echo(tabulate(rows, headers=["launch", "cell", "settings", "notes"]))
+    dropped = plan["dropped"]
+    if dropped and len(dropped) <= MAX_DROPPED_LISTED:
+        click.echo(f"\nDropped before running ({len(dropped)}):")
+        click.echo(tabulate([[d["label"], d["kind"], d["reason"]] for d in dropped],
+                            headers=["settings", "why", "reason"]))
+    elif dropped:
+        by_reason: dict[str, list] = {}
+        for d in dropped:
+            by_reason.setdefault(d["reason"], []).append(d)
+        click.echo(f"\nDropped before running ({len(dropped)}, by reason; --json lists every cell):")
+        for reason, cells in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+            click.echo(f"  {len(cells):4d} x {reason}")
+    minutes = plan["estimate_s"] / 60
+    click.echo(f"\nEstimated time: about {minutes:.1f} min (rough: launch start-up, communicator "
+               "creation and iterations; failures and re-runs extra)")
+
+
+@click.command("sweep")
+@click.option("--set", "sets", multiple=True, metavar="NAME=V1,V2",
+              help="An axis of the grid; 'default' leaves the variable unset. Repeatable. "
+                   "Use '|' between values that hold commas.")
+@click.option("--grid", "grid_option", metavar="decode|FILE.toml",
+              help="A TOML grid file ([grid] axes, [[cells]]) or the built-in 'decode' grid.")
+@click.option("--topology", "topology_option", default="auto", show_default=True,
+              type=click.Choice(["auto", "none", *costmodel.TOPOLOGIES]),
+              help="Machine kind for pruning (NVLS without NVSwitch, LL128 on PCIe).")
+@click.option("--allow-unsafe", is_flag=True, help="Keep cells that force LL128 on PCIe.")
+@click.option("--sizes", help="Message sizes: bytes or K/M/G, comma list.")
+@click.option("--tokens", help="Decode token counts (sizes = tokens x hidden x dtype).")
+@click.option("--hidden", type=int, help="Hidden size for --tokens [7168].")
+@click.option("--dtype", default="bf16", show_default=True)
+@click.option("--iters", type=click.IntRange(1), help="Timed iterations per size.")
+@click.option("--warmup", type=click.IntRange(0), help="Warm-up iterations per size.")
+@click.option("--mode", type=click.Choice(["graph", "eager"]), help="Timing mode (CUDA).")
+@click.option("--op", default="allreduce", show_default=True,
+              type=click.Choice(["allreduce", "reduce_scatter", "all_gather"]))
+@click.option("--verify-effective/--no-verify-effective", default=None,
+              help="Confirm from NCCL's log what ran (the microbench's default: on with NCCL).")
+@click.option("--op-timeout", type=float, help="The microbench's own collective timeout (s).")
+@click.option("--label", help="Free text stored in every record.")
+@click.option("--backend", default="auto", show_default=True,
+              type=click.Choice(["auto", *sweeplib.BACKENDS]),
+              help="auto: nccl with 2+ GPUs, else gloo. sim: draws from the cost model.")
+@click.option("--sim-landscape", default="nccl", show_default=True,
+              type=click.Choice(["nccl", "perturbed", "flat"]),
+              help="sim only: the model as is, with perturbed true parameters, or flat.")
+@click.option("--isolation", type=click.Choice(sweeplib.ISOLATIONS),
+              help="group: one launch per process-scoped combination [default]; "
+                   "process: one launch per cell.")
+@click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
+              help="Passes over the grid, each in a fresh random order with the baseline.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the round orders.")
+@click.option("--nproc", type=click.IntRange(1), help="Ranks per node [8 with 8 GPUs; 2 on CPU].")
+@click.option("--nnodes", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--node-rank", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's address (multi-node).")
+@click.option("--launcher", "template", metavar="TEMPLATE",
+              help="Command template run without a shell; {module} {args} {env} {nproc} {nnodes} "
+                   "become argv words. It must start torchrun-style ranks, e.g. 'srun --ntasks-per-node 1 "
+                   "python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+                   "--rdzv-endpoint node0:29500 -m {module} {args}'.")
+@click.option("--keep-env", multiple=True, metavar="NCCL_NAME",
+              help="An inherited NCCL_* variable to keep in every cell (e.g. NCCL_SOCKET_IFNAME).")
+@click.option("--timeout", type=click.FloatRange(min=1),
+              help="Seconds per launch [auto: 120 + 30 per cell in the launch].")
+@click.option("--out", help="Results file (JSON Lines); required unless --dry-run.")
+@click.option("--resume/--no-resume", default=None,
+              help="Skip (cell, round) pairs already in --out [default when --out exists].")
+@click.option("--dry-run", is_flag=True, help="Print the plan and an estimate; run nothing.")
+@click.option("--module", default=sweeplib.MODULE, hidden=True,
+              help="The module every rank runs (tests and custom measuring modules).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
+def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
+          warmup, mode, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation, rounds,
+          seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env, timeout, out, resume,
+          dry_run, module, as_json):
+    """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
+
+    Cells sharing their process-scoped settings are measured in one launch, each with a
+    fresh communicator; on NCCL a cell not confirmed by NCCL's log is re-run alone.
+    """
+    gpus = gpu_count()
+    backend, backend_note = _choose_backend(backend, gpus)
+    nproc, nproc_note = _choose_nproc(nproc, backend, gpus)
+    for name in keep_env:
+        if not name.startswith("NCCL_"):
+            raise NcclTuneError(f"--keep-env: '{name}' is not an NCCL_* variable")
+    if not sets and not grid_option:
+        raise NcclTuneError("no grid: give --set NAME=V1,V2 (repeatable) or --grid decode|FILE.toml")
+    dtype = sweeplib.canonical_dtype(dtype)
+    options = sweeplib.MeasureOptions(
+        backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
+        dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode,
+        verify_effective=verify_effective, op_timeout=op_timeout, label=label)
+    g = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, _nccl_version(backend))
+    notes = [backend_note + "; " + nproc_note] + g.notes
+    if isolation is None:
+        isolation = "process" if (backend == "nccl" and verify_effective is False) else "group"
+        if isolation == "process":
+            notes.append("isolation process: --no-verify-effective leaves grouped cells unconfirmable")
+    if backend == "gloo":
+        notes.append(sweeplib.GLOO_NOTE)
+    if backend == "nccl" and gpus < launcher_gpus_needed(nproc, template):
+        notes.append(f"warning: {gpus} GPU(s) visible here for {nproc} ranks per node: NCCL needs "
+                     "one GPU per rank, so launches on this host will fail")
+    if backend == "sim":
+        notes.append("simulated: every measurement is drawn from the cost model, nothing is measured")
+    launcher = launch.Launcher(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                               rdzv_endpoint=rdzv_endpoint, template=template)
+    if backend != "sim":
+        _, removed = sweeplib.launch_environment({}, tuple(keep_env))
+        if removed:
+            notes.append("inherited NCCL_* removed from every launch (the baseline sets none): "
+                         + ", ".join(removed))
+        for path, names in sweeplib.conf_files(keep=tuple(keep_env)):
+            notes.append(f"conf file {path} still supplies {', '.join(names) or 'nothing'} "
+                         "to every cell, the baseline included")
+        if not launcher.writes_records:
+            notes.append(f"node {node_rank}: this node launches its ranks; node 0 writes the records")
+    plan = _plan_dict(g, options, isolation, rounds, launcher, notes, out)
+    if dry_run:
+        if as_json:
+            from nccl_tune.cli import emit_json
+            emit_json(plan)
+        else:
+            _print_plan(plan)
+        return
+    if not out:
+        raise NcclTuneError("--out FILE is required (results are appended there, one record per line)")
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise NcclTuneError(f"--out: the folder {folder} does not exist")
+    if os.path.exists(out) and resume is False:
+        raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
+    _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
+         module, as_json)
+
+
+def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
+         module, as_json):
+    from nccl_tune import simbackend
+
+    warnings: list[str] = []
+    landscape = (simbackend.make_landscape(sim_landscape, g.topology, seed)
+                 if options.backend == "sim" else None)
+    engine = sweeplib.SweepEngine(
+        options, launcher, out, isolation=isolation, timeout=timeout if timeout else 120.0,
+        timeout_per_cell=0.0 if timeout else 30.0, landscape=landscape, keep_env=tuple(keep_env),
+        module=module, warn=warnings.append)
+    todo = sum(1 for r in range(1, rounds + 1) for c in g.cells
+               if engine.existing(sweeplib.Request(c, r)) is None)
+    done_before = len(g.cells) * rounds - todo
+    if not as_json:
+        _print_plan_short(plan, done_before)
+    for message in warnings:
+        click.echo(f"warning: {message}", err=True)
+    interrupted = False
+    progress = _Progress(todo, sys.stderr.isatty() and not as_json)
+    engine.on_cell = progress.update
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        sweeplib.run_rounds(engine, g.cells, rounds, seed)
+    except (KeyboardInterrupt, sweeplib.SweepInterrupted):
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress.close()
+    summary = {**{k: plan[k] for k in ("backend", "simulated", "out", "rounds", "isolation")},
+               "run_id": engine.run_id, "cells": len(g.cells), "dropped": len(g.dropped),
+               "already_recorded": done_before, "interrupted": interrupted,
+               **engine.stats.to_dict(), "notes": plan["notes"] + engine.stats.notes}
+    if as_json:
+        from nccl_tune.cli import emit_json
+        emit_json(summary)
+    else:
+        _print_summary(summary)
+    if interrupted:
+        sys.exit(130)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+class _Progress:
+    """Cells done, failures and ETA: a bar on a terminal, one line per cell otherwise."""
+
+    def __init__(self, total: int, tty: bool):
+        self.total, self.done, self.failed = total, 0, 0
+        self.start = time.monotonic()
+        self.bar = None
+        if tty and total:
+            self.bar = click.progressbar(length=total, label="measuring", show_eta=True,
+                                         file=sys.stderr, item_show_func=lambda _: f"{self.failed} failed")
+            self.bar.__enter__()
+
+    def update(self, request, status: str) -> None:
+        """One cell (for one round) finished with `status`."""
+        self.done += 1
+        self.failed += status != "ok"
+        if self.bar is not None:
+            self.bar.update(1)
+            return
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        click.echo(f"[{self.done}/{self.total}] round {request.round} {request.cell.label}: {status} "
+                   f"({self.failed} failed, ETA {eta:.0f} s)", err=True)
+
+    def close(self) -> None:
+        """End the bar (a no-op for line output)."""
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def _print_plan_short(plan: dict, done_before: int) -> None:
+    click.echo(f"Sweep: {len(plan['cells'])} cells x {plan['rounds']} rounds, "
+               f"{len(plan['dropped'])} dropped, {plan['launches']} launches planned "
+               f"(isolation {plan['isolation']}), backend {plan['backend']}"
+               + (" (simulated)" if plan["simulated"] else "") + f" -> {plan['out']}")
+    for note in plan["notes"]:
+        click.echo(f"  note: {note}")
+    for d in plan["dropped"]:
+        click.echo(f"  dropped: {d['label']}: {d['reason']}")
+    if done_before:
+        click.echo(f"  resuming: {done_before} (cell, round) pairs already recorded are skipped")
+
+
+def _print_summary(s: dict) -> None:
+    failed = ", ".join(f"{n} {status}" for status, n in sorted(s["failures"].items())) or "none"
+    rows = [["cells measured", s["cells_measured"]], ["cells already recorded", s["already_recorded"]],
+            ["launches", s["launches"]], ["relaunches after a failure", s["relaunches"]],
+            ["re-runs alone (unconfirmed)", s["reruns"]], ["records written", s["records_written"]],
+            ["failed cells", failed], ["wall time", f"{s['wall_s']:.1f} s"]]
+    click.echo(tabulate(rows, tablefmt="plain"))
+    for note in s["notes"]:
+        if note.startswith("NCCL's log confirmed no cell"):
+            click.echo(f"note: {note}")
+    if s["interrupted"]:
+        click.echo(f"interrupted: the running launch was killed; every finished cell is in {s['out']}; "
+                   "run the same command again to resume")
+    else:
+        click.echo(f"results: {s['out']}" + (" (simulated)" if s["simulated"] else "")
+                   + f"; next: nccl-tune report {s['out']}")

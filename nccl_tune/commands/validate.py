@@ -1,0 +1,162 @@
+"""`nccl-tune validate`: A/B a profile on a real TP speculative decode loop."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+
+import click
+from tabulate import tabulate
+
+from nccl_tune.cli import emit_json
+from nccl_tune.errors import NcclTuneError
+
+VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
+                 "no significant difference": "the profile makes no significant difference",
+                 "unknown": "no verdict"}
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give step counts like 0,1,2,3,5", param_hint="--steps") from None
+    if not values or min(values) < 0:
+        raise click.BadParameter("give non-negative step counts, e.g. 0,1,2", param_hint="--steps")
+    return list(dict.fromkeys(values))
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no usable torch means no GPUs for this purpose
+        return 0
+
+
+def _require_sglang() -> None:
+    missing = []
+    if importlib.util.find_spec("sglang") is None:
+        missing.append("the sglang package is not installed (pip install 'nccl-tune[sglang]')")
+    if shutil.which("nvidia-smi") is None and _gpu_count() == 0:
+        missing.append("no NVIDIA GPU is visible")
+    if missing:
+        raise NcclTuneError("engine sglang needs NVIDIA GPUs and SGLang: " + "; ".join(missing)
+                            + " (engine builtin runs anywhere)")
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _tok_s(row: dict) -> str:
+    if row["tok_s"] is None:
+        return row["status"] or "-"
+    ci = row["tok_s_ci"]
+    return f"{row['tok_s']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+
+
+def render(result: dict) -> str:
+    """The validation table, best step counts, notes and verdict as text."""
+    table = []
+    for r in result["rows"]:
+        speed = "" if r["speedup"] is None else f"{r['speedup']:.3f}x"
+        if r["verdict"]:
+            speed += f" ({r['verdict']})"
+        table.append([r["steps"], r["config"], _tok_s(r), _fmt(r["accept_len"]),
+                      _fmt(r["draft_ms"], ".3f"), _fmt(r["verify_ms"], ".3f"), speed or "-",
+                      _fmt(r["measured_saving_ms"], "+.3f"), _fmt(r["predicted_saving_ms"], "+.3f"),
+                      _fmt(r["prediction_error_ms"], "+.3f")])
+    headers = ["steps", "config", "tok/s mean [95% CI]", "accept len", "draft ms", "verify ms",
+               "speedup vs baseline", "saved ms/tok", "predicted", "difference"]
+    lines = [f"validate {result['profile']} on engine {result['engine']} "
+             f"({result['backend'] or '?'}, {result['world_size']} ranks), {result['runs']} runs x "
+             f"{result['max_tokens']} tokens per configuration",
+             tabulate(table, headers=headers, tablefmt="simple")]
+    best = result["best_steps"]
+    lines.append(f"best step count: baseline {best['baseline']}, profile {best['profile']}")
+    for note in result["notes"]:
+        lines.append(f"note: {note}")
+    lines.append(f"verdict: {VERDICT_WORDS.get(result['verdict'], result['verdict'])} "
+                 f"({result['verdict_detail']})")
+    lines.append(f"results appended to {result['out']}")
+    return "\n".join(lines)
+
+
+@click.command("validate")
+@click.option("--profile", "profile_path", required=True,
+              help="The .env profile (file or shipped name) to validate against the NCCL-defaults baseline.")
+@click.option("--engine", type=click.Choice(["builtin", "sglang"]), default="builtin", show_default=True,
+              help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server (GPUs).")
+@click.option("--steps", "steps_text", default="0,1,2,3,5", show_default=True,
+              help="Draft step counts (0: plain decoding); one launch per count and configuration.")
+@click.option("--runs", type=click.IntRange(1), default=5, show_default=True, help="Timed runs per configuration.")
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True, help="Warm-up runs (not counted).")
+@click.option("--max-tokens", type=click.IntRange(1), default=500, show_default=True, help="Tokens per run.")
+@click.option("--nproc", type=click.IntRange(1), default=None,
+              help="Ranks of the builtin loop (default: the GPUs, or 2 on CPU).")
+@click.option("--model-args", default=None, help='Builtin loop sizes, e.g. "--layers 8 --hidden 1024".')
+@click.option("--server-args", default=None,
+              help='sglang.launch_server arguments, e.g. "--model-path M --tp 8 --speculative-algorithm '
+                   'EAGLE3 --speculative-draft-model-path D".')
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].")
+@click.option("--results", "results_path", default=None, type=click.Path(dir_okay=False),
+              help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
+@click.option("--topology", default="pcie", show_default=True,
+              help="Cost-model topology when --results is not given (nvlink, pcie, pcie-shm).")
+@click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
+@click.option("--hidden", type=click.IntRange(1), default=None, help="Served model's hidden size (sglang prediction).")
+@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
+@click.option("--draft-layers", type=click.IntRange(1), default=1, show_default=True,
+              help="Draft model layers (sglang prediction; EAGLE heads have 1).")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per builtin launch.")
+@click.option("--health-timeout", type=float, default=900.0, show_default=True,
+              help="Seconds to wait for an SGLang server's /health.")
+@click.option("--server-command", default=None, hidden=True,
+              help="Replaces 'python -m sglang.launch_server' (tests use a stand-in).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
+             server_args, out, results_path, topology, layers, hidden, dtype, draft_layers,
+             timeout, health_timeout, server_command, as_json) -> None:
+    """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
+    and compare: speedup, best step count, measured saving per token against the
+    model's prediction, and a verdict."""
+    from nccl_tune.profile import load_profile, resolve_profile
+    from integration import validate as lib
+
+    steps = _steps(steps_text)
+    profile = load_profile(str(resolve_profile(profile_path)))
+    if not profile.env:
+        raise NcclTuneError("the profile sets no variables: nothing to compare", path=profile_path)
+    command = lib.split_args(server_command, "--server-command") or None
+    if engine == "sglang":
+        if command is None:
+            _require_sglang()
+        if not server_args:
+            raise click.UsageError("engine sglang needs --server-args (at least --model-path)")
+    if results_path and not os.path.isfile(results_path):
+        raise NcclTuneError("cannot read: no such file", path=results_path)
+    margs = lib.split_args(model_args, "--model-args")
+    lib.check_model_args(margs)
+    if nproc is None:
+        nproc = (_gpu_count() or 2) if engine == "builtin" else (lib._tp_size(
+            lib.split_args(server_args, "--server-args")) or 1)
+    opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
+                       steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
+                       model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
+                       results=results_path, topology=topology, layers=layers, hidden=hidden,
+                       dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
+                       health_timeout=health_timeout, server_command=command)
+    opts.out = out or f"validate-{opts.run_id}.jsonl"
+    opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
+    total = 2 * len(steps)
+    with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
+        result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(render(result))

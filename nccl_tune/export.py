@@ -1,0 +1,252 @@
+"""Writing what `recommend` decided: the `.env` profile and the tuner-plugin CSV.
+
+Both are written atomically (profile.write_atomic) and only for a measured, significant
+recommendation unless forced; anything modelled or forced says so in its header. The
+profile's provenance header records what was measured, where, when, with which NCCL,
+the saving and its interval, the trust (confirmed by NCCL's log or declared) and the
+exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.tuner).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from nccl_tune import costmodel, profile, settings, stats, store, tuner
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow, default_model_sizes,
+                                      lint_problems)
+from nccl_tune.store import cell_label
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The decode workload a saving refers to."""
+
+    layers: int
+    per_layer: int
+    extra: int
+    tokens: int
+    hidden: int
+    dtype: str
+
+    def describe(self, analysis: Analysis) -> str:
+        """One line: the message size and the allreduces per token."""
+        return (f"allreduce latency at {analysis.message_bytes} B ({self.tokens} token(s) x "
+                f"{self.hidden} x {self.dtype}); {analysis.collectives} allreduces per token "
+                f"({self.layers} layers x {self.per_layer} + {self.extra})")
+
+
+def installed_nccl() -> str:
+    """'not measured (installed: 2.x.y)' for provenance when nothing was measured."""
+    try:
+        from nccl_tune import ncclinfo
+
+        lib = ncclinfo.default_library()
+    except Exception:  # the version is provenance only; never fail an export over it
+        lib = None
+    return f"not measured (installed: {lib.version})" if lib else "not measured"
+
+
+def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: str,
+               topology_note: str | None = None, forced: str | None = None,
+               baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
+    """The `# key: value` header of an exported profile."""
+    s = row.saving
+    where = [f"world size {analysis.world_size}"]
+    if analysis.gpus:
+        where.insert(0, analysis.gpus)
+    if analysis.source == MODELLED:
+        how = (topology_note or analysis.topology or "").split(":")[0]
+        where.append(f"topology {how}")
+    elif analysis.topology:
+        where.append(f"topology {analysis.topology}")
+    if analysis.host:
+        where.append(f"host {analysis.host}")
+    if analysis.backend:
+        where.append(f"backend {analysis.backend}")
+    saving = f"{s.saving_ms:.3f} ms per token"
+    if s.ci_ms is not None:
+        saving += (f" ({confidence:.0%} CI {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}, basis {s.basis}, "
+                   f"{s.n_rounds} rounds)")
+    elif analysis.source == MODELLED:
+        saving += " (modelled: no interval)"
+    prov = {
+        "source": analysis.source,
+        "what": workload.describe(analysis),
+        "where": ", ".join(where),
+        "nccl": analysis.nccl_version or installed_nccl(),
+        "when": f"exported {store.now_iso()}" + (f"; measured {analysis.measured_at}"
+                                                  if analysis.measured_at else ""),
+        "saving": saving,
+        "trust": row.trust if analysis.source != MODELLED else "modelled",
+    }
+    if baseline_tok_s and row.projected_tok_s:
+        prov["predicted"] = f"{baseline_tok_s:.1f} -> {row.projected_tok_s:.1f} tok/s"
+    if forced:
+        prov["forced"] = forced
+    prov["command"] = command
+    return prov
+
+
+def export_row(analysis: Analysis, force: bool) -> tuple[CellRow | None, str | None, str | None]:
+    """(row to write, why it is forced, why nothing is written)."""
+    rec = analysis.recommended
+    if rec is not None and analysis.source == MEASURED:
+        return rec, None, None
+    if rec is not None:
+        if not force:
+            return None, None, (f"not written: the recommendation is {analysis.source}, not measured "
+                                "(pass --force to write it anyway; its header says so)")
+        return rec, f"{analysis.source} figures, written with --force", None
+    if not force:
+        return None, None, ("not written: no recommendation (keep NCCL's defaults; --force writes "
+                            "the best cell)")
+    candidates = [r for r in analysis.cells if r.status == "ok" and r.final and r.confirmed is not False
+                  and r.saving is not None and r.saving.saving_ms > 0 and not lint_problems(r.env)]
+    if not candidates:
+        return None, None, "not written: no cell saves time, even without a significant interval"
+    best = max(candidates, key=lambda r: r.saving.saving_ms)
+    return best, "--force: this cell's saving is NOT significant (its interval includes zero)", None
+
+
+def lint_findings(text: str, path: str) -> list[str]:
+    """Lint findings (errors and warnings) for profile text: every value through the
+    catalogue (settings.check_value, which warns on LL128) and no value that needs quoting."""
+    return lint_problems(profile.parse_profile(text, path=path).env)
+
+
+APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file THIS.env",
+               "or nccl-tune exec THIS.env -- CMD. Check it is live: nccl-tune check."]
+
+
+def write_profile(path: str, analysis: Analysis, workload: Workload, command: str, *,
+                  force: bool = False, topology_note: str | None = None,
+                  baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
+    """Write the recommended profile (or refuse, saying why); returns what happened."""
+    row, forced, refusal = export_row(analysis, force)
+    if row is None:
+        return {"path": path, "written": False, "reason": refusal}
+    prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
+                      confidence)
+    text = profile.render_profile(row.env, prov, APPLY_NOTES)
+    back = profile.parse_profile(text, path=path)
+    problems = lint_findings(text, path)
+    if back.env != row.env or problems:
+        raise NcclTuneError("the profile would not lint clean: " + "; ".join(problems), path=path)
+    profile.write_atomic(path, text)
+    return {"path": path, "written": True, "cell": row.cell, "env": row.env, "forced": bool(forced)}
+
+
+# ---------------------------------------------------------------- tuner-plugin CSV
+
+def _env_single(env: dict, name: str, known) -> str | None:
+    value = env.get(name)
+    if not value or "," in value or "^" in value or ":" in value:
+        return None
+    return next((k for k in known if k.lower() == value.strip().lower()), None)
+
+
+def tuner_points(analysis: Analysis, topology_name: str) -> tuple[list[tuple], list[str]]:
+    """(bytes, algo, proto, channels) per size for the tuner CSV, and notes on how.
+
+    Measured: at each measured size, the fastest cell that is significantly faster than
+    the baseline there and may be recommended (ok, final, not contradicted, lint-clean),
+    with the algorithm/protocol/channels NCCL reported running, else the ones its env
+    forces, else the model's choice for that env (and the notes say where). No such
+    cell: no rule (NCCL's choice). Modelled: the fastest (algo, proto) under the
+    recommended settings.
+    """
+    topo = costmodel.topology(topology_name)
+    nranks = analysis.world_size or 8
+    notes: list[str] = []
+    points = []
+    if analysis.source == MODELLED:
+        env = analysis.recommended.env if analysis.recommended else {}
+        for nbytes in default_model_sizes():
+            if nbytes <= 1 << 20:
+                c = costmodel.fastest("allreduce", nbytes, nranks, env, topo)
+                points.append((nbytes, c.algo, c.proto, c.channels))
+        notes.append(f"algorithm, protocol and channels are MODELLED for {topology_name}, not measured")
+        return points, notes
+    rows = {r.cell: r for r in analysis.cells}
+    usable = {c for c, r in rows.items() if r.status == "ok" and r.confirmed is not False
+              and not lint_problems(r.env)}
+    by_size: dict[int, list] = {}
+    for s in analysis.summaries:
+        if s.final and s.status == "ok" and s.p50_us is not None:
+            by_size.setdefault(s.bytes, []).append(s)
+    modelled_channels, modelled_pairs = [], []
+    for nbytes in sorted(by_size):
+        winners = [s for s in by_size[nbytes] if s.cell in usable and s.verdict == stats.FASTER]
+        if not winners:
+            points.append((nbytes, None, None, None))
+            continue
+        best = min(winners, key=lambda s: s.p50_us)
+        eff = best.effective or {}
+        algo = eff.get("algo") or _env_single(best.env, "NCCL_ALGO", settings.ALGORITHMS)
+        proto = eff.get("proto") or _env_single(best.env, "NCCL_PROTO", settings.PROTOCOLS)
+        channels = eff.get("channels")
+        if not (algo and proto and channels):
+            try:
+                guess = costmodel.choose("allreduce", nbytes, nranks, best.env, topo)
+            except ValueError:
+                notes.append(f"{nbytes} B: {cell_label(best.env)} allows nothing the model knows: no rule")
+                points.append((nbytes, None, None, None))
+                continue
+            if not (algo and proto):
+                modelled_pairs.append(nbytes)
+                algo, proto = algo or guess.algo, proto or guess.proto
+            if not channels:
+                lo, hi = best.env.get("NCCL_MIN_NCHANNELS"), best.env.get("NCCL_MAX_NCHANNELS")
+                if lo and lo == hi:
+                    channels = int(lo)
+                else:
+                    pool = costmodel.channel_pool(topo, best.env)
+                    link = costmodel.effective_link(topo, best.env)
+                    nt = costmodel.max_threads(algo, proto, link, best.env)
+                    channels = costmodel.launch_shape(nbytes, algo, proto, pool, nt, nranks)[0]
+                    modelled_channels.append(nbytes)
+        points.append((nbytes, algo, proto, int(channels)))
+    if modelled_pairs:
+        notes.append(f"algorithm/protocol MODELLED for {topology_name} (NCCL's log was not captured "
+                     "and the settings do not force one) at " + ", ".join(f"{b} B" for b in modelled_pairs))
+    if modelled_channels:
+        notes.append("channel counts MODELLED (NCCL's log did not report them) at "
+                     + ", ".join(f"{b} B" for b in modelled_channels))
+    return points, notes
+
+
+def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: str, *,
+                    force: bool = False) -> dict:
+    """Write tuner-plugin rules (or refuse, saying why); returns what happened."""
+    if analysis.source != MEASURED and not force:
+        return {"path": path, "written": False,
+                "reason": f"not written: {analysis.source} figures (pass --force to write them anyway)"}
+    if analysis.recommended is None and not force:
+        return {"path": path, "written": False,
+                "reason": "not written: no recommendation (keep NCCL's defaults)"}
+    points, notes = tuner_points(analysis, topology_name)
+    rules = tuner.rules_from_points(points, nnodes=1, nranks=analysis.world_size or 8)
+    if not rules:
+        return {"path": path, "written": False,
+                "reason": "not written: at no measured size is a cell significantly faster than "
+                          "NCCL's own choice"}
+    header = [
+        "NCCL tuner-plugin rules written by nccl-tune (format of NVIDIA/nccl ext-tuner/example).",
+        f"source: {analysis.source}; world size {analysis.world_size}; "
+        + (f"NCCL {analysis.nccl_version}; " if analysis.nccl_version else "")
+        + f"written {store.now_iso()}",
+        "Load: build NCCL's example plugin (nccl/ext-tuner/example: make ->"
+        " libnccl-tuner-example.so), then export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so"
+        f" and NCCL_TUNER_CONFIG_FILE={os.path.abspath(path)}",
+        "First matching line wins; sizes outside every range keep NCCL's own choice. Channels are"
+        " always explicit: with -1 the example plugin runs ONE channel.",
+        "Process-wide settings (NCCL_P2P_LEVEL, NCCL_BUFFSIZE, NCCL_NTHREADS, ...) cannot be"
+        " expressed here: keep them in the .env profile.",
+        f"command: {command}",
+    ] + [f"note: {n}" for n in notes]
+    text = tuner.render(rules, header)
+    tuner.parse(text)  # the plugin's own reading must accept every line
+    profile.write_atomic(path, text)
+    return {"path": path, "written": True, "rules": [r.line() for r in rules]}

@@ -1,0 +1,125 @@
+"""nccl-tests output -> results records (`nccl-tune import-nccl-tests`).
+
+The formats are read by nccl_tune.nccltests (text tables in their old and new layouts,
+as people paste them, and `-J` JSON). Here each row becomes a record (DESIGN.md section
+3, via store.make_record), one per run and size, `backend: nccl-tests`.
+
+nccl-tests reports the mean time per iteration: it becomes ``lat_us.mean`` and, lacking
+a median, ``lat_us.p50`` (``latency_stat: "mean"``), unless per-iteration data gives
+the real median (``latency_stat: "p50"``). The out-of-place time is the latency; the
+in-place one is kept under ``inplace``. Fields nccl-tests lacks are left null.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+from nccl_tune import store
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
+
+BACKEND = "nccl-tests"
+
+
+# ---------------------------------------------------------------- records
+
+def _latency(out: dict, iters: int | None) -> tuple[dict, str]:
+    per = out.get("per_iter") or {}
+    mean = out["time_us"]
+    if per.get("p50_us") is not None:
+        cv = per.get("cv_pct")
+        return ({"min": per.get("min_us"), "p10": None, "p50": per["p50_us"], "p90": None,
+                 "p99": per.get("p99_us"), "max": per.get("max_us"), "mean": mean,
+                 "cv": cv / 100 if cv is not None else None, "n": iters}, "p50")
+    cv = per.get("cv_pct")
+    return ({"min": per.get("min_us"), "p10": None, "p50": mean, "p90": None, "p99": per.get("p99_us"),
+             "max": per.get("max_us"), "mean": mean, "cv": cv / 100 if cv is not None else None,
+             "n": iters}, "mean")
+
+
+def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | None,
+                label: str | None, op: str | None, run_id: str) -> list[dict]:
+    """One record per row of a run (DESIGN.md section 3 via store.make_record)."""
+    cell_env = dict(run.env if env is None else env)
+    nranks = len(run.gpus) or None
+    the_op = op or run.op or infer_op(run.rows)
+    if the_op == "rooted":
+        raise NcclTuneError("broadcast/reduce results (a root other than -1) are not supported: "
+                            "pass --op if this is an allreduce, all_gather or reduce_scatter", path=path)
+    inferred = nranks is None
+    if inferred:
+        nranks = infer_world_size(run.rows, the_op)
+    oob_failed = bool(run.out_of_bounds) and not any(
+        (row["out"] or {}).get("wrong") or (row["in"] or {}).get("wrong") for row in run.rows)
+    records = []
+    for row in run.rows:
+        out, inplace = row["out"], row["in"]
+        status, error, correct, wrong = "ok", None, None, None
+        if out is None:
+            status = "failed"
+            error = row["failure"] or "the row ends before its numbers (output cut off)"
+        else:
+            wrongs = [b.get("wrong") for b in (out, inplace) if b and b.get("wrong") is not None]
+            checked = bool(wrongs)
+            wrong = sum(wrongs) if checked else None
+            correct = (wrong == 0) if checked else None
+            if wrong:
+                status, error = "wrong", f"nccl-tests reported {wrong} wrong elements"
+            elif oob_failed:
+                status, correct = "wrong", False
+                error = (f"the run reported {run.out_of_bounds} out-of-bounds values (FAILED); "
+                         "its rows cannot be told apart")
+        lat, stat = (_latency(out, row.get("iters") or run.iters) if out else (None, None))
+        record = store.make_record(
+            run_id=run_id, env=cell_env, backend=BACKEND, op=the_op,
+            mode=None if run.graph is None else ("graph" if run.graph else "eager"),
+            world_size=nranks, nnodes=len(set(run.hosts)) or None, bytes=row["size"],
+            dtype=row["type"], iters=row.get("iters") or run.iters, lat_us=lat,
+            samples_us=(out or {}).get("samples_us"), algbw_gbps=(out or {}).get("algbw_gbps"),
+            busbw_gbps=(out or {}).get("busbw_gbps"), correct=correct, wrong=wrong, effective=None,
+            versions={"nccl": versions.get("nccl"), "torch": None, "cuda": None,
+                      "nccl_tests": versions.get("nccl_tests")},
+            host=run.hosts[0] if run.hosts else None, gpus=run.gpus or None, topology=None,
+            status=status, error=error, round=run.number, label=label,
+            latency_stat=stat, redop=row.get("redop"), root=row.get("root"),
+            inplace=None if inplace is None else {k: inplace.get(k) for k in
+                                                   ("time_us", "algbw_gbps", "busbw_gbps", "wrong")},
+            run_failure=run.failure, env_plugin=run.env_plugin or None,
+            source_file=os.path.basename(path), source_line=row["line"],
+            world_size_inferred=inferred and nranks is not None)
+        records.append(record)
+    return records
+
+
+def parse_env_option(text: str) -> dict[str, str]:
+    """``--env "NCCL_PROTO=LL NCCL_ALGO=Ring"`` -> mapping; NcclTuneError on a bad item."""
+    try:
+        items = shlex.split(text)
+    except ValueError as exc:
+        raise NcclTuneError(f"--env: cannot split '{text}': {exc}") from None
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.match(r"^NCCL_[A-Z0-9_]+$", name):
+            raise NcclTuneError(f"--env: '{item}' is not NCCL_NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def import_file(path: str, *, env: dict[str, str] | None = None, label: str | None = None,
+                op: str | None = None, run_id: str | None = None) -> tuple[list[dict], list[Run]]:
+    """Records of one nccl-tests output file (text or -J JSON) and the runs found in it."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    is_json = text.lstrip().startswith("{")
+    runs, versions = parse_json(text, path) if is_json else parse_text(text, path)
+    run_id = run_id or store.new_run_id()
+    records = []
+    for run in runs:
+        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id)
+    return records, runs

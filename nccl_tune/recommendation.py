@@ -1,0 +1,424 @@
+"""Which NCCL settings to run: cells ranked by time saved per token, and the pick.
+
+From results records (measured, or simulated by the sweep's `sim` backend) or, with no
+results, from the analytical cost model (modelled). Rules (issue "recommend"):
+
+- a cell's saving per token is baseline minus cell collectives time at the decode size,
+  with an interval carried from the rounds (nccl_tune.model.estimate_saving);
+- the recommended cell has the largest saving whose interval excludes zero; with none,
+  keep NCCL's defaults;
+- ties go to the cell that sets fewer variables: a cell is tied with the best when the
+  paired per-round difference of their savings has an interval that includes zero (or,
+  without shared rounds, when its interval reaches the best's saving); modelled savings
+  within TIE_FRACTION of each other are ties;
+- cells whose records are wrong, failed or timed out, whose NCCL log contradicts the
+  requested settings, that are not final (pruned early in a search), or whose settings
+  do not lint clean are never recommended; cells measured without NCCL's log are
+  recommended as "declared", not "confirmed".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from nccl_tune import costmodel, settings, stats
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.model import (LatencyCurve, MIN_ROUNDS, OutOfRangeError, SavingEstimate,
+                             estimate_saving, projected_tok_s, projected_tok_s_interval)
+from nccl_tune.store import BASELINE, cell_label
+
+MEASURED, MODELLED, SIMULATED = "measured", "modelled", "simulated"
+TIE_FRACTION = 0.02  # modelled savings this close (relative) count as a tie
+MIN_MODELLED_FRACTION = 0.01  # a modelled saving below 1% of the baseline's comm time is none
+BACKEND_PREFERENCE = ("nccl", "nccl-tests", "gloo", "sim")
+STATUS_ORDER = ("ok", "timeout", "failed", "wrong")  # worse to the right
+
+# Settings the embedded (modelled) default compares with NCCL's defaults. LL128 is left
+# out: forcing it skips NCCL's safety checks (DESIGN.md section 5).
+PUBLIC_REPORT_PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
+                         "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216",
+                         "NCCL_NTHREADS": "512"}
+MODELLED_CANDIDATES = (
+    {"NCCL_P2P_LEVEL": "SYS"},
+    {"NCCL_PROTO": "LL"},
+    {"NCCL_PROTO": "Simple"},
+    {"NCCL_ALGO": "Ring"},
+    {"NCCL_ALGO": "Tree"},
+    {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+    {"NCCL_NTHREADS": "512"},
+    {"NCCL_MAX_NCHANNELS": "16"},
+    PUBLIC_REPORT_PROFILE,
+)
+
+
+@dataclass
+class CellRow:
+    """One cell's figures at the decode size and whether it may be recommended."""
+
+    cell: str
+    env: dict
+    status: str = "ok"
+    confirmed: bool | None = None
+    final: bool = True
+    effective: dict | None = None
+    latency_us: float | None = None  # one collective at the decode size
+    comm_ms: float | None = None  # collectives per token x latency
+    saving: SavingEstimate | None = None
+    projected_tok_s: float | None = None
+    projected_ci: tuple[float, float] | None = None
+    verdict: str = ""
+    eligible: bool = False
+    reason: str | None = None  # why it is not recommended
+    errors: list = field(default_factory=list)
+    curve: LatencyCurve | None = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        """The settings in words."""
+        return cell_label(self.env)
+
+    @property
+    def n_vars(self) -> int:
+        """How many variables the cell sets."""
+        return len(self.env)
+
+    @property
+    def trust(self) -> str:
+        """confirmed (NCCL's log showed the settings), contradicted, or declared (unseen)."""
+        if self.confirmed is True:
+            return "confirmed"
+        if self.confirmed is False:
+            return "contradicted"
+        return "declared"
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (the issue's field names)."""
+        saving = self.saving
+        return {
+            "cell": self.cell, "env": self.env, "label": self.label, "status": self.status,
+            "trust": self.trust, "final": self.final, "effective": self.effective,
+            "latency_us": self.latency_us, "comm_ms_per_token": self.comm_ms,
+            "saving_ms_per_token": saving.saving_ms if saving else None,
+            "saving_ci_ms": list(saving.ci_ms) if saving and saving.ci_ms else None,
+            "ci_basis": saving.basis if saving else None,
+            "n_rounds": saving.n_rounds if saving else None,
+            "extrapolated": saving.extrapolated if saving else False,
+            "projected_tok_s": self.projected_tok_s,
+            "projected_tok_s_ci": list(self.projected_ci) if self.projected_ci else None,
+            "verdict": self.verdict, "eligible": self.eligible, "reason": self.reason,
+            "errors": self.errors,
+        }
+
+
+@dataclass
+class Analysis:
+    """Everything `recommend` prints, exports and plots."""
+
+    source: str  # measured | modelled | simulated
+    message_bytes: int
+    collectives: int
+    baseline: CellRow
+    cells: list[CellRow]  # ranked, baseline excluded
+    pruned: list[CellRow] = field(default_factory=list)
+    recommended: CellRow | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    topology: str | None = None
+    topology_note: str | None = None
+    nccl_version: str | None = None
+    gpus: str | None = None
+    host: str | None = None
+    measured_at: str | None = None
+    notes: list[str] = field(default_factory=list)
+    summaries: list = field(default_factory=list, repr=False)  # report.CellSizeSummary, measured
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        rec = self.recommended
+        return {
+            "source": self.source, "message_bytes": self.message_bytes,
+            "collectives_per_token": self.collectives, "world_size": self.world_size,
+            "backend": self.backend, "topology": self.topology,
+            "topology_note": self.topology_note, "nccl_version": self.nccl_version,
+            "gpus": self.gpus,
+            "recommended": rec.to_dict() if rec else None,
+            "keep_defaults": rec is None,
+            "baseline": self.baseline.to_dict(),
+            "cells": [c.to_dict() for c in self.cells],
+            "pruned": [c.to_dict() for c in self.pruned],
+            "notes": self.notes,
+        }
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def lint_problems(env: dict[str, str]) -> list[str]:
+    """Findings (errors and warnings) that keep a profile from linting clean."""
+    out = []
+    for key, value in env.items():
+        if settings.needs_quoting(str(value)):
+            out.append(f"{key}: value needs quoting")
+        out += [f"{key}: {msg}" for _, msg in settings.check_value(key, str(value))]
+    return out
+
+
+def _fill_projection(row: CellRow, baseline_tok_s: float | None) -> None:
+    if baseline_tok_s is None or row.saving is None:
+        return
+    try:
+        row.projected_tok_s = projected_tok_s(baseline_tok_s, row.saving.saving_ms)
+    except ValueError:
+        row.projected_tok_s = None
+    row.projected_ci = projected_tok_s_interval(baseline_tok_s, row.saving.ci_ms)
+
+
+def _tied(best: CellRow, other: CellRow, modelled: bool) -> bool:
+    a, b = best.saving, other.saving
+    if modelled:
+        return abs(a.saving_ms - b.saving_ms) <= TIE_FRACTION * abs(a.saving_ms)
+    if a.per_round_ms and b.per_round_ms:
+        shared = sorted(set(a.per_round_ms) & set(b.per_round_ms))
+        if len(shared) >= MIN_ROUNDS:
+            diffs = [a.per_round_ms[r] - b.per_round_ms[r] for r in shared]
+            _, lo, hi = stats.t_ci(diffs)
+            return lo <= 0 <= hi
+    return b.ci_ms is not None and b.ci_ms[1] >= a.saving_ms
+
+
+def pick(rows: list[CellRow], modelled: bool = False) -> CellRow | None:
+    """The recommended row: the largest eligible saving, ties to fewer variables."""
+    eligible = [r for r in rows if r.eligible]
+    if not eligible:
+        return None
+    best = max(eligible, key=lambda r: r.saving.saving_ms)
+    tied = [r for r in eligible if r is best or _tied(best, r, modelled)]
+    return min(tied, key=lambda r: (r.n_vars, -r.saving.saving_ms))
+
+
+def _rank(rows: list[CellRow]) -> list[CellRow]:
+    def key(r: CellRow):
+        saving = r.saving.saving_ms if r.saving else -math.inf
+        return (not r.eligible, -saving, r.n_vars)
+    return sorted(rows, key=key)
+
+
+# ---------------------------------------------------------------- measured / simulated
+
+def _choose_subset(records: list[dict], tp: int | None) -> tuple[list[dict], int, str, list[str]]:
+    notes = []
+    allreduce = [r for r in records if (r.get("op") or "allreduce") == "allreduce"]
+    if not allreduce:
+        raise NcclTuneError("the results hold no allreduce records")
+    worlds = Counter(r.get("world_size") for r in allreduce)
+    if tp is not None:
+        if tp not in worlds:
+            found = ", ".join(str(w) for w in sorted(worlds, key=lambda w: (w is None, w)))
+            raise NcclTuneError(f"no results for world size {tp} (--tp); the results hold world "
+                                f"size(s) {found}")
+        world = tp
+    elif len(worlds) > 1:
+        found = ", ".join(str(w) for w in sorted(worlds, key=lambda w: (w is None, w)))
+        raise NcclTuneError(f"the results hold several world sizes ({found}): choose one with --tp")
+    else:
+        world = next(iter(worlds))
+    subset = [r for r in allreduce if r.get("world_size") == world]
+    backends = Counter(r.get("backend") for r in subset)
+    backend = next((b for b in BACKEND_PREFERENCE if b in backends), None) or backends.most_common(1)[0][0]
+    if len(backends) > 1:
+        others = ", ".join(sorted(str(b) for b in backends if b != backend))
+        notes.append(f"using backend {backend}; records of {others} left out")
+    return [r for r in subset if r.get("backend") == backend], world, backend, notes
+
+
+def _worst_status(statuses) -> str:
+    return max(statuses, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else 0)
+
+
+def _describe_gpus(records: list[dict]) -> str | None:
+    values = Counter()
+    for r in records:
+        gpus = r.get("gpus")
+        if isinstance(gpus, list) and gpus:
+            names = Counter(str(g.get("name") if isinstance(g, dict) else g) for g in gpus)
+            values[", ".join(f"{n}x {name}" for name, n in names.items())] += 1
+        elif gpus:
+            values[str(gpus)] += 1
+    return values.most_common(1)[0][0] if values else None
+
+
+def _most_common(records: list[dict], getter) -> str | None:
+    values = Counter(v for v in (getter(r) for r in records) if v)
+    return str(values.most_common(1)[0][0]) if values else None
+
+
+def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: int | None = None,
+                    extrapolate: bool = False, baseline_tok_s: float | None = None,
+                    confidence: float = 0.95) -> Analysis:
+    """Rank the cells of measured (or simulated) records at the decode size `nbytes`."""
+    from nccl_tune.report import summarize
+
+    subset, world, backend, notes = _choose_subset(records, tp)
+    final = [r for r in subset if r.get("final", True) is not False]
+    by_cell: dict[str, list[dict]] = {}
+    for r in final:
+        by_cell.setdefault(r.get("cell") or BASELINE, []).append(r)
+    if BASELINE not in by_cell:
+        raise NcclTuneError("the results hold no baseline (NCCL defaults) records for world size "
+                            f"{world}: a saving needs the defaults measured alongside the cells")
+    summaries = summarize(subset, confidence=confidence)
+    rows: dict[str, CellRow] = {}
+    pruned: dict[str, CellRow] = {}
+    flags: dict[tuple[str, bool], list] = {}
+    for s in summaries:
+        target = rows if s.final else pruned
+        row = target.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=s.final))
+        row.status = _worst_status([row.status, s.status])
+        row.errors = sorted(set(row.errors) | set(s.errors))
+        flags.setdefault((s.cell, s.final), []).append(s.confirmed)
+        if s.effective and (s.bytes == nbytes or row.effective is None):
+            row.effective = s.effective
+    for (cell, is_final), seen in flags.items():
+        row = (rows if is_final else pruned)[cell]
+        row.confirmed = (False if any(f is False for f in seen)
+                         else True if all(f is True for f in seen) else None)
+    for cell_rows in (rows, pruned):
+        for row in cell_rows.values():
+            _fill_curve(row, summaries, nbytes, collectives, extrapolate)
+    for cell in [c for c in pruned if c in rows]:
+        pruned.pop(cell)  # a cell with final records is judged on those
+    base_records = by_cell[BASELINE]
+    baseline = rows.pop(BASELINE)
+    if baseline.status != "ok":
+        raise NcclTuneError(f"the baseline cell's records are {baseline.status}: nothing can be "
+                            "compared with it")
+    if baseline.latency_us is None:
+        raise NcclTuneError(f"the baseline was not measured at or around {nbytes} B "
+                            "(pass --extrapolate to extrapolate from the measured sizes)")
+    for row in rows.values():
+        _judge_measured(row, base_records, by_cell.get(row.cell, []), nbytes, collectives,
+                        extrapolate, confidence, baseline_tok_s)
+    for row in pruned.values():
+        row.verdict, row.reason = "pruned", "not final (an early rung of a search)"
+    ranked = _rank(list(rows.values()))
+    source = SIMULATED if backend == "sim" else MEASURED
+    analysis = Analysis(source=source, message_bytes=nbytes, collectives=collectives,
+                        baseline=baseline, cells=ranked, pruned=list(pruned.values()),
+                        world_size=world, backend=backend, notes=notes, summaries=summaries)
+    analysis.recommended = pick(ranked)
+    analysis.nccl_version = _most_common(subset, lambda r: (r.get("versions") or {}).get("nccl"))
+    analysis.gpus = _describe_gpus(subset)
+    analysis.host = _most_common(subset, lambda r: r.get("host"))
+    analysis.topology = _most_common(subset, lambda r: r.get("topology") if isinstance(
+        r.get("topology"), str) else (r.get("topology") or {}).get("kind"))
+    analysis.measured_at = _most_common(subset, lambda r: r.get("time"))
+    if any(row.saving and row.saving.extrapolated for row in ranked) or baseline.verdict == "extrapolated":
+        analysis.notes.append(f"{nbytes} B lies outside the measured sizes: latencies there are "
+                              "EXTRAPOLATED (--extrapolate)")
+    return analysis
+
+
+def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapolate: bool) -> None:
+    points = [(s.bytes, s.p50_us) for s in summaries
+              if s.cell == row.cell and s.final == row.final and s.status == "ok"
+              and s.p50_us is not None and s.bytes > 0]
+    if not points:
+        return
+    row.curve = LatencyCurve.from_points(points, label=row.label)
+    try:
+        row.latency_us = row.curve.at(nbytes, extrapolate)
+    except OutOfRangeError:
+        return
+    if not row.curve.covers(nbytes):
+        row.verdict = "extrapolated"
+    row.comm_ms = collectives * row.latency_us / 1000.0
+
+
+def _judge_measured(row: CellRow, base_records, cell_records, nbytes, collectives, extrapolate,
+                    confidence, baseline_tok_s) -> None:
+    if row.status != "ok":
+        row.verdict, row.reason = row.status, f"records are {row.status}"
+        return
+    try:
+        row.saving = estimate_saving(base_records, cell_records, nbytes, collectives,
+                                     extrapolate, confidence)
+    except OutOfRangeError as exc:
+        row.verdict, row.reason = "not measured", str(exc)
+        return
+    if row.saving is None:
+        row.verdict, row.reason = "not measured", "no usable latency at the decode size"
+        return
+    _fill_projection(row, baseline_tok_s)
+    if row.saving.ci_ms is None:
+        row.verdict, row.reason = "no interval", "one value per size: no interval can be computed"
+    else:
+        lo, hi = row.saving.ci_ms
+        row.verdict = stats.FASTER if lo > 0 else stats.SLOWER if hi < 0 else stats.NO_DIFFERENCE
+        if row.verdict != stats.FASTER:
+            row.reason = "interval includes zero" if row.verdict == stats.NO_DIFFERENCE else "slower"
+    if row.reason is None and row.confirmed is False:
+        row.reason = "NCCL's log contradicts the requested settings"
+    if row.reason is None:
+        problems = lint_problems(row.env)
+        if problems:
+            row.reason = "does not lint clean: " + "; ".join(problems)
+    row.eligible = row.reason is None
+
+
+# ---------------------------------------------------------------- modelled (embedded default)
+
+def model_curve(env: dict[str, str], topology_name: str, nranks: int, sizes) -> LatencyCurve:
+    """A latency curve from the cost model at `sizes` (bytes)."""
+    points = [(b, costmodel.latency_us(b, nranks, topology_name, env)) for b in sorted(set(sizes))]
+    return LatencyCurve.from_points(points, label=f"model {topology_name}")
+
+
+def default_model_sizes(extra=()) -> list[int]:
+    """Powers of two from 256 B to 4 MiB plus the sizes a caller needs exactly."""
+    return sorted({1 << p for p in range(8, 23)} | {int(b) for b in extra if b > 0})
+
+
+def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: int,
+                  baseline_tok_s: float | None = None, candidates=MODELLED_CANDIDATES,
+                  extra_sizes=()) -> Analysis:
+    """The embedded default: NCCL's defaults against a few settings, all modelled."""
+    sizes = default_model_sizes([nbytes, *extra_sizes])
+
+    def row_for(env: dict) -> CellRow:
+        from nccl_tune.store import cell_id
+
+        curve = model_curve(env, topology_name, nranks, sizes)
+        row = CellRow(cell=cell_id(env), env=dict(env), curve=curve, confirmed=None)
+        row.latency_us = curve.at(nbytes)
+        row.comm_ms = collectives * row.latency_us / 1000.0
+        choice = costmodel.choose("allreduce", nbytes, nranks, env,
+                                  costmodel.topology(topology_name))
+        row.effective = {"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
+                         "confirmed": None, "detail": f"modelled, transport {choice.link}"}
+        return row
+
+    baseline = row_for({})
+    rows = []
+    for env in candidates:
+        row = row_for(env)
+        saving = baseline.comm_ms - row.comm_ms
+        row.saving = SavingEstimate(saving, None, None, 0)
+        _fill_projection(row, baseline_tok_s)
+        if saving > MIN_MODELLED_FRACTION * baseline.comm_ms:
+            row.verdict = "faster (modelled)"
+        elif saving < -MIN_MODELLED_FRACTION * baseline.comm_ms:
+            row.verdict, row.reason = "slower (modelled)", "slower"
+        else:
+            row.verdict, row.reason = "no difference (modelled)", "no modelled saving"
+        if row.reason is None:
+            problems = lint_problems(row.env)
+            row.reason = ("does not lint clean: " + "; ".join(problems)) if problems else None
+        row.eligible = row.reason is None
+        rows.append(row)
+    ranked = _rank(rows)
+    analysis = Analysis(source=MODELLED, message_bytes=nbytes, collectives=collectives,
+                        baseline=baseline, cells=ranked, world_size=nranks, backend=None,
+                        topology=topology_name)
+    analysis.recommended = pick(ranked, modelled=True)
+    return analysis

@@ -1,0 +1,466 @@
+"""The sweep engine: measure cells through a launcher, grouped by process scope.
+
+`SweepEngine.measure(requests)` is the one entry point strategies use (exhaustive
+rounds here; successive halving or coordinate descent on top): "measure these cells at
+these iterations for this round" -> their records, each (cell, round, size, rung)
+recorded exactly once in the results file, already-recorded ones reused on resume.
+
+How a batch runs (DESIGN.md sections 4-5):
+
+- Requests are grouped by their process-scoped settings; one launch measures a whole
+  group, each cell with a fresh communicator (process group) created after its
+  communicator-scoped settings are set (the microbench's --plan). `isolation="process"`
+  gives every cell a launch of its own.
+- On NCCL, a cell that shared its process must be confirmed by NCCL's own log (the
+  record's `effective.confirmed`); one that is not (older NCCL, or a contradiction) is
+  re-run alone, and its shared-process records are kept as `superseded` (final: false).
+  When the log confirms no cell at all (an NCCL without per-collective lines), the
+  engine switches to one launch per cell. Records say which isolation produced them. On gloo nothing can be confirmed, and
+  NCCL settings do not affect gloo at all: grouping there only tests the mechanics.
+- Each launch has a timeout; a timed-out or crashed launch is killed with everything it
+  started, the cell it was measuring is recorded as timeout/failed with the last lines
+  of output, and the cells it had not reached are launched again.
+- Ctrl-C kills the running launch; every cell already complete is in the file.
+- The `sim` backend draws records from nccl_tune.simbackend instead of launching.
+
+Options, sizes, the launch environment, round orders and estimates live in
+nccl_tune.sweepplan (re-exported here); launchers and process trees in nccl_tune.launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nccl_tune import launch as launching
+from nccl_tune import store
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.grid import Cell
+from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
+    BACKENDS, GLOO_NOTE, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype, conf_files,
+    count_launches, estimate_seconds, launch_environment, resolve_sizes, round_order)
+
+
+
+@dataclass(frozen=True)
+class Request:
+    """One cell to measure for one round (and, for search strategies, one rung)."""
+
+    cell: Cell
+    round: int
+    iters: int | None = None
+    warmup: int | None = None
+    extra: dict = field(default_factory=dict)  # merged into records: strategy, rung, final
+
+
+@dataclass
+class SweepStats:
+    """What a sweep did."""
+
+    launches: int = 0
+    relaunches: int = 0  # launches of the cells a failed launch had not reached
+    reruns: int = 0  # process-isolated re-runs of unconfirmed cells
+    cells_measured: int = 0
+    cells_reused: int = 0  # already in the results file (resume)
+    failures: dict = field(default_factory=dict)  # status -> count of cells
+    records_written: int = 0
+    wall_s: float = 0.0
+    notes: list = field(default_factory=list)  # decisions the engine took on its own
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return dict(self.__dict__)
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C during a sweep: the running launch was killed, finished records kept."""
+
+
+# ---------------------------------------------------------------- the engine
+
+def _key(cell: str, round_, rung, nbytes) -> tuple:
+    return (cell, round_, rung, nbytes)
+
+
+class SweepEngine:
+    """Measures batches of requests and appends their records to one results file."""
+
+    def __init__(self, options: MeasureOptions, launcher: launching.Launcher | None, out: str, *,
+                 run_id: str | None = None, isolation: str = "group", timeout: float | None = None,
+                 timeout_per_cell: float = 0.0, landscape=None, module: str = MODULE, keep_env: tuple[str, ...] = (),
+                 base_env: dict[str, str] | None = None,
+                 on_cell: Callable[[Request, str], None] | None = None,
+                 warn: Callable[[str], None] | None = None):
+        if isolation not in ISOLATIONS:
+            raise NcclTuneError(f"--isolation: '{isolation}' is not one of {', '.join(ISOLATIONS)}")
+        if options.backend == "sim" and landscape is None:
+            raise NcclTuneError("the sim backend needs a landscape")
+        if options.backend != "sim" and launcher is None:
+            raise NcclTuneError(f"the {options.backend} backend needs a launcher")
+        self.options, self.launcher, self.out = options, launcher, out
+        self.run_id = run_id or store.new_run_id()
+        self.isolation, self.timeout, self.landscape = isolation, timeout, landscape
+        self.timeout_per_cell = timeout_per_cell
+        self.module, self.keep_env, self.base_env = module, tuple(keep_env), base_env
+        self.on_cell, self.warn = on_cell, warn or (lambda message: None)
+        self.stats = SweepStats()
+        self.work_dir = out + ".work"
+        self._launch_no = 0
+        self._recorded: dict[tuple, dict] = {}
+        self._load_existing()
+
+    # -- the results file
+
+    def _matches(self, record: dict) -> bool:
+        """A record this sweep would have written: same backend, op and (when known) world."""
+        world = None if (self.launcher is None or self.launcher.template) else self.launcher.world_size
+        return (record.get("backend") == self.options.backend
+                and (record.get("op") or "allreduce") == self.options.op
+                and (world is None or record.get("world_size") in (None, world))
+                and not record.get("superseded"))
+
+    def _load_existing(self) -> None:
+        if not os.path.exists(self.out):
+            return
+        for record in store.iter_records(self.out, self.warn):
+            if self._matches(record):
+                key = _key(record.get("cell"), record.get("round"), record.get("rung"),
+                           record.get("bytes"))
+                self._recorded.setdefault(key, record)
+
+    def existing(self, request: Request) -> list[dict] | None:
+        """The request's records already in the file (every size), or None."""
+        rung = request.extra.get("rung")
+        found = [self._recorded.get(_key(request.cell.id, request.round, rung, b))
+                 for b in self.options.sizes]
+        return found if all(found) else None
+
+    def _write(self, records: list[dict]) -> list[dict]:
+        if self.launcher is not None and not self.launcher.writes_records and \
+                self.options.backend != "sim":
+            return []  # a follower node of a multi-node sweep: node 0 keeps the records
+        written = []
+        for record in records:
+            key = _key(record.get("cell"), record.get("round"), record.get("rung"), record.get("bytes"))
+            if not record.get("superseded"):
+                if key in self._recorded:
+                    continue  # exactly once: a size recorded before an interruption
+                self._recorded[key] = record
+            store.append_record(self.out, record)
+            self.stats.records_written += 1
+            written.append(record)
+        return written
+
+    # -- the public entry point
+
+    def measure(self, requests: list[Request]) -> list[dict]:
+        """Measure `requests` (grouped by process scope) and return their final records.
+
+        Requests already recorded (resume) are not measured again; their records are
+        returned as found. Raises SweepInterrupted on Ctrl-C after keeping every
+        finished cell.
+        """
+        start = time.monotonic()
+        results: dict[tuple, list[dict]] = {}
+        todo: list[Request] = []
+        for request in requests:
+            found = self.existing(request)
+            if found is not None:
+                results[(request.cell.id, request.round, request.extra.get("rung"))] = found
+                self.stats.cells_reused += 1
+            else:
+                todo.append(request)
+        try:
+            for batch in self._batches(todo):
+                for req_key, records in self._run_batch(batch).items():
+                    results[req_key] = records
+        finally:
+            self.stats.wall_s += time.monotonic() - start
+        out = []
+        for request in requests:
+            out.extend(results.get((request.cell.id, request.round, request.extra.get("rung")), []))
+        return out
+
+    def _batches(self, requests: list[Request]) -> list[list[Request]]:
+        if self.isolation == "process":
+            return [[r] for r in requests]
+        groups: dict[tuple, list[Request]] = {}
+        for request in requests:
+            groups.setdefault(request.cell.process_key, []).append(request)
+        batches = []
+        for batch in groups.values():
+            batch.sort(key=lambda r: bool(r.cell.comm_env))  # see grid.group_by_process
+            batches.append(batch)
+        return batches
+
+    # -- one batch: launches until every request is accounted for
+
+    def _run_batch(self, batch: list[Request]) -> dict[tuple, list[dict]]:
+        results: dict[tuple, list[dict]] = {}
+        pending, idle_failures, reruns = list(batch), 0, []
+        while pending:
+            by_key = {self._req_key(r): r for r in pending}
+            launch_size, finished, confirmations = len(pending), set(), []
+
+            def on_complete(key: tuple, records: list[dict]) -> None:
+                request = by_key.get(key)
+                if request is None or key in finished:
+                    return  # records of a cell this launch was not asked for
+                finished.add(key)
+                if self._shared_comm_cell(request, launch_size):
+                    confirmations.extend((r.get("effective") or {}).get("confirmed")
+                                         for r in records if r.get("status") == "ok")
+                if self._needs_rerun(request, records, launch_size):
+                    for record in records:
+                        record.update(superseded=True, final=False,
+                                      note="not confirmed by NCCL's log in a shared process; "
+                                           "re-run alone")
+                    self._write(records)
+                    reruns.append(request)
+                else:
+                    results[key] = self._finish(request, records)
+
+            outcome, partial = self._launch(pending, on_complete)
+            self._adapt_isolation(confirmations)
+            remaining = [r for r in pending if self._req_key(r) not in finished]
+            if outcome.status == "interrupted":
+                raise SweepInterrupted(f"interrupted; every finished cell is in {self.out}")
+            if not remaining:
+                break
+            if outcome.status == "ok":  # ended cleanly without some cells: record why
+                for request in remaining:
+                    results[self._req_key(request)] = self._fail(
+                        request, partial.get(self._req_key(request), []), "failed",
+                        "the launch ended without records for this cell; " + outcome.error_text(),
+                        launch_size)
+                break
+            # The microbench measures cells in plan order: the first unfinished one was
+            # running when the launch died; the ones after it were never reached.
+            culprit, pending = remaining[0], remaining[1:]
+            results[self._req_key(culprit)] = self._fail(
+                culprit, partial.get(self._req_key(culprit), []), outcome.status, outcome.error_text(),
+                launch_size)
+            idle_failures = 0 if finished else idle_failures + 1
+            if idle_failures >= 2 and pending:
+                for request in pending:
+                    results[self._req_key(request)] = self._fail(
+                        request, [], "failed", "not measured: two launches in a row failed before "
+                        "measuring anything; " + outcome.error_text(), launch_size)
+                break
+            if pending:
+                self.stats.relaunches += 1
+        for request in reruns:
+            self.stats.reruns += 1
+            alone = Request(request.cell, request.round, request.iters, request.warmup,
+                            {**request.extra, "rerun": "unconfirmed in a shared process"})
+            results.update(self._run_batch([alone]))
+        return results
+
+    @staticmethod
+    def _req_key(request: Request) -> tuple:
+        return (request.cell.id, request.round, request.extra.get("rung"))
+
+    def _shared_comm_cell(self, request: Request, launch_size: int) -> bool:
+        """An NCCL cell with communicator-scoped settings that shared its process."""
+        return self.options.backend == "nccl" and launch_size > 1 and bool(request.cell.comm_env)
+
+    def _needs_rerun(self, request: Request, records: list[dict], launch_size: int) -> bool:
+        """True for an NCCL cell that shared its process and NCCL's log did not confirm."""
+        if not self._shared_comm_cell(request, launch_size):
+            return False
+        ok = [r for r in records if r.get("status") == "ok"]
+        return any((r.get("effective") or {}).get("confirmed") is not True for r in ok)
+
+    def _adapt_isolation(self, confirmations: list) -> None:
+        """When NCCL's log can confirm nothing (an NCCL without per-collective lines, or
+        no log), every shared cell would be re-run alone: launch one per cell from now on."""
+        if (self.isolation == "group" and confirmations
+                and all(flag is None for flag in confirmations)):
+            self.isolation = "process"
+            self.stats.notes.append(
+                "NCCL's log confirmed no cell of a shared launch (no per-collective lines in this "
+                "NCCL, or no log): isolation switched to process for the rest of the sweep")
+
+    def _finish(self, request: Request, records: list[dict]) -> list[dict]:
+        written = self._write(records)
+        status = next((s for s in ("wrong", "timeout", "failed")
+                       if any(r.get("status") == s for r in records)), "ok")
+        if status != "ok":
+            self.stats.failures[status] = self.stats.failures.get(status, 0) + 1
+        self.stats.cells_measured += 1
+        if self.on_cell:
+            self.on_cell(request, status)
+        return written or records
+
+    def _fail(self, request: Request, partial: list[dict], status: str, error: str,
+              launch_size: int = 1) -> list[dict]:
+        """Records for a cell a launch did not finish: what it measured + `status` for the rest."""
+        have = {r.get("bytes") for r in partial}
+        filler = [self._record(request, nbytes, launch_size, status=status, error=error, correct=None)
+                  for nbytes in self.options.sizes if nbytes not in have]
+        return self._finish(request, partial + filler)
+
+    def _record(self, request: Request, nbytes: int, launch_size: int = 1, **fields) -> dict:
+        world = self.launcher.world_size if self.launcher else None
+        return store.make_record(
+            run_id=self.run_id, cell=request.cell.id, env=dict(request.cell.env),
+            backend=self.options.backend, op=self.options.op, mode=self.options.mode,
+            world_size=world, nnodes=self.launcher.nnodes if self.launcher else None,
+            bytes=nbytes, dtype=self.options.dtype, iters=request.iters or self.options.iters,
+            round=request.round, **self._extra(request, launch_size), **fields)
+
+    def _extra(self, request: Request, launch_size: int) -> dict:
+        extra = {"isolation": "process" if launch_size == 1 else "group"}
+        if self.options.label is not None:
+            extra["label"] = self.options.label
+        if self.keep_env:
+            extra["common_env"] = {k: v for k, v in (self.base_env or os.environ).items()
+                                   if k in self.keep_env}
+        extra.update(request.extra)
+        return extra
+
+    # -- one launch
+
+    def _launch(self, requests: list[Request], on_complete: Callable[[tuple, list[dict]], None]):
+        """Run one launch for `requests`, reporting each cell as it completes.
+
+        Returns (outcome, partial records of the cells that did not complete).
+        """
+        self._launch_no += 1
+        self.stats.launches += 1
+        if self.options.backend == "sim":
+            return self._launch_sim(requests, on_complete)
+        try:
+            os.makedirs(self.work_dir, exist_ok=True)
+        except OSError as exc:
+            raise NcclTuneError(f"cannot create the work folder: {exc.strerror}", path=self.work_dir) from None
+        stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-"
+                                           f"launch{self._launch_no:04d}")
+        plan_path, records_path, log_path = stem + ".plan.json", stem + ".records.jsonl", stem + ".log"
+        plan = {"run_id": self.run_id, "cells": [
+            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.comm_env,
+             "round": r.round, "iters": r.iters, "warmup": r.warmup,
+             "extra": self._extra(r, len(requests))} for r in requests]}
+        try:
+            with open(plan_path, "w", encoding="utf-8") as handle:
+                json.dump(plan, handle, indent=1)
+        except OSError as exc:
+            raise NcclTuneError(f"cannot write the launch plan: {exc.strerror}", path=plan_path) from None
+        process_env = requests[0].cell.process_env
+        env, _ = launch_environment(process_env, self.keep_env, self.base_env)
+        argv = self.launcher.argv(self.module, self.options.microbench_args(plan_path, records_path),
+                                  process_env)
+        reader = _RecordReader(records_path, self.warn)
+        completed: set[tuple] = set()
+
+        def poll() -> None:
+            for record in reader.read_new():
+                key = (record.get("cell"), record.get("round"), record.get("rung"))
+                reader.by_cell.setdefault(key, []).append(record)
+                if key not in completed and self._complete(reader.by_cell[key]):
+                    completed.add(key)
+                    on_complete(key, self._expand(reader.by_cell[key]))
+
+        limit = self.timeout + self.timeout_per_cell * len(requests) if self.timeout else None
+        outcome = launching.run_launch(argv, env, log_path, limit, poll)
+        if not self.launcher.writes_records and outcome.status == "ok":
+            for request in requests:  # a follower node: rank 0 writes on node 0
+                on_complete(self._req_key(request), [])
+        partial = {k: v for k, v in reader.by_cell.items() if k not in completed}
+        keep_log = outcome.status != "ok" or len(completed) < len(requests)
+        for path in (records_path,) if keep_log else (plan_path, records_path, log_path):
+            _remove(path)
+        _remove_dir(self.work_dir)
+        return outcome, partial
+
+    def _complete(self, records: list[dict]) -> bool:
+        sizes = {r.get("bytes") for r in records}
+        return set(self.options.sizes) <= sizes or None in sizes
+
+    def _expand(self, records: list[dict]) -> list[dict]:
+        """A cell-level failure record (bytes null) becomes one record per missing size."""
+        whole = [r for r in records if r.get("bytes") is None]
+        sized = [r for r in records if r.get("bytes") is not None]
+        if not whole:
+            return sized
+        have = {r["bytes"] for r in sized}
+        return sized + [{**whole[0], "bytes": b} for b in self.options.sizes if b not in have]
+
+    def _launch_sim(self, requests: list[Request], on_complete):
+        from nccl_tune import simbackend
+
+        world = self.launcher.world_size if self.launcher else 2
+        for request in requests:
+            on_complete(self._req_key(request), simbackend.measure_cell(
+                self.landscape, run_id=self.run_id, env=dict(request.cell.env), op=self.options.op,
+                sizes=list(self.options.sizes), nranks=world,
+                nnodes=self.launcher.nnodes if self.launcher else 1,
+                iters=request.iters or self.options.iters or 100, dtype=self.options.dtype,
+                mode=self.options.mode or "graph", round_=request.round,
+                launch=str(self._launch_no), extra=self._extra(request, len(requests))))
+        return launching.LaunchOutcome("ok", 0, 0.0, [], ""), {}
+
+
+class _RecordReader:
+    """Reads the records a running launch appends, complete lines only."""
+
+    def __init__(self, path: str, warn: Callable[[str], None]):
+        self.path, self.warn, self.offset, self.line = path, warn, 0, 0
+        self.by_cell: dict[tuple, list[dict]] = {}
+
+    def read_new(self) -> list[dict]:
+        """Records appended since the last call."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for raw in data[:end].decode(errors="replace").splitlines():
+            self.line += 1
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError:
+                self.warn(f"{self.path}:{self.line}: skipped: not JSON")
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+        return out
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _remove_dir(path: str) -> None:
+    try:
+        os.rmdir(path)  # only when empty: failed launches keep their logs
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- rounds
+
+def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int,
+               extra: dict | None = None) -> list[dict]:
+    """The exhaustive strategy: every cell in every round (1..rounds), baseline included."""
+    records = []
+    for round_ in range(1, rounds + 1):
+        order = round_order(cells, round_, seed, engine.isolation)
+        records += engine.measure([Request(c, round_, extra=dict(extra or {})) for c in order])
+    return records
+
+

@@ -1,0 +1,163 @@
+"""What a sweep will do, before the engine runs it: measurement options, sizes, the
+launch environment, round orders, launch counts and time estimates (pure functions).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.grid import Cell, group_by_process
+
+MODULE = "microbench.allreduce"
+BACKENDS = ("nccl", "gloo", "sim")
+ISOLATIONS = ("group", "process")
+CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
+GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
+             "(this tests the sweep's mechanics, not NCCL)")
+
+
+# ---------------------------------------------------------------- options
+
+def canonical_dtype(name: str) -> str:
+    """'bf16' / 'bfloat16' -> 'bf16'; NcclTuneError for an unknown dtype (the microbench's rules)."""
+    from microbench import options as microbench_options  # torch-free
+
+    return microbench_options.canonical_dtype(name)
+
+
+def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
+                  dtype: str) -> list[int]:
+    """Message sizes in bytes, by the microbench's own rules (so both agree on every size):
+    explicit `sizes` (K = 1024, as nccl-tests) or tokens x hidden x dtype bytes.
+    """
+    from microbench import options as microbench_options  # torch-free
+
+    return microbench_options.resolve_sizes(sizes, tokens, hidden, canonical_dtype(dtype))
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """What every cell measures, passed through to the microbench."""
+
+    backend: str
+    sizes: tuple[int, ...]
+    dtype: str = "bf16"
+    op: str = "allreduce"
+    iters: int | None = None
+    warmup: int | None = None
+    mode: str | None = None
+    verify_effective: bool | None = None
+    op_timeout: float | None = None
+    label: str | None = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise NcclTuneError(f"--backend: '{self.backend}' is not one of {', '.join(BACKENDS)}")
+
+    def microbench_args(self, plan_path: str, out_path: str) -> list[str]:
+        """The microbench's command-line arguments for one launch."""
+        args = ["--plan", plan_path, "--out", out_path, "--backend", self.backend,
+                "--op", self.op, "--sizes", ",".join(map(str, self.sizes)), "--dtype", self.dtype]
+        if self.iters is not None:
+            args += ["--iters", str(self.iters)]
+        if self.warmup is not None:
+            args += ["--warmup", str(self.warmup)]
+        if self.mode is not None:
+            args += ["--mode", self.mode]
+        if self.verify_effective is not None:
+            args.append("--verify-effective" if self.verify_effective else "--no-verify-effective")
+        if self.op_timeout is not None:
+            args += ["--timeout", str(self.op_timeout)]
+        if self.label is not None:
+            args += ["--label", self.label]
+        return args
+
+
+# ---------------------------------------------------------------- environment
+
+def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
+                       base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The environment of a launch: the caller's without NCCL_* (except `keep`) + `process_env`.
+
+    Returns (env, names of inherited NCCL_* variables removed).
+    """
+    base = dict(os.environ if base is None else base)
+    removed = sorted(k for k in base if k.startswith("NCCL_") and k not in keep)
+    env = {k: v for k, v in base.items() if k not in removed}
+    env.update(process_env)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env, removed
+
+
+def conf_files(base: dict[str, str] | None = None,
+               keep: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
+    """NCCL conf files the ranks would still read: (path, NCCL_* names they set).
+
+    NCCL reads NCCL_CONF_FILE and ~/.nccl.conf / /etc/nccl.conf for any variable the
+    environment does not set (DESIGN.md section 5). NCCL_CONF_FILE itself is an
+    inherited NCCL_* variable, removed from launches unless kept (`keep`).
+    """
+    base = os.environ if base is None else base
+    paths = [base["NCCL_CONF_FILE"]] if base.get("NCCL_CONF_FILE") and "NCCL_CONF_FILE" in keep else []
+    home = base.get("HOME")
+    paths += [os.path.join(home, ".nccl.conf")] if home else [os.path.expanduser(CONF_FILES[0])]
+    paths += list(CONF_FILES[1:])
+    out = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                names = [line.split("=", 1)[0].strip() for line in handle
+                         if "=" in line and not line.lstrip().startswith("#")]
+        except OSError:
+            continue
+        out.append((path, [n for n in names if n.startswith("NCCL_")]))
+    return out
+
+
+# ---------------------------------------------------------------- rounds
+
+def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> list[Cell]:
+    """The cells of one round in a fresh random order (reproducible from seed and round).
+
+    Grouped: process groups in random order, cells inside a group in random order after
+    the group's cell without communicator-scoped settings (see grid.group_by_process).
+    """
+    rng = random.Random(f"nccl-tune:{seed}:{round_}")
+    if isolation == "process":
+        order = list(cells)
+        rng.shuffle(order)
+        return order
+    groups = group_by_process(cells)
+    rng.shuffle(groups)
+    order = []
+    for group in groups:
+        plain = [c for c in group.cells if not c.comm_env]
+        rest = [c for c in group.cells if c.comm_env]
+        rng.shuffle(rest)
+        order += plain + rest
+    return order
+
+
+def count_launches(cells: list[Cell], rounds: int, isolation: str) -> int:
+    """Launches an exhaustive sweep needs when nothing fails (re-runs not counted)."""
+    per_round = len(cells) if isolation == "process" else len(group_by_process(cells))
+    return per_round * rounds
+
+
+# Rough costs (s) for the plan's time estimate: torchrun start, import torch and
+# rendezvous per launch; communicator creation per cell; per-op sync per iteration.
+LAUNCH_COST_S = {"nccl": 15.0, "gloo": 5.0, "sim": 0.0}
+CELL_COST_S = {"nccl": 1.5, "gloo": 0.3, "sim": 0.0}
+OP_COST_US = {"nccl": 60.0, "gloo": 250.0, "sim": 0.0}
+
+
+def estimate_seconds(cells: list[Cell], rounds: int, isolation: str, options: MeasureOptions) -> float:
+    """A rough wall-time estimate of an exhaustive sweep (no failures, no re-runs)."""
+    backend = options.backend
+    iters = (options.iters or 100) + (options.warmup or 10)
+    per_cell = CELL_COST_S[backend] + len(options.sizes) * iters * OP_COST_US[backend] * 1e-6
+    launches = count_launches(cells, rounds, isolation)
+    return launches * LAUNCH_COST_S[backend] + len(cells) * rounds * per_cell

@@ -1,0 +1,182 @@
+"""What this machine offers NCCL: torch, GPUs, NCCL conf files, the NCCL_* environment.
+
+`doctor_report` gathers everything `nccl-tune doctor` shows into one JSON-ready dict
+with keys nccl_libraries, torch, gpus, topology, conf_files, env. Each part works on a
+machine without a GPU and says so instead of failing; torch is imported only inside
+`torch_info` (so importing this module stays fast).
+
+NCCL conf files (misc/param.cc initEnv, read once at the first NCCL_* lookup):
+NCCL_CONF_FILE when set (NCCL >= 2.23), otherwise ~/.nccl.conf; then /etc/nccl.conf.
+Each line `KEY=VALUE` sets KEY only when nothing set it before, so the environment wins
+over the files and the first file over the second. NCCL reads the files literally (no
+quote removal, no trimming); we read them with profile.parse_lines and lint them, which
+flags lines NCCL would read differently from a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from nccl_tune import lint as linter
+from nccl_tune import ncclinfo, topology
+from nccl_tune.profile import nccl_env, parse_lines, read_text
+
+CONF_FILE_SINCE = (2, 23, 0)  # first NCCL that reads NCCL_CONF_FILE (NCCL docs)
+
+
+def torch_info() -> dict:
+    """torch's version, CUDA build, CUDA availability and NCCL version (when built with it)."""
+    try:
+        import torch
+    except Exception as exc:  # an absent or broken torch is a finding, not a crash
+        return {"version": None, "error": f"cannot import torch: {exc}"}
+    info = {"version": torch.__version__, "cuda": torch.version.cuda,
+            "cuda_available": bool(torch.cuda.is_available()), "nccl": None, "note": None}
+    try:
+        import torch.distributed as dist
+
+        info["nccl_backend"] = bool(dist.is_available() and dist.is_nccl_available())
+    except Exception:
+        info["nccl_backend"] = False
+    if torch.version.cuda is None:
+        info["note"] = "CPU build of torch: it has no NCCL backend and loads no libnccl"
+        return info
+    try:
+        version = torch.cuda.nccl.version()
+        info["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception as exc:
+        info["note"] = f"torch.cuda.nccl.version() failed: {exc}"
+    return info
+
+
+def gpu_info(timeout: float = 30.0) -> dict:
+    """GPUs as nvidia-smi lists them; `count` 0 and a `note` when there is none."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {"count": 0, "devices": [], "driver": None,
+                "note": "nvidia-smi not found: no NVIDIA GPU or driver visible on this machine"}
+    query = "index,name,pci.bus_id,memory.total,driver_version"
+    try:
+        done = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"count": 0, "devices": [], "driver": None, "note": f"nvidia-smi failed: {exc}"}
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).strip().splitlines()[:1]
+        return {"count": 0, "devices": [], "driver": None,
+                "note": f"nvidia-smi failed: {reason[0] if reason else done.returncode}"}
+    devices = []
+    for line in done.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 5:
+            devices.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0],
+                            "name": parts[1], "pci_bus_id": parts[2],
+                            "memory_mib": int(parts[3]) if parts[3].isdigit() else parts[3]})
+    driver = done.stdout.split(",")[4].strip() if devices else None
+    return {"count": len(devices), "devices": devices, "driver": driver,
+            "note": None if devices else "nvidia-smi lists no GPU"}
+
+
+def topology_info(topo_file: str | None = None) -> dict:
+    """The parsed `nvidia-smi topo -m` (from `topo_file` or the local nvidia-smi).
+
+    A bad `topo_file` raises NcclTuneError (the user named it); a local nvidia-smi whose
+    output does not parse is reported in `note`.
+    """
+    from nccl_tune.errors import NcclTuneError
+
+    if topo_file is not None:
+        topo = topology.parse_topo(read_text(topo_file), source=topo_file)
+        vendor = None  # another machine's CPU is unknown
+    else:
+        text = topology.run_nvidia_smi_topo()
+        if text is None:
+            return {"source": None, "kind": None,
+                    "note": "nvidia-smi not found or failed: no topology on this machine"}
+        try:
+            topo = topology.parse_topo(text, source="nvidia-smi topo -m")
+        except NcclTuneError as exc:
+            return {"source": "nvidia-smi topo -m", "kind": None,
+                    "note": f"could not parse nvidia-smi topo -m: {exc}"}
+        vendor = topology.local_cpu_vendor()
+    out = topo.to_dict()
+    try:
+        out["kind"] = topology.classify(topo, vendor)
+        level = topology.default_p2p_level(vendor)
+        out["note"] = (f"kind assumes NCCL's default P2P level {level}"
+                       + ("" if vendor else " (CPU vendor unknown; PXB is Intel's, AMD's is SYS)"))
+    except NcclTuneError as exc:
+        out["kind"] = None
+        out["note"] = exc.message
+    return out
+
+
+def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
+               nccl_version: tuple[int, int, int] | None = None,
+               known: linter.KnownNames | None = None) -> list[dict]:
+    """The NCCL conf files NCCL would consult, what each sets and what takes effect.
+
+    Each entry: path, role (NCCL_CONF_FILE | user | system), exists, read_by_nccl, sets
+    (KEY -> VALUE as read), effective (the part neither the environment nor an earlier
+    file overrides), findings (lint of the file), error.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    home = os.path.expanduser("~") if home is None else home
+    reads_conf_var = nccl_version is None or tuple(nccl_version) >= CONF_FILE_SINCE
+    entries = []
+    if environ.get("NCCL_CONF_FILE"):
+        entries.append((environ["NCCL_CONF_FILE"], "NCCL_CONF_FILE", reads_conf_var))
+    user_read = not (environ.get("NCCL_CONF_FILE") and reads_conf_var)
+    entries.append((os.path.join(home, ".nccl.conf"), "user", user_read))
+    entries.append(("/etc/nccl.conf", "system", True))
+    taken = set(environ)
+    out = []
+    for path, role, read_by_nccl in entries:
+        item = {"path": path, "role": role, "exists": os.path.isfile(path),
+                "read_by_nccl": read_by_nccl, "sets": {}, "effective": {}, "findings": [],
+                "error": None}
+        if item["exists"]:
+            try:
+                text = read_text(path)
+            except Exception as exc:  # NcclTuneError: unreadable; report, don't stop
+                item["error"] = str(exc)
+            else:
+                for line in parse_lines(text):
+                    if line.kind == "assign" and line.key not in item["sets"]:
+                        item["sets"][line.key] = line.value
+                item["findings"] = [f.to_dict() for f in linter.lint_text(text, path, known)]
+                if read_by_nccl:
+                    item["effective"] = {k: v for k, v in item["sets"].items() if k not in taken}
+                    taken |= set(item["sets"])
+        out.append(item)
+    return out
+
+
+def env_info(environ: dict[str, str] | None = None,
+             known: linter.KnownNames | None = None) -> dict:
+    """The current NCCL_* variables and their lint findings."""
+    variables = nccl_env(dict(os.environ) if environ is None else environ)
+    findings = linter.lint_env(variables, "<environment>", known)
+    return {"variables": variables, "findings": [f.to_dict() for f in findings]}
+
+
+def doctor_report(topo_file: str | None = None, with_torch: bool = True) -> dict:
+    """Everything doctor shows, keys: nccl_libraries, torch, gpus, topology, conf_files, env."""
+    libraries = ncclinfo.find_libraries()
+    known = linter.installed_names()
+    torch = torch_info() if with_torch else {"version": None, "note": "not inspected"}
+    if torch.get("nccl"):
+        # Which found file torch's NCCL is, judged by version (a pip CUDA torch loads
+        # nvidia-nccl-cu12's; a torch with NCCL linked in statically matches no file).
+        same = [lib.path for lib in libraries if lib.version == torch["nccl"]]
+        torch["nccl_library"] = same[0] if same else None
+    return {
+        "nccl_libraries": [lib.to_dict() for lib in libraries],
+        "torch": torch,
+        "gpus": gpu_info(),
+        "topology": topology_info(topo_file),
+        "conf_files": conf_files(nccl_version=known.version_tuple, known=known),
+        "env": env_info(known=known),
+    }

@@ -1,0 +1,280 @@
+"""GPU topology from `nvidia-smi topo -m`: parse the matrix, classify it for the cost model.
+
+The parser takes what people save and paste, not only what nvidia-smi prints:
+
+- cells separated by tabs (nvidia-smi itself, with empty cells for missing affinities and
+  an extra tab before `GPU NUMA ID`) or by spaces (terminal copies, markdown);
+- anything before the header (a `$ nvidia-smi topo -m` prompt, a code fence) and after
+  the matrix (the `Legend:` and `NIC Legend:` blocks, a second matrix such as
+  `topo -p2p`) is skipped; the NIC legend (`NIC0: mlx5_0`) is read;
+- entries X, NV#, PIX, PXB, PHB, NODE, SYS and the pre-2017 SOC (today's SYS);
+- NIC rows and columns named NIC# (with a legend) or, in older layouts, by device
+  (`mlx5_0`); affinity columns `CPU Affinity`, `NUMA Affinity`, `GPU NUMA ID`, or
+  only `CPU Affinity` in older layouts.
+
+`classify` reduces a matrix to the cost model's topology kinds (costmodel.TOPOLOGIES):
+`nvlink` (every GPU pair on NVLink), `pcie` (the non-NVLink pairs use P2P over PCIe) or
+`pcie-shm` (some pair is farther than NCCL's default P2P level, so NCCL moves that data
+through host memory). NCCL's default level (graph/paths.cc ncclTopoCheckP2p, 2.2x-2.3x)
+is PXB on Intel, Zhaoxin and ARM CPUs and SYS on others (AMD): pass the CPU vendor when
+known; without it the common Intel case (PXB) is assumed. The driver may still refuse
+P2P between some GPUs (`nvidia-smi topo -p2p r` shows it); this module cannot see that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from nccl_tune.errors import NcclTuneError
+
+LINK_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_NVLINK_RE = re.compile(r"^NV\d+$")
+_GPU_RE = re.compile(r"^GPU\d+$")
+_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_LEGEND_RE = re.compile(r"^\s*(\S+)\s+=\s+(.+?)\s*$")
+# Multi-word affinity column names, longest first.
+_AFFINITY_NAMES = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
+PCIE_P2P_ENTRIES = ("PIX", "PXB")  # within NCCL's default P2P level on Intel (PXB)
+KINDS = ("nvlink", "pcie", "pcie-shm")
+
+
+@dataclass
+class Topology:
+    """One `nvidia-smi topo -m` matrix.
+
+    `devices` is the header's column order (GPUs, then NICs); `matrix[row][col]` the
+    entry as printed (X on the diagonal); `affinity[row]` maps each printed affinity
+    column to its value (missing or empty cells left out); `nic_names` the NIC legend.
+    """
+
+    devices: list[str]
+    matrix: dict[str, dict[str, str]]
+    affinity: dict[str, dict[str, str]] = field(default_factory=dict)
+    affinity_columns: list[str] = field(default_factory=list)
+    nic_names: dict[str, str] = field(default_factory=dict)
+    legend: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def gpus(self) -> list[str]:
+        """GPU names in column order (GPU0, GPU1, ...)."""
+        return [d for d in self.devices if _GPU_RE.match(d)]
+
+    @property
+    def nics(self) -> list[str]:
+        """Non-GPU device columns (NIC0..., or mlx5_0... in older layouts)."""
+        return [d for d in self.devices if not _GPU_RE.match(d)]
+
+    def links(self) -> dict[str, dict[str, str]]:
+        """GPU -> {every other GPU -> link entry as printed (NV18, PIX, SYS...)}."""
+        gpus = self.gpus
+        return {g: {h: self.matrix[g][h] for h in gpus if h != g} for g in gpus}
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (doctor's `topology` object, less its `kind`)."""
+        return {
+            "source": self.source,
+            "gpus": self.gpus,
+            "nics": {n: self.nic_names.get(n) for n in self.nics},
+            "links": self.links(),
+            "affinity": {g: self.affinity.get(g, {}) for g in self.gpus},
+            "gpu_nic": {g: {n: self.matrix[g][n] for n in self.nics} for g in self.gpus},
+        }
+
+
+def _is_header(words: list[str]) -> bool:
+    """The header starts with GPU0 and, unlike GPU0's row, is not followed by a link entry."""
+    return words[:1] == ["GPU0"] and not (len(words) > 1 and LINK_RE.match(words[1]))
+
+
+def _split_header(words: list[str]) -> tuple[list[str], list[str]]:
+    """Header words -> (device columns, affinity column names)."""
+    devices: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in ("CPU", "NUMA") or (word == "GPU" and index + 1 < len(words)):
+            break
+        devices.append(word)
+        index += 1
+    names: list[str] = []
+    while index < len(words):
+        for name in _AFFINITY_NAMES:
+            if tuple(words[index:index + len(name)]) == name:
+                names.append(" ".join(name))
+                index += len(name)
+                break
+        else:
+            names.append(words[index])
+            index += 1
+    return devices, names
+
+
+def _row_cells(line: str, width: int) -> tuple[str, list[str], list[str]]:
+    """A matrix row -> (label, link cells, non-empty affinity cells)."""
+    if "\t" in line:
+        parts = line.split("\t")
+        label, rest = parts[0].strip(), parts[1:]
+        links = [c.strip() for c in rest[:width]]
+        extra = [c.strip() for c in rest[width:] if c.strip()]
+    else:
+        parts = line.split()
+        label, links, extra = parts[0], parts[1:1 + width], parts[1 + width:]
+    return label, links, extra
+
+
+def parse_topo(text: str, source: str | None = None) -> Topology:
+    """Parse `nvidia-smi topo -m` output; NcclTuneError naming the line on bad input."""
+    where = source or "<topology>"
+    lines = text.replace("\r\n", "\n").split("\n")
+    header_at = next((i for i, line in enumerate(lines) if _is_header(line.split())), None)
+    if header_at is None:
+        raise NcclTuneError("no nvidia-smi topo -m matrix found (no header line starting "
+                            "with GPU0)", path=where)
+    devices, affinity_columns = _split_header(lines[header_at].split())
+    if len(set(devices)) != len(devices):
+        raise NcclTuneError("repeated column name in the header", path=where, line=header_at + 1)
+    matrix: dict[str, dict[str, str]] = {}
+    affinity: dict[str, dict[str, str]] = {}
+    end = header_at + 1
+    for number in range(header_at + 1, len(lines)):
+        line = lines[number]
+        first = line.split()[:1]
+        if not first or first[0] not in devices or first[0] in matrix:
+            break
+        label, cells, extra = _row_cells(line, len(devices))
+        if len(cells) < len(devices):
+            raise NcclTuneError(f"{label}: expected {len(devices)} link entries, found "
+                                f"{len(cells)}", path=where, line=number + 1)
+        for column, cell in zip(devices, cells):
+            if not LINK_RE.match(cell):
+                raise NcclTuneError(f"{label}: unknown link entry '{cell}' in column {column} "
+                                    "(expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
+                                    path=where, line=number + 1)
+        if len(extra) > len(affinity_columns):
+            raise NcclTuneError(f"{label}: {len(extra)} cells after the links but only "
+                                f"{len(affinity_columns)} affinity columns in the header",
+                                path=where, line=number + 1)
+        matrix[label] = dict(zip(devices, cells))
+        affinity[label] = dict(zip(affinity_columns, extra))
+        end = number + 1
+    missing = [g for g in devices if _GPU_RE.match(g) and g not in matrix]
+    if missing:
+        raise NcclTuneError(f"no matrix row for {', '.join(missing)}", path=where, line=end + 1)
+    for row, cells in matrix.items():
+        if cells[row] != "X":
+            raise NcclTuneError(f"{row}: the diagonal entry is '{cells[row]}', not X", path=where,
+                                line=header_at + 2 + list(matrix).index(row))
+    legend, nic_names = _parse_legends(lines[end:])
+    return Topology(devices=devices, matrix=matrix, affinity=affinity,
+                    affinity_columns=affinity_columns, nic_names=nic_names, legend=legend,
+                    source=source)
+
+
+def _parse_legends(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The first `Legend:` block (entry -> meaning) and the `NIC Legend:` block."""
+    legend: dict[str, str] = {}
+    nic_names: dict[str, str] = {}
+    block = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped == "Legend:":
+            if legend:  # a second legend belongs to another matrix (topo -p2p)
+                break
+            block = "legend"
+            continue
+        if stripped == "NIC Legend:":
+            block = "nic"
+            continue
+        if block == "legend":
+            match = _LEGEND_RE.match(line)
+            if match:
+                legend[match.group(1)] = match.group(2)
+            elif stripped and legend:
+                block = None
+        elif block == "nic":
+            match = _NIC_LEGEND_RE.match(line)
+            if match:
+                nic_names[match.group(1)] = match.group(2)
+            elif stripped and nic_names:
+                block = None
+    return legend, nic_names
+
+
+def default_p2p_level(cpu_vendor: str | None) -> str:
+    """NCCL's default P2P level for a CPU vendor string (as /proc/cpuinfo's vendor_id).
+
+    paths.cc: PXB on Intel, Zhaoxin and ARM, SYS otherwise. Unknown vendor: PXB (the
+    common Intel case, and the cautious one for latency estimates).
+    """
+    if cpu_vendor is None:
+        return "PXB"
+    vendor = cpu_vendor.lower()
+    if "amd" in vendor or "hygon" in vendor:
+        return "SYS"
+    return "PXB"
+
+
+def classify(topo: Topology, cpu_vendor: str | None = None) -> str:
+    """'nvlink', 'pcie' or 'pcie-shm' (the keys of costmodel.TOPOLOGIES).
+
+    nvlink: every GPU pair is NV#. Otherwise the non-NVLink pairs decide (a ring crosses
+    its slowest hop): all within NCCL's default P2P level -> pcie (P2P over PCIe);
+    any beyond it (PHB/NODE/SYS with the PXB default) -> pcie-shm (through host memory).
+    NcclTuneError when there are fewer than two GPUs.
+    """
+    gpus = topo.gpus
+    if len(gpus) < 2:
+        raise NcclTuneError(f"{len(gpus)} GPU in the topology: no GPU-to-GPU link to classify",
+                            path=topo.source)
+    pairs = [topo.matrix[a][b] for a, b in itertools.combinations(gpus, 2)]
+    other = [p for p in pairs if not _NVLINK_RE.match(p)]
+    if not other:
+        return "nvlink"
+    if default_p2p_level(cpu_vendor) == "SYS" or all(p in PCIE_P2P_ENTRIES for p in other):
+        return "pcie"
+    return "pcie-shm"
+
+
+def run_nvidia_smi_topo(timeout: float = 30.0) -> str | None:
+    """`nvidia-smi topo -m` output, or None when nvidia-smi is absent or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 and done.stdout.strip() else None
+
+
+def local_cpu_vendor() -> str | None:
+    """This machine's CPU vendor_id from /proc/cpuinfo (GenuineIntel, AuthenticAMD...)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def detect_kind() -> str | None:
+    """This machine's topology kind from `nvidia-smi topo -m`, or None when it cannot tell.
+
+    None when nvidia-smi is absent or fails, its output does not parse, or there are
+    fewer than two GPUs.
+    """
+    text = run_nvidia_smi_topo()
+    if text is None:
+        return None
+    try:
+        return classify(parse_topo(text, source="nvidia-smi topo -m"), local_cpu_vendor())
+    except NcclTuneError:
+        return None

@@ -1,0 +1,133 @@
+"""check: a real process started with a known environment (match, missing, different, tree)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import subprocess_env
+from nccl_tune import procenv
+from nccl_tune.cli import cli
+from nccl_tune.errors import NcclTuneError
+
+pytestmark = pytest.mark.slow
+
+PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_NTHREADS": "512"}
+
+# Starts a grandchild whose environment lost NCCL_ALGO and changed NCCL_NTHREADS (what a
+# launcher that overwrites variables does), prints its pid, then waits to be killed.
+PARENT = """
+import os, subprocess, sys, time
+env = dict(os.environ); env.pop("NCCL_ALGO"); env["NCCL_NTHREADS"] = "256"
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+print(child.pid, flush=True)
+try:
+    time.sleep(120)
+finally:
+    child.kill()
+"""
+
+
+@pytest.fixture
+def server():
+    """A process tree: parent with the full profile (+ NCCL_DEBUG), one grandchild-style worker."""
+    env = subprocess_env(NCCL_PROTO="LL", NCCL_ALGO="Ring", NCCL_NTHREADS="512", NCCL_DEBUG="WARN")
+    proc = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(proc.stdout.readline())
+    yield proc.pid, worker
+    proc.terminate()
+    proc.wait(timeout=30)
+    try:  # SIGTERM skips the parent's finally: the worker is ours to stop
+        os.kill(worker, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    path = tmp_path / "p.env"
+    path.write_text("".join(f"{k}={v}\n" for k, v in PROFILE.items()))
+    return path
+
+
+def test_match_and_extra(server):
+    pid, _ = server
+    (root,) = procenv.check_processes(PROFILE, pid)
+    assert root.ok and root.pid == pid
+    assert [v.status for v in root.variables] == ["ok", "ok", "ok"]
+    assert root.extra == {"NCCL_DEBUG": "WARN"}
+    assert root.cmdline[0] == sys.executable
+
+
+def test_missing_and_different(server):
+    pid, _ = server
+    wanted = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216"}
+    (root,) = procenv.check_processes(wanted, pid)
+    assert not root.ok
+    assert [(v.name, v.status, v.actual) for v in root.variables] == [
+        ("NCCL_PROTO", "different", "LL"), ("NCCL_ALGO", "ok", "Ring"), ("NCCL_BUFFSIZE", "missing", None)]
+
+
+def test_tree_finds_the_grandchild(server):
+    pid, worker = server
+    results = procenv.check_processes(PROFILE, pid, tree=True)
+    assert [r.pid for r in results] == [pid, worker]
+    child = results[1]
+    assert child.ppid == pid and not child.ok
+    assert {v.name: (v.status, v.actual) for v in child.variables} == {
+        "NCCL_PROTO": ("ok", "LL"), "NCCL_ALGO": ("missing", None), "NCCL_NTHREADS": ("different", "256")}
+    assert worker in procenv.descendants(pid)
+
+
+def test_cli_exit_codes_and_json(server, profile_file, cli_runner):
+    pid, worker = server
+    ok = cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid)])
+    assert ok.exit_code == 0, ok.output
+    tree = cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid), "--tree"])
+    assert tree.exit_code == 1
+    assert f"pid {worker}: NCCL_ALGO missing (profile: Ring)" in tree.output
+    assert f"pid {worker}: NCCL_NTHREADS different: process 256, profile 512" in tree.output
+    data = json.loads(cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid),
+                                              "--tree", "--json"]).stdout)
+    assert [(d["pid"], d["ok"]) for d in data] == [(pid, True), (worker, False)]
+    assert data[0]["extra"] == {"NCCL_DEBUG": "WARN"}
+
+
+def test_unreadable_process_is_exit_2(profile_file, cli_runner):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    with pytest.raises(NcclTuneError):
+        procenv.check_processes(PROFILE, dead.pid)
+    result = cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(dead.pid)])
+    assert result.exit_code == 2 and f"no process with pid {dead.pid}" in result.output
+
+
+def test_compare_env_is_pure():
+    checks, extra = procenv.compare_env({"NCCL_A": "1", "NCCL_B": "2"},
+                                        {"NCCL_A": "1", "NCCL_C": "3", "PATH": "/bin"})
+    assert [(c.name, c.status) for c in checks] == [("NCCL_A", "ok"), ("NCCL_B", "missing")]
+    assert extra == {"NCCL_C": "3"}
+
+
+def test_unreadable_descendant_is_reported_not_fatal(server, monkeypatch):
+    pid, worker = server
+    real = procenv.read_environ
+
+    def deny_worker(p):
+        if p == worker:
+            raise PermissionError(13, "Permission denied")
+        return real(p)
+
+    monkeypatch.setattr(procenv, "read_environ", deny_worker)
+    results = procenv.check_processes(PROFILE, pid, tree=True)
+    assert [r.ok for r in results] == [True, False]
+    assert "Permission denied" in results[1].error and results[1].variables == []
+    monkeypatch.setattr(procenv, "read_environ", lambda p: deny_worker(worker))
+    with pytest.raises(NcclTuneError) as info:
+        procenv.check_processes(PROFILE, pid)
+    assert f"pid {pid}: cannot read its environment" in str(info.value)

@@ -1,0 +1,219 @@
+"""nccl-tests import: every real fixture, every layout variant of our own, garbage input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import OWN_FIXTURES
+from nccl_tune import importers, store
+from nccl_tune.cli import cli
+from nccl_tune.errors import NcclTuneError
+
+OWN = OWN_FIXTURES / "nccl_tests"
+
+# file -> (records, world size, op, first size, its out-of-place time) read off the files.
+REAL = {
+    "a40_4gpu_sys_boundary_p2p_disabled_table_only.txt": (4, 4, "allreduce", 1073741824, 1121937.0),
+    "dgx_h100_4gpu_nvswitch_table_only.txt": (4, 4, "allreduce", 1073741824, 4367.9),
+    "gcp_a3mega_h100_2node_16rank_full.txt": (31, 16, "allreduce", 8, 135.8),
+    "h200_2node_g8_datacrunch_2025.txt": (11, 16, "allreduce", 1048576, 258.6),
+    "nccl_tests_2.18.0_mpi_tag_output_rtx5090.txt": (8, 2, "allreduce", 1048576, 4366.46),
+    "nccl_tests_2.18.0_single_gpu_tail_with_debug.txt": (12, 1, "allreduce", 65536, 2.84),
+    "oke_a100_2node_2024.txt": (31, 16, "allreduce", 8, 36.47),
+    "oke_a100_2node_nccl2.25.txt": (3, 16, "allreduce", 1073741824, 10776.0),
+    "p5_h100_2node_efa_tagoutput_indented_eks.txt": (32, 16, "allreduce", 8, 87.96),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_fixture_imports(real_fixtures, name):
+    count, world, op, first_bytes, first_time = REAL[name]
+    records, runs = importers.import_file(str(real_fixtures / "nccl_tests" / name))
+    assert len(records) == count and len(runs) == 1
+    first = records[0]
+    assert (first["bytes"], first["lat_us"]["mean"]) == (first_bytes, first_time)
+    assert first["lat_us"]["p50"] == first_time and first["latency_stat"] == "mean"
+    assert first["world_size"] == world and first["op"] == op
+    assert all(r["backend"] == "nccl-tests" and r["status"] == "ok" for r in records)
+    assert all(r["correct"] is True and r["wrong"] == 0 for r in records)
+    assert all(r["effective"] is None and r["samples_us"] is None for r in records)
+    for key in store.FIELDS:
+        assert key in first
+
+
+def test_real_fixture_facts(real_fixtures):
+    folder = real_fixtures / "nccl_tests"
+    records, _ = importers.import_file(str(folder / "nccl_tests_2.18.0_mpi_tag_output_rtx5090.txt"))
+    assert records[0]["versions"]["nccl"] == "2.29.7"  # from nccl-library=22907
+    assert records[0]["versions"]["nccl_tests"] == "2.18.0"
+    assert records[0]["iters"] == 50 and records[0]["mode"] == "eager"
+    assert records[0]["inplace"] == {"time_us": 4365.21, "algbw_gbps": 0.24, "busbw_gbps": 0.24,
+                                     "wrong": 0}
+    records, _ = importers.import_file(str(folder / "oke_a100_2node_nccl2.25.txt"))
+    assert records[0]["versions"]["nccl"] == "2.25.1" and records[0]["nnodes"] == 2
+    # Table-only pastes: the world size comes from busbw/algbw (nccl-tests' definitions).
+    records, _ = importers.import_file(str(folder / "dgx_h100_4gpu_nvswitch_table_only.txt"))
+    assert records[0]["world_size_inferred"] is True
+    # A 17 GB size overflowing its column, indented and tagged lines.
+    records, _ = importers.import_file(str(folder / "p5_h100_2node_efa_tagoutput_indented_eks.txt"))
+    assert records[-1]["bytes"] == 17179869184
+
+
+def test_interleaved_debug_log(real_fixtures):
+    path = real_fixtures / "nccl_debug" / "nccl2.12.7_efa_2node_nccltests_interleaved_eks.txt"
+    records, _ = importers.import_file(str(path))
+    assert len(records) == 31  # two zero-byte rows + 29 sizes, 4 B .. 1 GiB
+    assert records[0]["env"] == {"NCCL_SHM_DISABLE": "0"}  # "set by environment to 0."
+    assert records[0]["env_plugin"] == {"NCCL_PROTO": "simple"}  # aws-ofi-nccl set it, not the user
+    assert records[0]["versions"]["nccl"] == "2.12.7"
+    assert records[0]["world_size"] == 2 and records[0]["nnodes"] == 2
+    assert records[-1]["bytes"] == 1073741824 and records[-1]["lat_us"]["mean"] == 344981.0
+
+
+def _load(name, **kwargs):
+    return importers.import_file(str(OWN / name), **kwargs)
+
+
+def test_old_layout_error_column_and_star():
+    records, _ = _load("old_no_root_error_column.txt")
+    assert [r["bytes"] for r in records] == [8, 32, 128, 512, 2048, 8192, 32768, 65536]
+    assert records[0]["root"] is None and records[0]["redop"] == "sum"
+    assert records[0]["env"] == {"NCCL_PROTO": "LL128"}  # mpirun -x NCCL_PROTO=LL128
+    assert records[0]["world_size"] == 4 and records[0]["iters"] == 20
+    flagged = [r for r in records if r["status"] == "wrong"]
+    assert [r["bytes"] for r in flagged] == [32768] and flagged[0]["correct"] is False
+    assert records[4]["status"] == "ok"  # 1e-07: a deviation within tolerance
+
+
+def test_nccl1_names():
+    records, _ = _load("nccl1_bytes_N_op_res.txt")
+    assert len(records) == 5 and records[-1]["bytes"] == 1024
+    assert records[-1]["lat_us"]["mean"] == 0.052 and records[-1]["world_size"] == 4
+
+
+def test_validation_off_is_unchecked_not_failed():
+    records, _ = _load("validation_off_na.txt")
+    assert [r["status"] for r in records] == ["ok"] * 3
+    assert all(r["correct"] is None and r["wrong"] is None for r in records)
+    assert records[0]["dtype"] == "bfloat16" and records[0]["mode"] == "graph"
+
+
+def test_per_iteration_columns():
+    records, _ = _load("per_iter_columns.txt")
+    first = records[0]
+    assert first["lat_us"]["mean"] == 9.84 and first["lat_us"]["min"] == 9.12
+    assert first["lat_us"]["max"] == 14.60 and first["lat_us"]["p99"] == 13.90
+    assert first["lat_us"]["cv"] == pytest.approx(0.0725)
+    assert first["inplace"]["time_us"] == 9.70
+    assert first["versions"]["nccl"] == "2.29.3" and first["op"] == "allreduce"
+
+
+def test_timestamps_and_cputime():
+    records, _ = _load("timestamps_cputime.txt")
+    assert [(r["bytes"], r["lat_us"]["mean"]) for r in records] == [(1024, 22.31), (2048, 22.80)]
+    assert records[1]["inplace"]["wrong"] == 0
+
+
+def test_two_runs_with_their_own_settings():
+    records, runs = _load("two_runs_env_header.txt")
+    assert len(runs) == 2 and [r["round"] for r in records] == [1, 1, 1, 2, 2, 2]
+    first, second = records[0]["env"], records[3]["env"]
+    assert first == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
+    assert second["NCCL_PROTO"] == "Simple" and second["NCCL_ALGO"] == "Ring"
+    assert records[0]["cell"] != records[3]["cell"]
+    assert records[0]["versions"]["nccl"] == "2.21.5"
+
+
+def test_env_option_replaces_the_header():
+    records, _ = _load("two_runs_env_header.txt", env={"NCCL_PROTO": "LL"}, label="box A")
+    assert {store.cell_id(r["env"]) for r in records} == {store.cell_id({"NCCL_PROTO": "LL"})}
+    assert all(r["label"] == "box A" for r in records)
+    assert importers.parse_env_option("NCCL_PROTO=LL NCCL_ALGO=Ring") == {
+        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    assert importers.parse_env_option("") == {}
+    with pytest.raises(NcclTuneError, match="not NCCL_NAME=VALUE"):
+        importers.parse_env_option("PROTO=LL")
+
+
+def test_op_inferred_from_sizes():
+    assert {r["op"] for r in _load("all_gather_2rank.txt")[0]} == {"all_gather"}
+    reduce_scatter = _load("reduce_scatter_2rank.txt")[0]
+    assert {r["op"] for r in reduce_scatter} == {"reduce_scatter"}
+    assert _load("all_gather_2rank.txt", op="allreduce")[0][0]["op"] == "allreduce"
+
+
+def test_wrong_rows_oob_and_failure_lines():
+    records, runs = _load("wrong_rows_and_failure.txt")
+    assert [(r["round"], r["bytes"], r["status"]) for r in records] == [
+        (1, 4096, "ok"), (1, 8192, "wrong"), (1, 16384, "ok"), (2, 4096, "ok"), (2, 8192, "failed")]
+    assert records[1]["wrong"] == 512 and records[1]["correct"] is False
+    assert records[4]["error"].startswith("pcie8: Test NCCL failure common.cu:1005")
+    assert records[4]["lat_us"] is None
+    assert "Test failure common.cu:891" in runs[1].failure
+
+
+def test_log_lines_inside_rows():
+    records, _ = _load("bracket_prefix_interleaved_tuning.txt")
+    assert [(r["bytes"], r["lat_us"]["mean"], r["inplace"]["time_us"]) for r in records] == [
+        (4096, 30.12, 29.80), (8192, 31.44, 31.02)]
+    assert records[0]["env"] == {"NCCL_ALGO": "Tree"} and records[0]["world_size"] == 8
+
+
+def test_srun_labels():
+    records, _ = _load("srun_labelled.txt")
+    assert len(records) == 1 and records[0]["nnodes"] == 2 and records[0]["bytes"] == 57344
+
+
+def test_json_with_per_iteration_samples():
+    records, runs = _load("json_per_iter.json")
+    first, second = records
+    assert first["lat_us"]["p50"] == 18.3 and first["lat_us"]["mean"] == 18.5
+    assert first["latency_stat"] == "p50"
+    assert first["samples_us"] == [18.3, 17.9, 19.9, 18.1, 18.3]
+    assert first["env"] == {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}  # NCCL_DEBUG left out
+    assert first["versions"]["nccl"] == "2.27.3" and first["world_size"] == 2
+    assert first["root"] == -1 and first["iters"] == 5
+    assert second["status"] == "wrong" and second["wrong"] == 3
+
+
+def test_json_unchecked_cputime_all_gather():
+    records, _ = _load("json_no_check.json")
+    assert [r["op"] for r in records] == ["all_gather", "all_gather"]
+    assert records[0]["lat_us"]["mean"] == 9.8 and records[0]["correct"] is None
+    assert records[1]["inplace"] is None and records[0]["mode"] == "graph"
+    assert records[0]["env"] == {"NCCL_ALGO": "Ring"} and records[0]["world_size"] == 4
+
+
+@pytest.mark.parametrize("name,line,message", [
+    ("garbage_notes.txt", 1, "not nccl-tests output"),
+    ("garbage_row.txt", 3, "'12.x5' is not a number"),
+    ("truncated_json.json", 1, "not valid nccl-tests JSON"),
+])
+def test_garbage_names_the_line(name, line, message):
+    with pytest.raises(NcclTuneError, match=message) as info:
+        _load(name)
+    assert info.value.line == line and str(info.value).startswith(f"{OWN / name}:{line}:")
+
+
+def test_cli_imports_appends_and_reports(cli_runner, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "two_runs_env_header.txt"),
+                                     str(OWN / "json_per_iter.json"), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert [f["records"] for f in summary["files"]] == [6, 2]
+    records = store.read_records([str(out)])
+    assert len(records) == 8 and {r["run_id"] for r in records} == {summary["run_id"]}
+    report = cli_runner.invoke(cli, ["report", str(out)])
+    assert report.exit_code == 0 and "wrong" in report.output
+
+
+def test_cli_bad_file_exit_2_and_nothing_written(cli_runner, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "validation_off_na.txt"),
+                                     str(OWN / "garbage_row.txt"), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "garbage_row.txt:3:" in result.output and "Traceback" not in result.output
+    assert not out.exists()  # every file is read before anything is written

@@ -1,0 +1,147 @@
+"""lint: every rule with a failing and a passing case, line numbers, --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nccl_tune import lint
+from nccl_tune.cli import cli
+from nccl_tune.lint import ERROR, WARNING, KnownNames, lint_text
+
+# A fixed libnccl view so results do not depend on what is installed.
+FAKE = KnownNames(frozenset({"NCCL_PROTO", "NCCL_IB_TIMEOUT", "NCCL_MAX_NCHANNELS"}), "2.32.3", "/fake/libnccl.so")
+NONE = KnownNames(None)
+
+
+def run(text, known=FAKE):
+    """(line, variable, severity) of every finding, and the findings."""
+    found = lint_text(text, "t.env", known)
+    return [(f.line, f.variable, f.severity) for f in found], found
+
+
+# Each rule: (failing text, expected (line, variable, severity), message fragment, passing text)
+RULES = [
+    ("malformed", "# c\nNCCL_PROTO=LL\nnot an assignment\n", (3, None, ERROR), "malformed line",
+     "# c\nNCCL_PROTO=LL\n"),
+    ("spaces around =", "NCCL_ALGO = Ring\n", (1, "NCCL_ALGO", ERROR), "space before '='",
+     "NCCL_ALGO=Ring\n"),
+    ("invalid value", "\nNCCL_NTHREADS=100\n", (2, "NCCL_NTHREADS", ERROR), "not a multiple of 32",
+     "\nNCCL_NTHREADS=96\n"),
+    ("LL128 explicit", "NCCL_ALGO=Ring\nNCCL_PROTO=LL128\n", (2, "NCCL_PROTO", WARNING), "LL128",
+     "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n"),
+    ("LL128 by ^LL", "NCCL_PROTO=^LL\n", (1, "NCCL_PROTO", WARNING), "corrupt", "NCCL_PROTO=^LL128\n"),
+    ("P2P level case", "# x\n\nNCCL_P2P_LEVEL=sys\n", (3, "NCCL_P2P_LEVEL", WARNING), "wrong case",
+     "# x\n\nNCCL_P2P_LEVEL=SYS\n"),
+    ("set twice", "NCCL_ALGO=Ring\nNCCL_PROTO=LL\nNCCL_ALGO=Tree\n", (3, "NCCL_ALGO", WARNING),
+     "first on line 1", "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n"),
+    ("quoted value", "NCCL_SOCKET_IFNAME=\"eth0\"\n", (1, "NCCL_SOCKET_IFNAME", WARNING), "docker",
+     "NCCL_SOCKET_IFNAME=eth0\n"),
+    ("needs quoting", "NCCL_DEBUG_FILE=/tmp/nccl.$HOSTNAME\n", (1, "NCCL_DEBUG_FILE", WARNING),
+     "quoting", "NCCL_DEBUG_FILE=/tmp/nccl.%h.%p\n"),
+    ("inline comment", "NCCL_PROTO=LL # fast\n", (1, "NCCL_PROTO", ERROR), "inline comment",
+     "# fast\nNCCL_PROTO=LL\n"),
+    ("export", "export NCCL_PROTO=LL\n", (1, "NCCL_PROTO", WARNING), "bash only", "NCCL_PROTO=LL\n"),
+    ("trailing blanks", "NCCL_PROTO=LL  \n", (1, "NCCL_PROTO", WARNING), "trailing", "NCCL_PROTO=LL\n"),
+    ("name in wrong case", "nccl_proto=LL\n", (1, "nccl_proto", WARNING), "NCCL_PROTO", "NCCL_PROTO=LL\n"),
+    ("unknown name", "NCCL_PROTO=LL\nNCCL_MAX_NCHANELS=16\n", (2, "NCCL_MAX_NCHANELS", WARNING),
+     "did you mean NCCL_MAX_NCHANNELS?", "NCCL_PROTO=LL\nNCCL_MAX_NCHANNELS=16\n"),
+]
+
+
+@pytest.mark.parametrize("name,bad,expected,fragment,good", RULES, ids=[r[0] for r in RULES])
+def test_rule(name, bad, expected, fragment, good):
+    seen, found = run(bad)
+    assert seen == [expected]
+    assert fragment in found[0].message
+    assert run(good)[0] == []
+
+
+def test_unknown_name_message_names_the_nccl_consulted():
+    _, found = run("NCCL_SOMETHING_NEW=1\n")
+    assert "libnccl 2.32.3 (/fake/libnccl.so)" in found[0].message
+    _, found = run("NCCL_SOMETHING_NEW=1\n", NONE)
+    assert "no libnccl was found" in found[0].message
+
+
+def test_names_known_only_to_libnccl_pass():
+    # NCCL_IB_TIMEOUT is not catalogued but the library reads it.
+    assert run("NCCL_IB_TIMEOUT=22\n")[0] == []
+    assert run("NCCL_IB_TIMEOUT=22\n", NONE)[0] == [(1, "NCCL_IB_TIMEOUT", WARNING)]
+
+
+def test_installed_libnccl_is_consulted():
+    known = lint.installed_names()
+    if known.names is None:
+        pytest.skip("no libnccl installed")
+    # Read by libnccl 2.32.3, absent from the catalogue: no warning.
+    assert lint_text("NCCL_IB_TIMEOUT=22\nNCCL_NVLS_CHUNKSIZE=131072\n", "t.env") == []
+    found = lint_text("NCCL_BUFSIZE=1\n", "t.env")
+    assert f"libnccl {known.version}" in found[0].message and "NCCL_BUFFSIZE" in found[0].message
+
+
+def test_version_notes_use_the_consulted_library():
+    old = KnownNames(FAKE.names, "2.23.4", "/old/libnccl.so")
+    seen, found = run("NCCL_PROTO=LL;allreduce:Simple\n", old)
+    # ';' also needs quoting in a .env file: two warnings, one per reason.
+    assert sorted(f.message.split(" ")[0] for f in found) == ["per-collective", "value"]
+    assert all(s == (1, "NCCL_PROTO", WARNING) for s in seen)
+
+
+def test_non_nccl_variables_only_get_syntax_rules():
+    assert run("CUDA_VISIBLE_DEVICES=0,1,2,3\nOMP_NUM_THREADS=8\n")[0] == []
+
+
+def test_line_numbers_with_comments_blank_lines_and_crlf():
+    text = "# a\r\n\r\n# b\r\nNCCL_PROTO=LL\r\n\r\nNCCL_NTHREADS=33\r\n"
+    assert run(text)[0] == [(6, "NCCL_NTHREADS", ERROR)]
+
+
+def test_shipped_profile_is_lint_clean():
+    from nccl_tune.profile import resolve_profile
+
+    path = resolve_profile("pcie-8gpu-decode")
+    assert lint.lint_file(str(path)) == []
+
+
+def test_lint_env_for_mappings():
+    found = lint.lint_env({"NCCL_PROTO": "^LL", "NCCL_NTHREADS": "7", "NCCL_FOO": "1"}, known=FAKE)
+    assert [(f.variable, f.severity, f.line) for f in found] == [
+        ("NCCL_PROTO", WARNING, None), ("NCCL_NTHREADS", ERROR, None), ("NCCL_FOO", WARNING, None)]
+    assert lint.has_errors(found) and lint.counts(found) == (1, 2)
+
+
+# ------------------------------------------------------------------ the command
+
+def test_cli_clean_warning_and_error_exit_codes(tmp_path, cli_runner):
+    clean = tmp_path / "clean.env"
+    clean.write_text("NCCL_PROTO=LL\nNCCL_ALGO=Ring\n")
+    warn = tmp_path / "warn.env"
+    warn.write_text("NCCL_PROTO=^LL\n")
+    bad = tmp_path / "bad.env"
+    bad.write_text("NCCL_PROTO=LL\nNCCL_NTHREADS=1000\n")
+    assert cli_runner.invoke(cli, ["lint", str(clean)]).exit_code == 0
+    result = cli_runner.invoke(cli, ["lint", str(warn)])
+    assert result.exit_code == 0 and "warning" in result.output
+    result = cli_runner.invoke(cli, ["lint", str(clean), str(bad)])
+    assert result.exit_code == 1
+    assert f"{bad}:2: error: NCCL_NTHREADS:" in result.output
+
+
+def test_cli_json_keys(tmp_path, cli_runner):
+    bad = tmp_path / "bad.env"
+    bad.write_text("NCCL_PROTO=LL128\nNCCL_NTHREADS=1000\n")
+    result = cli_runner.invoke(cli, ["lint", "--json", str(bad)])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert [sorted(item) for item in data] == [["line", "message", "path", "severity", "variable"]] * 2
+    assert [(d["line"], d["severity"]) for d in data] == [(1, "warning"), (2, "error")]
+    assert all(d["path"] == str(bad) for d in data)
+
+
+def test_cli_unreadable_and_usage_exit_2(tmp_path, cli_runner):
+    result = cli_runner.invoke(cli, ["lint", str(tmp_path / "missing.env")])
+    assert result.exit_code == 2 and "missing.env" in result.output
+    assert cli_runner.invoke(cli, ["lint"]).exit_code == 2
+    assert cli_runner.invoke(cli, ["lint", "--bogus", "x.env"]).exit_code == 2

@@ -1,0 +1,187 @@
+"""SGLang and vLLM log parsing: every format variant (own fixtures), random text, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from integration import logs
+from nccl_tune.cli import cli
+from tests.conftest import OWN_FIXTURES
+
+LOGS = OWN_FIXTURES / "logs"
+
+
+def _summary(name: str, **kw) -> dict:
+    return logs.summarize_file(str(LOGS / name), **kw)
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("[04:40:55 TP0] Decode batch. #running-req: 2, #token: 4078, token usage: 0.00, "
+     "gen throughput (token/s): 447.31, #queue-req: 0",
+     {"running_req": 2, "tokens": 4078, "gen_throughput": 447.31, "queue_req": 0}),
+    ("[2026-04-05 20:02:51] Decode batch, #running-req: 32, #token: 11179, token usage: 0.08, "
+     "cuda graph: True, gen throughput (token/s): 1635.11, #queue-req: 0",
+     {"running_req": 32, "graph": True, "graph_kind": "cuda", "gen_throughput": 1635.11}),
+    ("[2026-01-10 08:05:01 DP0 TP0] Decode batch [1204], #running-req: 1, accept len: 2.50, "
+     "accept rate: 0.75, npu graph: False, gen throughput (token/s): 30.00, #queue-req: 0,",
+     {"iteration": 1204, "accept_len": 2.5, "accept_rate": 0.75, "graph": False,
+      "graph_kind": "npu", "queue_req": 0}),
+    ("2025-06-01 12:00:01,020 - sglang.srt.managers.scheduler - INFO - Decode batch. "
+     "#running-req: 1, #token: 88, token usage: 0.00, largest-len: 0, gen throughput (token/s): 78.00, "
+     "#queue-req: 0", {"largest_len": 0, "gen_throughput": 78.0}),
+    ("INFO:sglang.srt.managers.scheduler:Decode batch, #running-req: 1, cpu graph: True, "
+     "gen throughput (token/s): 79.00, #queue-req: 0", {"graph_kind": "cpu", "gen_throughput": 79.0}),
+])
+def test_decode_line_variants(line, expected):
+    event = logs.parse_line(line)
+    assert event is not None and event.kind == "decode"
+    for key, value in expected.items():
+        assert event.fields[key] == value
+
+
+def test_prefixes_give_time_and_ranks():
+    dated = logs.parse_line("[2025-03-02 10:02:01 DP1 TP4] Decode batch. #running-req: 1, "
+                            "gen throughput (token/s): 1.0, #queue-req: 0")
+    assert dated.dated and dated.source == "DP1 TP4"
+    timed = logs.parse_line("[23:59:59 TP0] Decode batch. #running-req: 1, gen throughput (token/s): 1.0")
+    assert not timed.dated and timed.time_s == 23 * 3600 + 59 * 60 + 59 and timed.source == "TP0"
+    ray = logs.parse_line("(SGLangEngine pid=4242) [2026-03-01 09:00:00 TP0] Decode batch, "
+                          "#running-req: 4, gen throughput (token/s): 400.00, #queue-req: 0,")
+    assert ray.source == "TP0" and ray.fields["gen_throughput"] == 400.0
+    pylog = logs.parse_line("2025-06-01 12:00:00,512 - sglang - INFO - Decode batch. #running-req: 1, "
+                            "gen throughput (token/s): 5.00")
+    assert pylog.dated and pylog.time_s % 1 == pytest.approx(0.512)
+
+
+def test_midnight_wrap_is_not_an_idle_gap():
+    text = ["[23:59:59 TP0] Decode batch. #running-req: 1, gen throughput (token/s): 10.0",
+            "[00:00:00 TP0] Decode batch. #running-req: 1, gen throughput (token/s): 50.0",
+            "[00:00:01 TP0] Decode batch. #running-req: 1, gen throughput (token/s): 52.0"]
+    used, excluded = logs.throughput_lines(logs.parse_lines(text))
+    assert [e.fields["gen_throughput"] for e in used] == [50.0, 52.0]
+    assert len(excluded) == 1
+
+
+def test_sglang_v02_time_only_first_line_after_idle_excluded():
+    s = _summary("sglang_v02_time_tp.log")
+    assert s["engine"] == "sglang" and s["decode_lines"] == 6 and s["prefill_lines"] == 2
+    # 3.10 (first line) and 1.05 (after an idle prefill) are left out
+    assert s["excluded_after_idle"] == 2
+    assert s["gen_throughput_mean"] == pytest.approx((61.4 + 62.2 + 61.8 + 62.6) / 4)
+    assert s["gen_throughput_median"] == pytest.approx((61.8 + 62.2) / 2)
+    assert s["accept_len_mean"] is None and s["speculative"] is None
+
+
+def test_sglang_v04_spec_server_args_and_ready():
+    s = _summary("sglang_v04_date_spec.log")
+    assert s["ready"] is True
+    assert s["speculative"] == {"algorithm": "EAGLE3", "draft_model_path": "/models/EAGLE3-8B",
+                                "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert s["server_args"]["tp_size"] == 8 and s["server_args"]["disable_custom_all_reduce"] is True
+    assert s["accept_len_mean"] == pytest.approx(2.5)  # 2.4, 2.6, 2.8, 2.2
+    assert s["gen_throughput_mean"] == pytest.approx(90.0)  # 20.00 is the first line, left out
+
+
+def test_sglang_v05_comma_graph_trailing_comma():
+    s = _summary("sglang_v05_comma_graph.log")
+    assert s["decode_lines"] == 5 and s["speculative"] is None
+    assert s["server_args"]["tp_size"] == 4
+    assert s["graph_share"] == pytest.approx(4 / 5)
+    assert s["gen_throughput_median"] == pytest.approx((149.75 + 150.25) / 2)
+    assert s["gen_throughput_mean"] == pytest.approx((150.25 + 149.75 + 148.0 + 151.0) / 4)
+
+
+def test_sglang_iteration_numbers_and_dp_ranks():
+    s = _summary("sglang_iter_dp_spec.log")
+    assert s["sources"] == ["DP0 TP0", "DP1 TP4"]
+    assert s["excluded_after_idle"] == 2  # the first line of each rank
+    assert s["gen_throughput_mean"] == pytest.approx(75.0)
+    assert s["accept_len_mean"] == pytest.approx(2.4) and s["accept_rate_mean"] == pytest.approx(0.7)
+    assert s["speculative"]["num_draft_tokens"] == 3
+
+
+def test_python_logging_formats_and_idle_gap_option():
+    s = _summary("sglang_python_logging.log")
+    assert s["decode_lines"] == 5
+    assert s["gen_throughput_mean"] == pytest.approx(79.0)  # 5.00 and 2.00 (after 19 s) out
+    loose = _summary("sglang_python_logging.log", idle_gap_s=30.0)
+    assert loose["excluded_after_idle"] == 1  # the 19 s gap no longer counts as idle
+
+
+def test_vllm_old_form_accept_length_from_efficiency():
+    s = _summary("vllm_v0_spec.log")
+    assert s["engine"] == "vllm" and s["vllm"]["spec_lines"] == 2
+    # emitted per step: 0.5 x (3 + 1) = 2.0 and 0.25 x (4 + 1) = 1.25
+    assert s["accept_len_mean"] == pytest.approx((2.0 + 1.25) / 2)
+    assert s["accept_rate_mean"] == pytest.approx(0.5)
+    assert s["gen_throughput_mean"] == pytest.approx(42.5)
+    event = logs.parse_line("INFO 10-02 08:10:10 metrics.py:316] Speculative metrics: Draft acceptance "
+                            "rate: 0.400, System efficiency: 0.250, Number of speculative tokens: 4, "
+                            "Number of accepted tokens: 400, Number of draft tokens tokens: 1000, "
+                            "Number of emitted tokens tokens: 312.")
+    assert event.fields["drafted"] == 1000 and event.fields["emitted"] == 312
+
+
+def test_vllm_new_forms_percent_and_per_position():
+    s = _summary("vllm_v1_spec.log")
+    assert s["vllm"]["spec_lines"] == 3
+    assert s["accept_len_mean"] == pytest.approx(3.0)  # the short form has no length
+    assert s["accept_rate_mean"] == pytest.approx((0.75 + 0.5 + 0.833) / 3)
+    event = logs.parse_line("(APIServer pid=1) INFO 05-20 11:00:10 [metrics.py:96] SpecDecoding metrics: "
+                            "Mean acceptance length: 3.50, Accepted: 500 tokens, Drafted: 600 tokens, "
+                            "Per-position acceptance rate: 0.950, 0.850, 0.700, Avg Draft acceptance rate: 83.3%")
+    assert event.fields["per_position"] == [0.95, 0.85, 0.7]
+    assert event.fields["accept_rate"] == pytest.approx(0.833)
+    assert event.fields["accepted"] == 500 and event.fields["drafted"] == 600
+
+
+def test_lines_that_only_look_similar_are_skipped():
+    for text in ["Decode batch.", "Decode batch, nothing here", "server_args=ServerArgs(",
+                 "SpecDecoding metrics:", "Speculative metrics: none", "Prefill batch. #new-seq",
+                 "[99:99:99 TP0] Decode batch. #running-req: x, gen throughput (token/s): fast"]:
+        event = logs.parse_line(text)
+        assert event is None or event.time_s is None
+    s = logs.summarize_events(logs.parse_lines(["hello", "", "Decode batch, #running-req: x"]))
+    assert s["gen_throughput_mean"] is None and s["engine"] == "sglang"
+
+
+_PIECES = st.sampled_from([
+    "Decode batch", "Decode batch [", "Prefill batch", ". ", ", ", ": ", "#running-req", "accept len",
+    "cuda graph", "gen throughput (token/s)", "True", "1e999", "nan", "-3", "%", "[", "]",
+    "server_args=ServerArgs(", ")", "speculative_num_steps=", "'", "SpecDecoding metrics:",
+    "Speculative metrics:", "Per-position acceptance rate:", "Avg generation throughput:",
+    "2025-13-45 25:61:61", "12:34:56", " TP0", "\x00", "\ufffd",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=30), _PIECES), max_size=25).map("".join))
+def test_random_text_never_raises(text):
+    events = logs.parse_lines(text.splitlines() or [text])
+    summary = logs.summarize_events(events)
+    json.dumps(summary)  # always serialisable
+
+
+def test_cli_summarize_text_and_json(cli_runner):
+    path = str(LOGS / "sglang_v04_date_spec.log")
+    out = cli_runner.invoke(cli, ["logs", "summarize", path])
+    assert out.exit_code == 0, out.output
+    assert "accept len mean" in out.output and "2.50" in out.output and "num_steps=3" in out.output
+    out = cli_runner.invoke(cli, ["logs", "summarize", path, "--json"])
+    data = json.loads(out.output)
+    for key in ("decode_lines", "gen_throughput_mean", "gen_throughput_median",
+                "accept_len_mean", "accept_rate_mean"):
+        assert key in data
+    assert data["decode_lines"] == 4
+
+
+def test_cli_missing_file_is_one_line_exit_2(cli_runner, tmp_path):
+    out = cli_runner.invoke(cli, ["logs", "summarize", str(tmp_path / "none.log")])
+    assert out.exit_code == 2
+    assert out.output.strip().splitlines()[-1].endswith("none.log: cannot read: No such file or directory")
+    out = cli_runner.invoke(cli, ["logs", "summarize", str(LOGS / "vllm_v0_spec.log"), "--idle-gap", "0"])
+    assert out.exit_code == 2 and "--idle-gap" in out.output

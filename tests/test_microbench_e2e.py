@@ -1,0 +1,200 @@
+"""microbench.allreduce end to end under torchrun with gloo (CPU), and its CLI errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from nccl_tune import store
+from tests.conftest import REPO_ROOT, subprocess_env
+
+FAST = ["--iters", "12", "--warmup", "2"]
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(nproc: int, *args: str, env_extra: dict | None = None, timeout: int = 120):
+    argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+            "--master-addr=127.0.0.1", f"--master-port={_port()}", "-m", "microbench.allreduce", *args]
+    env = subprocess_env(OMP_NUM_THREADS="1", **(env_extra or {}))
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def microbench(*args: str, timeout: int = 60):
+    return subprocess.run([sys.executable, "-m", "microbench.allreduce", *args], cwd=REPO_ROOT,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _records(path) -> list[dict]:
+    return store.read_records([str(path)])
+
+
+def _assert_valid(record: dict, world: int, op: str = "allreduce") -> None:
+    assert set(store.FIELDS) <= set(record)
+    assert record["schema"] == store.SCHEMA and record["status"] == "ok"
+    assert (record["backend"], record["mode"], record["op"], record["world_size"]) == ("gloo", "eager", op, world)
+    assert record["nnodes"] == 1 and record["effective"] is None
+    assert record["correct"] is True and record["wrong"] == 0
+    lat = record["lat_us"]
+    assert 0 < lat["min"] <= lat["p10"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert lat["n"] == record["iters"] == len(record["samples_us"])
+    assert all(s > 0 for s in record["samples_us"])
+    assert record["algbw_gbps"] == pytest.approx(record["bytes"] / (lat["p50"] * 1e-6) / 1e9)
+
+
+@pytest.mark.slow
+def test_world2_tokens_end_to_end(tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = torchrun(2, "--tokens", "1,4", "--out", str(out), "--label", "e2e", *FAST)
+    assert result.returncode == 0, result.stderr
+    records = _records(out)
+    assert [r["bytes"] for r in records] == [14336, 57344]  # tokens x 7168 x 2
+    for record in records:
+        _assert_valid(record, 2)
+        assert record["cell"] == "baseline" and record["env"] == {} and record["label"] == "e2e"
+        assert record["busbw_gbps"] == pytest.approx(record["algbw_gbps"])  # 2(n-1)/n = 1 at n=2
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("# world 2 rank(s) on 1 node(s)") for line in lines)
+    rows = [line.split() for line in lines if line and not line.startswith("#")]
+    assert [row[0] for row in rows] == ["14336", "57344"] and all(row[2] == "bfloat16" for row in rows)
+
+
+@pytest.mark.slow
+def test_world4_end_to_end_with_json(tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = torchrun(4, "--sizes", "1K,14336", "--json", "--out", str(out), *FAST)
+    assert result.returncode == 0, result.stderr
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    stored = _records(out)
+    assert [r["bytes"] for r in printed] == [r["bytes"] for r in stored] == [1024, 14336]
+    for record in stored:
+        _assert_valid(record, 4)
+        assert record["busbw_gbps"] == pytest.approx(record["algbw_gbps"] * 1.5)  # 2(n-1)/n at n=4
+    assert "# world 4 rank(s)" in result.stderr  # header goes to stderr with --json
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op,factor", [("reduce_scatter", 0.5), ("all_gather", 0.5)])
+def test_op_variants(tmp_path, op, factor):
+    out = tmp_path / "r.jsonl"
+    result = torchrun(2, "--op", op, "--sizes", "1K,14340", "--dtype", "fp32", "--out", str(out), *FAST)
+    assert result.returncode == 0, result.stderr
+    records = _records(out)
+    # 14340 B of fp32 is 3585 elements: rounded down to whole elements per rank, as nccl-tests.
+    assert [r["bytes"] for r in records] == [1024, 14336]
+    for record in records:
+        _assert_valid(record, 2, op)
+        assert record["busbw_gbps"] == pytest.approx(record["algbw_gbps"] * factor)
+
+
+@pytest.mark.slow
+def test_plan_cells_records_extras_and_a_failed_cell(tmp_path):
+    plan = {"run_id": "sweep-1", "cells": [
+        {"cell": "baseline", "env": {}, "comm_env": {}, "round": 0, "iters": None, "warmup": None,
+         "extra": {"isolation": "group", "strategy": "grid"}},
+        {"cell": "c-ll", "env": {"NCCL_PROTO": "LL"}, "comm_env": {"NCCL_PROTO": "LL"}, "round": 0,
+         "iters": 5, "warmup": 1, "extra": {"isolation": "group", "rung": 1, "final": False}},
+        {"cell": "c-ring", "env": {"NCCL_ALGO": "Ring"}, "comm_env": {"NCCL_ALGO": "Ring"}, "round": 1,
+         "iters": None, "warmup": None, "extra": {"isolation": "group"}},
+    ]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    out = tmp_path / "r.jsonl"
+    result = torchrun(2, "--plan", str(path), "--sizes", "1K,2K", "--out", str(out), "--timeout", "3", *FAST,
+                      env_extra={"MICROBENCH_FAULT": "1:raise:c-ll"})
+    assert result.returncode == 0, result.stderr  # a failed cell is data, not a failed run
+    records = _records(out)
+    assert [(r["cell"], r["bytes"], r["status"]) for r in records] == [
+        ("baseline", 1024, "ok"), ("baseline", 2048, "ok"),
+        ("c-ll", 1024, "failed"), ("c-ll", 2048, "failed"),
+        ("c-ring", 1024, "ok"), ("c-ring", 2048, "ok")]
+    assert all(r["run_id"] == "sweep-1" and r["isolation"] == "group" for r in records)
+    assert records[0]["strategy"] == "grid" and records[0]["round"] == 0 and records[0]["iters"] == 12
+    assert records[2]["rung"] == 1 and records[2]["final"] is False and records[2]["iters"] == 5
+    assert records[2]["error"].startswith("rank 1: RuntimeError: injected fault")
+    assert records[2]["env"] == {"NCCL_PROTO": "LL"} and records[4]["env"] == {"NCCL_ALGO": "Ring"}
+    assert records[4]["round"] == 1
+    assert "# cell c-ring round 1: NCCL_ALGO=Ring" in result.stdout
+
+
+@pytest.mark.slow
+def test_wrong_result_is_recorded_and_fails_the_run(tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = torchrun(2, "--sizes", "1K", "--out", str(out), *FAST, env_extra={"MICROBENCH_FAULT": "0:wrong"})
+    assert result.returncode != 0
+    (record,) = _records(out)
+    assert (record["status"], record["correct"], record["wrong"]) == ("wrong", False, 1)
+    assert "microbench.allreduce: cell baseline: 1 wrong element(s) at 1024 bytes" in result.stderr
+
+
+@pytest.mark.slow
+def test_dead_rank_fails_every_rank_with_one_reason(tmp_path):
+    argv = [sys.executable, "-m", "nccl_tune", "bench", "--nproc", "2", "--master-port", str(_port()),
+            "--sizes", "1K", "--timeout", "5", *FAST]
+    result = subprocess.run(argv, cwd=REPO_ROOT, env=subprocess_env(MICROBENCH_FAULT="1:exit"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: torchrun exited with code 1: rank 1 exited with code 3")
+    assert "rank 0: lost contact with the other ranks" in last
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_bench_runs_torchrun(tmp_path):
+    out = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-m", "nccl_tune", "bench", "--nproc", "2", "--master-port", str(_port()),
+            "--sizes", "4K", "--out", str(out), *FAST]
+    result = subprocess.run(argv, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (record,) = _records(out)
+    _assert_valid(record, 2)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sizes", "12Q"], "--sizes: '12Q' is not a size"),
+    (["--dtype", "int3"], "--dtype: unknown dtype 'int3'"),
+    (["--mode", "graph"], "--mode graph needs CUDA"),
+    (["--backend", "nccl"], "--backend nccl needs CUDA"),
+])
+def test_cli_errors_are_one_line_exit_2(args, message):
+    result = microbench(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("microbench.allreduce: error: ") and message in lines[0]
+    assert result.stdout == ""
+
+
+def test_bench_rejects_bad_options_before_launching():
+    result = subprocess.run([sys.executable, "-m", "nccl_tune", "bench", "--dtype", "int3"], cwd=REPO_ROOT,
+                            env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "Error: --dtype: unknown dtype 'int3' (known: bf16, fp16, fp32)"
+
+
+def test_bench_dry_run_argv():
+    from nccl_tune.commands.bench import torchrun_argv
+
+    argv = torchrun_argv(8, 1, None, ["--tokens", "1,2"])
+    assert argv[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=8", "--standalone",
+                        "-m", "microbench.allreduce", "--tokens", "1,2"]
+    assert "--master-port=29600" in torchrun_argv(2, 2, 29600, [])
+
+
+def test_failure_summary_names_silent_ranks():
+    from nccl_tune.commands.bench import failure_summary
+
+    lines = ["microbench.allreduce: rank 0: lost contact with the other ranks (x)\n",
+             "[1]:\n", "  rank      : 1 (local_rank: 1)\n", "  exitcode  : -9 (pid: 5)\n",
+             "[0]:\n", "  rank      : 0 (local_rank: 0)\n", "  exitcode  : 1 (pid: 4)\n"]
+    assert failure_summary(lines) == ("rank 1 exited with code -9 without a message; "
+                                      "rank 0: lost contact with the other ranks (x)")
+    assert failure_summary([]) is None

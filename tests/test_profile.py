@@ -1,0 +1,169 @@
+"""Profiles: the reader never evaluates or crashes, the writer round-trips and is atomic."""
+
+from __future__ import annotations
+
+import os
+import string
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from nccl_tune import profile
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.profile import parse_profile, render_profile
+
+SAFE_CHARS = string.ascii_letters + string.digits + "_.,:^%/@+=-"
+keys = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,24}", fullmatch=True)
+values = st.text(alphabet=SAFE_CHARS, max_size=40)
+no_control = st.characters(blacklist_categories=("Cc", "Cs"))
+prov_keys = st.from_regex(r"[A-Za-z][A-Za-z0-9 _-]{0,15}", fullmatch=True).map(str.strip).filter(bool)
+prov_values = st.text(alphabet=no_control, max_size=60).map(str.strip)
+notes = st.lists(st.text(alphabet=no_control, max_size=50), max_size=4)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(env=st.dictionaries(keys, values, max_size=12),
+       provenance=st.dictionaries(prov_keys, prov_values, max_size=6), free=notes)
+def test_any_valid_profile_round_trips(env, provenance, free):
+    text = render_profile(env, provenance, free)
+    back = parse_profile(text)
+    assert back.env == env and list(back.env) == list(env)
+    assert back.provenance == provenance
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_parses_or_names_the_line(text):
+    try:
+        parse_profile(text, path="x.env")
+    except NcclTuneError as exc:
+        assert exc.line is not None and 1 <= exc.line <= text.count("\n") + 1
+        assert str(exc).startswith(f"x.env:{exc.line}: malformed line")
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["NCCL_PROTO=LL", "# c", "", "export A=1", "B='x y'", "\x0c# ff",
+                                 "C=1\r", "# a\u2028b", "bad line"]), max_size=20))
+def test_line_numbers_count_newlines_only(lines):
+    text = "".join(line + "\n" for line in lines)
+    parsed = profile.parse_lines(text)
+    assert len(parsed) == len(lines)
+    for number, raw in enumerate(lines, start=1):
+        assert parsed[number - 1].number == number and parsed[number - 1].raw == raw.rstrip("\r")
+
+
+def test_read_forms():
+    text = ("# nccl-tune profile\n# source: measured\n# gpus: 8x X\n\nexport NCCL_PROTO=LL\n"
+            "NCCL_ALGO='Ring'\nNCCL_DEBUG=\"INFO\"\r\nNCCL_ALGO=Tree\n")
+    prof = parse_profile(text, "p.env")
+    assert prof.env == {"NCCL_PROTO": "LL", "NCCL_DEBUG": "INFO", "NCCL_ALGO": "Tree"}
+    assert prof.lines == {"NCCL_PROTO": 5, "NCCL_DEBUG": 7, "NCCL_ALGO": 8}
+    assert prof.provenance == {"source": "measured", "gpus": "8x X"}
+    lines = profile.parse_lines(text)
+    assert lines[4].exported and lines[5].quoted
+
+
+def test_reader_never_evaluates():
+    prof = parse_profile("A=$(touch /tmp/nccl-tune-should-not-exist)\nB=${HOME}\nC=`id`\n")
+    assert prof.env["A"] == "$(touch /tmp/nccl-tune-should-not-exist)"
+    assert prof.env["B"] == "${HOME}" and prof.env["C"] == "`id`"
+    assert not os.path.exists("/tmp/nccl-tune-should-not-exist")
+
+
+@pytest.mark.parametrize("line,why", [
+    ("NCCL_PROTO = LL", "space before '='"),
+    ("NCCL_PROTO= LL", "space after '='"),
+    ("NCCL-PROTO=LL", "not a valid variable name"),
+    ("=LL", "missing name"),
+    ("just words", "expected KEY=VALUE"),
+    ("NCCL_PROTO='LL", "unterminated quote"),
+    ("NCCL_PROTO=L\x01L", "control character"),
+])
+def test_malformed_lines_name_their_line(line, why):
+    with pytest.raises(NcclTuneError) as info:
+        parse_profile(f"# header\nNCCL_ALGO=Ring\n{line}\n", path="f.env")
+    assert info.value.line == 3 and why in str(info.value)
+    assert str(info.value).startswith("f.env:3: ")
+
+
+def test_provenance_stops_at_separator_and_body():
+    text = render_profile({"A": "1"}, {"source": "x"}, ["note: not provenance"])
+    assert parse_profile(text).provenance == {"source": "x"}
+    assert parse_profile("# a: 1\nA=1\n# b: 2\n").provenance == {"a": "1"}
+
+
+@pytest.mark.parametrize("env", [{"A": "x y"}, {"A": "a;b"}, {"A": "$(id)"}, {"A-B": "1"}, {"A": "'q'"}])
+def test_render_refuses_what_cannot_be_written(env):
+    with pytest.raises(NcclTuneError):
+        render_profile(env)
+
+
+def test_render_refuses_bad_provenance():
+    with pytest.raises(NcclTuneError):
+        render_profile({}, {"a:b": "c"})
+    with pytest.raises(NcclTuneError):
+        render_profile({}, {"a": "line\nbreak"})
+
+
+def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "p.env"
+    target.write_text("old\n")
+    profile.write_profile(str(target), {"NCCL_PROTO": "LL"}, {"source": "test"})
+    assert profile.load_profile(str(target)).env == {"NCCL_PROTO": "LL"}
+    assert sorted(os.listdir(tmp_path)) == ["p.env"]
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_write_refusal_keeps_the_old_file(tmp_path):
+    target = tmp_path / "p.env"
+    target.write_text("NCCL_PROTO=LL\n")
+    with pytest.raises(NcclTuneError):
+        profile.write_profile(str(target), {"NCCL_PROTO": "a b"})
+    assert target.read_text() == "NCCL_PROTO=LL\n"
+
+
+def test_write_into_missing_folder_is_a_tool_error(tmp_path):
+    with pytest.raises(NcclTuneError) as info:
+        profile.write_atomic(str(tmp_path / "nope" / "p.env"), "A=1\n")
+    assert "nope" in str(info.value)
+
+
+def test_read_errors_name_the_file(tmp_path):
+    with pytest.raises(NcclTuneError) as info:
+        profile.load_profile(str(tmp_path / "missing.env"))
+    assert "missing.env" in str(info.value) and "No such file" in str(info.value)
+    binary = tmp_path / "bin.env"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(NcclTuneError):
+        profile.load_profile(str(binary))
+
+
+def test_nccl_env_filters_and_sorts():
+    assert profile.nccl_env({"B": "1", "NCCL_Z": "z", "NCCL_A": "a"}) == {"NCCL_A": "a", "NCCL_Z": "z"}
+
+
+def test_shipped_profile_is_found_and_round_trips():
+    names = [p.stem for p in profile.list_shipped()]
+    assert "pcie-8gpu-decode" in names
+    path = profile.resolve_profile("pcie-8gpu-decode")
+    assert profile.resolve_profile("pcie-8gpu-decode.env") == path
+    text = path.read_text()
+    prof = profile.parse_profile(text, str(path))
+    assert prof.env == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
+                        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216",
+                        "NCCL_NTHREADS": "512"}
+    for needle in ("public report", "RTX PRO 6000 Blackwell", "62.9", "88.8", "not measured here"):
+        assert needle in text
+    lines = text.splitlines()
+    note_lines = lines[lines.index("#") + 1:lines.index("")]
+    free = [line[2:] for line in note_lines]
+    assert render_profile(prof.env, prof.provenance, free) == text
+
+
+def test_resolve_profile_errors(tmp_path):
+    own = tmp_path / "mine.env"
+    own.write_text("A=1\n")
+    assert profile.resolve_profile(str(own)) == own
+    with pytest.raises(NcclTuneError) as info:
+        profile.resolve_profile("no-such-profile")
+    assert "pcie-8gpu-decode" in str(info.value)

@@ -1,0 +1,341 @@
+"""`nccl-tune recommend`: ranking, the pick, the embedded default, exports, planning."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import python_cmd, subprocess_env
+from nccl_tune import export, profile, recommendation, stats, store, tuner
+from nccl_tune.cli import cli
+
+SIZES = (8192, 14336, 28672, 57344)
+P2P = {"NCCL_P2P_LEVEL": "SYS"}
+P2P_LL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}
+TREE = {"NCCL_ALGO": "Tree"}
+
+
+def synth(cells, rounds=5, noise=0.4, drift_sd=1.5, seed=0, samples=25, backend="nccl", sizes=SIZES):
+    """Records of a sweep: cells = [(env, lat_fn(bytes) -> us, extra record fields)].
+
+    Each round shifts every cell by the same drift, as a real machine does."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for rnd in range(rounds):
+        drift = rng.normal(0, drift_sd)
+        for env, lat_fn, extra in cells:
+            for b in sizes:
+                s = lat_fn(b) + drift + rng.normal(0, noise, samples)
+                rec = store.make_record(env=env, backend=backend, op="allreduce", world_size=8,
+                                        nnodes=1, bytes=b, dtype="bf16", iters=samples,
+                                        lat_us=stats.summarize(s), samples_us=[float(x) for x in s],
+                                        round=rnd, correct=True,
+                                        versions={"nccl": "2.21.5", "torch": "2.5", "cuda": "12.4"},
+                                        gpus=["NVIDIA RTX PRO 6000"] * 8, topology="pcie-shm")
+                rec.update(extra(b) if callable(extra) else extra)
+                out.append(rec)
+    return out
+
+
+def flat(us, slope=1 / 2000):
+    return lambda b: us + b * slope
+
+
+def confirmed(algo="Ring", proto="LL", channels=1):
+    return {"effective": {"algo": algo, "proto": proto, "channels": channels, "confirmed": True,
+                          "detail": "log"}}
+
+
+def write(tmp_path, records, name="results.jsonl"):
+    path = tmp_path / name
+    store.append_records(str(path), records)
+    return str(path)
+
+
+def run(cli_runner, *args):
+    return cli_runner.invoke(cli, ["recommend", *args], catch_exceptions=False)
+
+
+def analyze(records, **kw):
+    kw.setdefault("nbytes", 14336)
+    kw.setdefault("collectives", 123)
+    return recommendation.analyze_records(records, **kw)
+
+
+def test_picks_the_truly_best_cell():
+    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed()), (TREE, flat(50), confirmed("Tree")),
+                     ({"NCCL_PROTO": "Simple"}, flat(90), confirmed("Tree", "Simple"))])
+    a = analyze(records)
+    assert a.source == "measured" and a.recommended.env == P2P
+    assert a.recommended.saving.saving_ms == pytest.approx(36 * 123 / 1000, abs=0.15)
+    assert [c.env for c in a.cells][:2] == [P2P, TREE]
+    simple = next(c for c in a.cells if c.env.get("NCCL_PROTO") == "Simple")
+    assert simple.verdict == stats.SLOWER and not simple.eligible
+
+
+def test_declares_no_winner_on_noise(tmp_path, cli_runner):
+    records = synth([({}, flat(30), {}), (P2P, flat(30), {}), (TREE, flat(30), {})],
+                    noise=1.0, seed=5)
+    a = analyze(records)
+    assert a.recommended is None
+    path = write(tmp_path, records)
+    out = tmp_path / "p.env"
+    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out))
+    assert result.exit_code == 0, result.output
+    assert "Keep NCCL's defaults" in result.output and not out.exists()
+    assert "not written: no recommendation" in result.output
+
+
+@pytest.mark.parametrize("bad", [
+    {"status": "wrong", "wrong": 12, "correct": False},
+    {"status": "failed", "error": "NCCL error: unhandled cuda error"},
+    {"status": "timeout", "error": "timed out after 120 s"},
+    {"effective": {"algo": "Ring", "proto": "Simple", "channels": 2, "confirmed": False,
+                   "detail": "requested LL, ran Simple"}},
+    {"final": False},
+])
+def test_never_picks_a_bad_cell(bad):
+    fastest = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_NTHREADS": "256"}
+    records = synth([({}, flat(60), {}), (fastest, flat(15), bad), (P2P, flat(24), confirmed())])
+    a = analyze(records)
+    assert a.recommended is not None and a.recommended.env == P2P
+    bad_rows = [c for c in a.cells + a.pruned if c.env == fastest]
+    assert bad_rows and not bad_rows[0].eligible
+
+
+def test_declared_cells_can_win_but_say_so():
+    records = synth([({}, flat(60), {}), (P2P, flat(24), {})])  # no NCCL log (effective null)
+    a = analyze(records)
+    assert a.recommended.env == P2P and a.recommended.trust == "declared"
+
+
+def test_ties_go_to_fewer_variables():
+    # Same true latency; the bigger cell happens to look 0.2 us faster.
+    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed()),
+                     ({**P2P, "NCCL_NTHREADS": "512", "NCCL_BUFFSIZE": "16777216"}, flat(23.8), confirmed())],
+                    seed=2)
+    a = analyze(records)
+    assert a.recommended.env == P2P
+
+
+def test_a_clearly_better_bigger_cell_still_wins():
+    records = synth([({}, flat(60), {}), (P2P, flat(30), confirmed()), (P2P_LL, flat(20), confirmed())])
+    assert analyze(records).recommended.env == P2P_LL
+
+
+def test_projection_matches_the_public_report(tmp_path, cli_runner):
+    # 38 us less per allreduce, 122 allreduces per token, 62.9 tok/s -> 4.64 ms, ~88.8 tok/s.
+    records = synth([({}, lambda b: 60.0, {}), (P2P, lambda b: 22.0, confirmed())], noise=0.2,
+                    drift_sd=0.5)
+    path = write(tmp_path, records)
+    result = run(cli_runner, "--layers", "61", "--extra-collectives", "0", "--results", path,
+                 "--baseline-tok-s", "62.9", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    rec = out["recommended"]
+    assert out["source"] == "measured" and out["collectives_per_token"] == 122
+    assert out["message_bytes"] == 14336
+    assert rec["saving_ms_per_token"] == pytest.approx(4.636, abs=0.05)
+    assert rec["projected_tok_s"] == pytest.approx(88.8, abs=0.4)
+    lo, hi = rec["saving_ci_ms"]
+    assert lo < rec["saving_ms_per_token"] < hi
+    assert {"cell", "env", "saving_ms_per_token", "saving_ci_ms", "projected_tok_s"} <= set(rec)
+    assert all({"cell", "env", "saving_ms_per_token", "saving_ci_ms", "projected_tok_s"} <= set(c)
+               for c in out["cells"])
+
+
+@pytest.mark.slow
+def test_embedded_default_runs_with_no_gpu_and_says_modelled():
+    proc = subprocess.run(python_cmd("-m", "nccl_tune", "recommend", "--layers", "61"),
+                          capture_output=True, text=True, env=subprocess_env(CUDA_VISIBLE_DEVICES=""),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("MODELLED, not measured") and "--results" in lines[0]
+    assert "topology:" in lines[1]
+    assert "Recommended:" in proc.stdout or "Keep NCCL's defaults" in proc.stdout
+
+
+@pytest.mark.parametrize("topology", ["nvlink", "pcie", "pcie-shm"])
+def test_embedded_default_json(cli_runner, topology):
+    result = run(cli_runner, "--layers", "61", "--topology", topology, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["source"] == "modelled" and out["collectives_per_token"] == 123
+    assert out["topology"] == topology and topology in out["topology_note"]
+    if topology == "pcie-shm":
+        assert out["recommended"]["env"] == P2P  # ties with the public profile: fewer variables
+    else:
+        assert out["recommended"] is None and out["keep_defaults"]
+
+
+def test_assumed_topology_is_named(cli_runner, monkeypatch):
+    import sys
+    import types
+
+    import nccl_tune
+
+    fake = types.ModuleType("nccl_tune.topology")
+    fake.detect_kind = lambda: None  # no GPU
+    monkeypatch.setitem(sys.modules, "nccl_tune.topology", fake)
+    monkeypatch.setattr(nccl_tune, "topology", fake, raising=False)
+    result = run(cli_runner, "--layers", "61")
+    assert "pcie-shm ASSUMED (no GPU found)" in result.output
+    fake.detect_kind = lambda: "nvlink"
+    assert "nvlink (detected)" in run(cli_runner, "--layers", "61").output
+
+    def broken():
+        raise OSError("nvidia-smi hung")
+    fake.detect_kind = broken
+    assert "pcie-shm ASSUMED (topology detection failed: nvidia-smi hung)" in run(
+        cli_runner, "--layers", "61").output
+
+
+def test_exported_profile_lints_clean_and_round_trips(tmp_path, cli_runner):
+    records = synth([({}, flat(60), {}), (P2P_LL, flat(22), confirmed())])
+    path = write(tmp_path, records)
+    out = tmp_path / "tp8.env"
+    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out),
+                 "--baseline-tok-s", "62.9")
+    assert result.exit_code == 0, result.output
+    prof = profile.load_profile(str(out))
+    assert prof.env == P2P_LL
+    assert recommendation.lint_problems(prof.env) == []
+    assert export.lint_findings(out.read_text(), str(out)) == []
+    for key in ("source", "what", "where", "nccl", "when", "saving", "command", "trust", "predicted"):
+        assert key in prof.provenance, key
+    assert prof.provenance["source"] == "measured" and prof.provenance["nccl"] == "2.21.5"
+    assert "CI" in prof.provenance["saving"] and "8x NVIDIA RTX PRO 6000" in prof.provenance["where"]
+    assert prof.provenance["command"].startswith("nccl-tune recommend --layers 61 --results")
+    assert not list(tmp_path.glob(".nccl-tune-*"))  # no temporary file left behind
+
+
+def test_modelled_export_needs_force(tmp_path, cli_runner):
+    out = tmp_path / "m.env"
+    result = run(cli_runner, "--layers", "61", "--topology", "pcie-shm", "--export", str(out))
+    assert not out.exists() and "pass --force" in result.output
+    result = run(cli_runner, "--layers", "61", "--topology", "pcie-shm", "--export", str(out), "--force")
+    prof = profile.load_profile(str(out))
+    assert prof.env == P2P and prof.provenance["source"] == "modelled" and "forced" in prof.provenance
+
+
+def test_force_exports_the_best_cell_without_a_significant_saving(tmp_path, cli_runner):
+    records = synth([({}, flat(30), {}), (P2P, flat(29.9), {})], noise=1.0, seed=5)
+    path = write(tmp_path, records)
+    out = tmp_path / "f.env"
+    run(cli_runner, "--layers", "61", "--results", path, "--export", str(out), "--force")
+    prof = profile.load_profile(str(out))
+    assert prof.env == P2P and "NOT significant" in prof.provenance["forced"]
+
+
+def test_tuner_csv_has_explicit_channels_and_valid_names(tmp_path, cli_runner):
+    def tree_small(b):
+        return confirmed("Tree", "LL", 2) if b <= 14336 else confirmed("Ring", "LL", 1)
+    records = synth([({}, flat(60), {}), (P2P, flat(24), tree_small)])
+    path = write(tmp_path, records)
+    csv = tmp_path / "nccl_tuner.conf"
+    result = run(cli_runner, "--layers", "61", "--results", path, "--tuner-csv", str(csv))
+    assert result.exit_code == 0, result.output
+    text = csv.read_text()
+    rules = tuner.parse(text)
+    assert [(r.algorithm, r.protocol, r.channels) for r in rules] == [("tree", "ll", 2), ("ring", "ll", 1)]
+    assert rules[0].min_bytes == 8192 and rules[-1].max_bytes == 57344
+    assert rules[0].max_bytes + 1 == rules[1].min_bytes
+    assert all(r.channels >= 1 and r.nranks == 8 and r.nnodes == 1 for r in rules)
+    assert "NCCL_TUNER_PLUGIN" in text and "NCCL_TUNER_CONFIG_FILE" in text
+    assert all(len(line) < 255 for line in text.splitlines())
+
+
+def test_tuner_csv_without_the_log_uses_forced_names_and_modelled_channels(tmp_path, cli_runner):
+    records = synth([({}, flat(60), {}), ({**P2P, "NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}, flat(24), {})])
+    path = write(tmp_path, records)
+    csv = tmp_path / "t.csv"
+    run(cli_runner, "--layers", "61", "--results", path, "--tuner-csv", str(csv))
+    text = csv.read_text()
+    assert "channel counts MODELLED" in text and "algorithm/protocol MODELLED" not in text
+    assert {(r.algorithm, r.protocol) for r in tuner.parse(text)} == {("tree", "ll")}
+    # Settings that force no algorithm: the model's choice fills in, and the header says so.
+    records = synth([({}, flat(60), {}), (P2P, flat(24), {})])
+    run(cli_runner, "--layers", "61", "--results", write(tmp_path, records, "b.jsonl"), "--tuner-csv", str(csv))
+    text = csv.read_text()
+    assert "algorithm/protocol MODELLED" in text and tuner.parse(text)
+
+
+def test_simulated_records_say_simulated(tmp_path, cli_runner):
+    records = synth([({}, flat(60), {}), (P2P, flat(24), {})], backend="sim")
+    result = run(cli_runner, "--layers", "61", "--results", write(tmp_path, records))
+    assert result.output.startswith("SIMULATED, not measured")
+    assert analyze(records).source == "simulated"
+
+
+def test_spec_steps_plan_under_baseline_and_recommended(tmp_path, cli_runner):
+    sizes = tuple(14336 * n for n in (1, 2, 4, 8, 11))
+    records = synth([({}, lambda b: 55 + b / 1500, {}), (P2P, lambda b: 22 + b / 9000, confirmed())],
+                    sizes=sizes)
+    path = write(tmp_path, records)
+    result = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
+                 "--spec-steps", "1-10", "--accept-len", "2.9@4", "--draft-ms", "1.5", "--json")
+    assert result.exit_code == 0, result.output
+    spec = json.loads(result.output)["spec"]
+    assert spec["best_k_baseline"] >= 1 and spec["best_k_recommended"] >= 1
+    assert spec["best_tok_s_recommended"] > spec["best_tok_s_baseline"]
+    plain = spec["baseline"][0]
+    assert plain["k"] == 0 and plain["tok_s"] == pytest.approx(62.9, rel=1e-6)
+    text = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
+               "--spec-steps", "1-10", "--accept-len", "2.9@4").output
+    assert "best k:" in text and "ASSUMED" in text  # draft step assumed without --draft-ms
+
+
+def test_spec_steps_on_the_model_and_size_limits(tmp_path, cli_runner):
+    result = run(cli_runner, "--layers", "61", "--topology", "pcie-shm", "--spec-steps", "1-6",
+                 "--accept-rate", "0.7", "--baseline-tok-s", "62.9")
+    assert result.exit_code == 0, result.output
+    assert "under the recommended cell" in result.output
+    records = synth([({}, flat(60), {}), (P2P, flat(24), {})], sizes=(14336, 28672))
+    result = run(cli_runner, "--layers", "61", "--results", write(tmp_path, records),
+                 "--baseline-tok-s", "62.9", "--spec-steps", "1-4", "--accept-rate", "0.7")
+    assert "steps left out" in result.output and "2, 3, 4" in result.output
+
+
+def test_plot(tmp_path, cli_runner):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "s.png"
+    result = run(cli_runner, "--layers", "61", "--topology", "pcie-shm", "--plot", str(png),
+                 "--spec-steps", "1-4", "--accept-rate", "0.7", "--baseline-tok-s", "60")
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,needle", [
+    (["--results", "missing.jsonl"], "missing.jsonl"),
+    (["--dtype", "int3"], "int3"),
+    (["--spec-steps", "1-4", "--accept-len", "9@4", "--baseline-tok-s", "60"], "accept length"),
+    (["--spec-steps", "1-4"], "--accept-len"),
+    (["--spec-steps", "1-4", "--accept-rate", "0.5"], "--baseline-tok-s"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    proc = subprocess.run(python_cmd("-m", "nccl_tune", "recommend", "--layers", "61", *args),
+                          capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_results_without_baseline_or_wrong_world(tmp_path, cli_runner):
+    only_cell = synth([(P2P, flat(24), {})])
+    result = run(cli_runner, "--layers", "61", "--results", write(tmp_path, only_cell, "a.jsonl"))
+    assert result.exit_code == 2 and "no baseline" in result.output
+    both = synth([({}, flat(60), {}), (P2P, flat(24), {})])
+    result = run(cli_runner, "--layers", "61", "--tp", "4", "--results", write(tmp_path, both, "b.jsonl"))
+    assert result.exit_code == 2 and "world size 4" in result.output
+
+
+def test_corrupt_lines_are_skipped_with_a_warning(tmp_path, cli_runner):
+    path = write(tmp_path, synth([({}, flat(60), {}), (P2P, flat(24), {})]))
+    with open(path, "a") as handle:
+        handle.write("{not json\n")
+    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", path])
+    assert result.exit_code == 0 and "skipped" in result.output

@@ -1,0 +1,161 @@
+"""Speculative decoding model: tau, conventions, Monte-Carlo check, best step count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nccl_tune import specdec as sd
+from nccl_tune.model import LatencyCurve, message_bytes
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3, 0.7, 0.9, 1.0])
+@pytest.mark.parametrize("k", [0, 1, 3, 8])
+def test_iid_closed_form_equals_the_sum(rate, k):
+    assert sd.tau_iid(rate, k) == pytest.approx(1 + sum(rate ** i for i in range(1, k + 1)))
+    assert sd.tau_from_reach([rate ** i for i in range(1, k + 1)]) == pytest.approx(sd.tau_iid(rate, k))
+
+
+@pytest.mark.parametrize("rate,k", [(0.6, 3), (0.85, 5), (0.95, 2)])
+def test_monte_carlo_accept_reject_matches_closed_form(rate, k):
+    cycles = 60000
+    mean = sd.simulate_cycles([rate] * k, cycles, seed=1)
+    expected = sd.tau_iid(rate, k)
+    # The per-cycle token count is bounded by k + 1: 4 standard errors of at most (k+1)/2.
+    assert abs(mean - expected) < 4 * ((k + 1) / 2) / math.sqrt(cycles)
+
+
+def test_monte_carlo_with_position_dependent_rates():
+    conditional = [0.9, 0.8, 0.6, 0.5]
+    reach = sd.reach_from_conditional(conditional)
+    assert reach == pytest.approx([0.9, 0.72, 0.432, 0.216])
+    mean = sd.simulate_cycles(conditional, 60000, seed=2)
+    assert mean == pytest.approx(sd.tau_from_reach(reach), abs=0.03)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.floats(0.01, 0.99), k=st.integers(1, 10))
+def test_accept_len_and_iid_rate_round_trip(rate, k):
+    tau = sd.tau_iid(rate, k)
+    assert sd.iid_rate_from_accept_len(tau, k) == pytest.approx(rate, abs=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tau_frac=st.floats(0.0, 1.0), k=st.integers(1, 10))
+def test_tool_conventions_round_trip(tau_frac, k):
+    tau = 1 + tau_frac * k  # any accept length in [1, k+1]
+    for variant in (sd.SGLANG_RATE_DRAFTS, sd.SGLANG_RATE_TOTAL):
+        rate = sd.sglang_accept_rate(tau, k, variant)
+        assert sd.accept_len_from_sglang_rate(rate, k, variant) == pytest.approx(tau)
+    assert sd.accept_len_from_vllm(tau) == tau
+    assert sd.accept_len_from_vllm_rate(sd.vllm_draft_acceptance_rate(tau, k), k) == pytest.approx(tau)
+
+
+def test_conventions_count_the_bonus_token():
+    # Plain decoding (nothing accepted) is accept length 1.0 in SGLang and vLLM.
+    assert sd.tau_iid(0.0, 4) == 1.0
+    assert sd.sglang_accept_rate(1.0, 4) == 0.0  # recent SGLang: (L-1)/k
+    assert sd.sglang_accept_rate(1.0, 4, sd.SGLANG_RATE_TOTAL) == pytest.approx(0.2)  # L/(k+1)
+    assert sd.vllm_draft_acceptance_rate(5.0, 4) == 1.0  # everything accepted
+    with pytest.raises(ValueError):
+        sd.iid_rate_from_accept_len(0.5, 3)  # below 1: the bonus token was not counted
+
+
+def _best_k(verify, rate=0.8, draft_ms=0.5):
+    plans = sd.plan_steps(range(1, 11), lambda k: sd.tau_iid(rate, k), draft_ms, verify)
+    return sd.best_step(plans).k
+
+
+def test_best_k_moves_lower_when_verify_cost_rises_faster_with_tokens():
+    flat = sd.MeasuredVerify.from_lists([1], [10.0])
+    rising = sd.MeasuredVerify.from_lists([1, 4], [10.0, 13.0])
+    steep = sd.MeasuredVerify.from_lists([1, 4], [10.0, 22.0])
+    assert _best_k(flat) > _best_k(rising) > _best_k(steep)
+
+
+def test_profile_that_flattens_comm_can_move_best_k_up():
+    # comm(n) from two latency curves: the baseline's rises steeply with the verify size,
+    # the profile's hardly at all; with the same compute, the best k rises under the profile.
+    hidden, collectives = 7168, 123
+    sizes = [message_bytes(n, hidden) for n in range(1, 12)]
+    base = LatencyCurve.from_points([(b, 20 + b / 400) for b in sizes])
+    prof = LatencyCurve.from_points([(b, 15 + b / 4000) for b in sizes])
+
+    def verify(curve):
+        return sd.ModelledVerify(8.0, 0.05, lambda n: collectives * curve.at(message_bytes(n, hidden)) / 1000)
+    assert _best_k(verify(prof)) > _best_k(verify(base))
+
+
+def test_plan_row_arithmetic():
+    verify = sd.MeasuredVerify.from_lists([1, 3], [10.0, 12.0])
+    plans = sd.plan_steps([0, 2], lambda k: sd.tau_iid(0.5, k), 1.0, verify, other_ms=0.5)
+    plain, two = plans
+    assert (plain.tau, plain.cycle_ms, plain.tok_s) == (1.0, 10.5, pytest.approx(1000 / 10.5))
+    assert two.verify_ms == 12.0 and two.cycle_ms == pytest.approx(2 * 1.0 + 12.0 + 0.5)
+    assert two.tok_s == pytest.approx(1000 * 1.75 / 14.5)
+    assert not two.extrapolated and verify.extrapolated(5)
+
+
+def test_parsers_reject_bad_text():
+    assert sd.parse_steps("1-3,8") == [1, 2, 3, 8]
+    for bad in ("0-3", "5-2", "a", "1,,2", "1-100"):
+        with pytest.raises(ValueError):
+            sd.parse_steps(bad)
+    assert sd.parse_at("3.2@4", "x") == ([3.2], [4])
+    assert sd.parse_at("10,11@1,2", "x") == ([10.0, 11.0], [1, 2])
+    with pytest.raises(ValueError):
+        sd.parse_at("10,11@1", "x")
+    with pytest.raises(ValueError):
+        sd.MeasuredVerify.from_lists([1, 1], [2.0, 3.0])
+
+
+def test_acceptance_options_are_exclusive_and_checked():
+    acc = sd.acceptance_from_options(accept_len="3.0@4")
+    assert acc.tau(4) == pytest.approx(3.0)
+    assert sd.acceptance_from_options(accept_rate=0.5).tau(2) == pytest.approx(1.75)
+    per_pos = sd.acceptance_from_options(accept_per_pos="0.9,0.7")
+    assert per_pos.max_k == 2 and per_pos.tau(2) == pytest.approx(2.6)
+    for kwargs in ({}, {"accept_len": "3@4", "accept_rate": 0.5}, {"accept_per_pos": "0.5,0.9"},
+                   {"accept_rate": 1.5}, {"accept_len": "3"}):
+        with pytest.raises(ValueError):
+            sd.acceptance_from_options(**kwargs)
+
+
+# ---------------------------------------------------------------- the spec-plan command
+
+def _spec_plan(cli_runner, *args):
+    from nccl_tune.cli import cli
+
+    return cli_runner.invoke(cli, ["spec-plan", *args], catch_exceptions=False)
+
+
+def test_spec_plan_json(cli_runner):
+    import json
+
+    result = _spec_plan(cli_runner, "--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9",
+                        "--accept-len", "3.0@4", "--steps", "1-6", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3, 4, 5, 6]
+    plain = out["plans"][0]
+    assert plain["tau"] == 1.0 and plain["tok_s"] == pytest.approx(1000 / 11.3)
+    at4 = out["plans"][4]
+    assert at4["tau"] == pytest.approx(3.0) and at4["extrapolated"]  # 5 tokens > 4 measured
+    best = max(out["plans"][1:], key=lambda p: p["tok_s"])
+    assert out["best_k"] == best["k"] and out["speedup"] == pytest.approx(best["tok_s"] / plain["tok_s"])
+    conv = out["conventions"]
+    assert conv["vllm_mean_acceptance_length"] == conv["accept_len"]
+
+
+def test_spec_plan_text_and_errors(cli_runner):
+    result = _spec_plan(cli_runner, "--verify-ms", "20", "--draft-ms", "1", "--accept-rate", "0.8")
+    assert result.exit_code == 0 and "best: k =" in result.output and "flat" in result.output
+    for args in (["--verify-ms", "10,11", "--draft-ms", "1", "--accept-rate", "0.8"],
+                 ["--verify-ms", "10", "--draft-ms", "1"],
+                 ["--verify-ms", "10", "--draft-ms", "1", "--accept-per-pos", "0.9", "--steps", "1-3"],
+                 ["--verify-ms", "x", "--draft-ms", "1", "--accept-rate", "0.8"]):
+        bad = _spec_plan(cli_runner, *args)
+        assert bad.exit_code == 2, args

@@ -1,0 +1,133 @@
+"""nvidia-smi topo -m parser and classify: real fixtures and our own layouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import OWN_FIXTURES
+from nccl_tune import topology
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.topology import classify, parse_topo
+
+TOPO = OWN_FIXTURES / "topo"
+
+
+def load(path):
+    return parse_topo(path.read_text(), source=str(path))
+
+
+def test_real_dgx_a100_tabs_nic_rows_and_legend(real_fixtures):
+    topo = load(real_fixtures / "topo" / "dgx_a100_nv12_10nics_tabs_full_legend.txt")
+    assert topo.gpus == [f"GPU{i}" for i in range(8)]
+    assert topo.nics == [f"NIC{i}" for i in range(10)]
+    assert topo.nic_names["NIC0"] == "mlx5_0" and topo.nic_names["NIC9"] == "mlx5_9"
+    assert all(link == "NV12" for row in topo.links().values() for link in row.values())
+    assert topo.affinity["GPU0"] == {"CPU Affinity": "48-63,176-191", "NUMA Affinity": "3"}
+    assert topo.affinity["GPU6"]["NUMA Affinity"] == "5"
+    assert topo.affinity["NIC0"] == {}  # empty affinity cells on NIC rows
+    assert topo.matrix["GPU0"]["NIC1"] == "PXB" and topo.matrix["NIC8"]["NIC9"] == "PIX"
+    assert set(topo.legend) == {"X", "SYS", "NODE", "PHB", "PXB", "PIX", "NV#"}
+    assert classify(topo) == "nvlink"
+
+
+def test_real_h100_spaces_and_prompt(real_fixtures):
+    topo = load(real_fixtures / "topo" / "h100_8gpu_nv18_ht_affinity.txt")
+    assert topo.gpus == [f"GPU{i}" for i in range(8)] and topo.nics == []
+    assert topo.links()["GPU3"]["GPU7"] == "NV18"
+    assert topo.affinity["GPU4"] == {"CPU Affinity": "52-103,156-207", "NUMA Affinity": "1"}
+    assert classify(topo) == "nvlink"
+
+
+def test_pcie_two_socket_tabs_gpu_numa_id():
+    topo = load(TOPO / "pcie_2socket_8gpu_nics_tabs.txt")
+    assert topo.affinity_columns == ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
+    # nvidia-smi's extra empty cell before GPU NUMA ID must not shift the values.
+    assert topo.affinity["GPU5"] == {"CPU Affinity": "32-63,96-127", "NUMA Affinity": "1", "GPU NUMA ID": "N/A"}
+    links = topo.links()
+    assert (links["GPU0"]["GPU1"], links["GPU0"]["GPU2"], links["GPU0"]["GPU4"]) == ("PIX", "NODE", "SYS")
+    assert topo.nic_names == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+    assert topo.matrix["GPU6"]["NIC1"] == "NODE"
+    assert classify(topo) == "pcie-shm"                 # NODE/SYS pairs exceed PXB (Intel)
+    assert classify(topo, "GenuineIntel") == "pcie-shm"
+    assert classify(topo, "AuthenticAMD") == "pcie"     # NCCL's default on AMD is SYS
+
+
+def test_pcie_switch_spaces_prompt_is_pcie():
+    topo = load(TOPO / "pcie_switch_4gpu_spaces_prompt.txt")
+    assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    assert topo.links()["GPU2"] == {"GPU0": "PXB", "GPU1": "PXB", "GPU3": "PIX"}
+    assert topo.affinity["GPU3"]["GPU NUMA ID"] == "N/A"
+    assert classify(topo) == "pcie"
+
+
+def test_legacy_layout_mlx_columns_soc_cpu_affinity_only():
+    topo = load(TOPO / "legacy_soc_mlx_columns_cpu_affinity_only.txt")
+    assert topo.nics == ["mlx5_0"] and topo.affinity_columns == ["CPU Affinity"]
+    assert topo.links()["GPU0"] == {"GPU1": "NV2", "GPU2": "SOC", "GPU3": "SOC"}
+    assert topo.matrix["mlx5_0"]["GPU0"] == "PHB"
+    assert "SOC" in topo.legend
+    assert classify(topo) == "pcie-shm"   # NVLink pairs, but SOC (= SYS) pairs in the ring
+
+
+def test_markdown_paste_reads_only_the_first_matrix():
+    topo = load(TOPO / "markdown_indented_phb_then_p2p_matrix.txt")
+    assert topo.links() == {"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}}
+    assert "NS" not in topo.legend and "OK" not in topo.legend
+    assert classify(topo) == "pcie-shm"
+
+
+def test_single_gpu_cannot_be_classified():
+    topo = load(TOPO / "single_gpu_tabs.txt")
+    assert topo.gpus == ["GPU0"] and topo.links() == {"GPU0": {}}
+    assert topo.affinity["GPU0"] == {"CPU Affinity": "0-15", "NUMA Affinity": "0", "GPU NUMA ID": "N/A"}
+    with pytest.raises(NcclTuneError):
+        classify(topo)
+
+
+def test_kinds_are_the_cost_model_topologies():
+    from nccl_tune import costmodel
+
+    assert set(topology.KINDS) == set(costmodel.TOPOLOGIES)
+
+
+def test_to_dict_links_shape():
+    data = load(TOPO / "pcie_2socket_8gpu_nics_tabs.txt").to_dict()
+    assert set(data["links"]) == {f"GPU{i}" for i in range(8)}
+    assert all(len(row) == 7 and g not in row for g, row in data["links"].items())
+    assert data["nics"] == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+
+
+@pytest.mark.parametrize("text,line,fragment", [
+    ("hello\nworld\n", None, "no nvidia-smi topo -m matrix"),
+    ("\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t X \tFOO\n", 3, "affinity"),
+    ("\tGPU0\tGPU1\nGPU0\t X \tFAST\nGPU1\tFAST\t X \n", 2, "unknown link entry 'FAST'"),
+    ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tPIX\t X \n", 2, "expected 2 link entries"),
+    ("\tGPU0\tGPU1\nGPU0\t X \tPIX\n\n", 3, "no matrix row for GPU1"),
+    ("\tGPU0\tGPU1\nGPU0\tPIX\tPIX\nGPU1\tPIX\t X \n", 2, "diagonal"),
+])
+def test_bad_input_names_the_line(text, line, fragment):
+    with pytest.raises(NcclTuneError) as info:
+        parse_topo(text, source="t.txt")
+    assert fragment in str(info.value)
+    assert info.value.line == line
+
+
+def test_detect_kind_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(topology.shutil, "which", lambda name: None)
+    assert topology.run_nvidia_smi_topo() is None
+    assert topology.detect_kind() is None
+
+
+def test_detect_kind_runs_nvidia_smi(monkeypatch, tmp_path):
+    # A stand-in nvidia-smi on PATH that prints a saved matrix: exercises the real subprocess path.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\ncat '{TOPO / 'pcie_switch_4gpu_spaces_prompt.txt'}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert topology.detect_kind() == "pcie"
+
+
+def test_default_p2p_level():
+    assert topology.default_p2p_level(None) == "PXB"
+    assert topology.default_p2p_level("GenuineIntel") == "PXB"
+    assert topology.default_p2p_level("AuthenticAMD") == "SYS"

@@ -1,0 +1,224 @@
+"""nccl-tune validate: end to end on the builtin engine (gloo), the SGLang path with a
+stand-in server, the prediction from results records, and bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from integration import validate as lib
+from nccl_tune import model, store
+from nccl_tune.cli import cli
+from tests.conftest import REPO_ROOT
+
+TINY = "--layers 2 --hidden 32 --heads 2 --vocab 64 --prompt-len 6"
+PROFILE_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    path = tmp_path / "ll-ring.env"
+    path.write_text("# nccl-tune profile\n# source: test\nNCCL_PROTO=LL\nNCCL_ALGO=Ring\n")
+    return str(path)
+
+
+def _records(path) -> list[dict]:
+    return list(store.iter_records(str(path)))
+
+
+@pytest.mark.slow
+def test_builtin_end_to_end_on_gloo(cli_runner, profile_file, tmp_path):
+    out = tmp_path / "val.jsonl"
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "builtin",
+                                  "--steps", "0,2", "--runs", "2", "--warmup", "0",
+                                  "--max-tokens", "12", "--model-args", TINY, "--out", str(out),
+                                  "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output[res.output.index("{"):])
+    assert data["engine"] == "builtin" and data["backend"] == "gloo" and data["world_size"] == 2
+    assert [(r["steps"], r["config"]) for r in data["rows"]] == [
+        (0, "baseline"), (0, "profile"), (2, "baseline"), (2, "profile")]
+    for row in data["rows"]:
+        assert row["status"] == "ok" and len(row["runs_tok_s"]) == 2 and row["tok_s"] > 0
+        assert row["env_ok"] is True  # the loop saw exactly the intended NCCL_* (none / profile)
+        assert 1.0 <= row["accept_len"] <= 3.0
+    prof2 = data["rows"][3]
+    assert prof2["speedup"] == pytest.approx(prof2["tok_s"] / data["rows"][2]["tok_s"])
+    assert prof2["measured_saving_ms"] == pytest.approx(1000 / data["rows"][2]["tok_s"] - 1000 / prof2["tok_s"])
+    assert prof2["predicted_saving_ms"] is not None
+    assert prof2["prediction_error_ms"] == pytest.approx(prof2["measured_saving_ms"] - prof2["predicted_saving_ms"])
+    assert data["verdict"] in ("helps", "hurts", "no significant difference")
+    assert data["prediction_source"].startswith("modelled: nccl_tune.costmodel")
+    assert any("gloo" in note and "cannot change" in note for note in data["notes"])
+    assert data["best_steps"]["baseline"] in (0, 2) and data["model"]["dtype"] == "float64"
+    records = _records(out)  # one record per configuration, appended as measured
+    assert [(r["label"], r["steps"]) for r in records] == [
+        ("baseline", 0), ("profile", 0), ("baseline", 2), ("profile", 2)]
+    assert records[0]["env"] == {} and records[1]["env"] == PROFILE_ENV
+    assert records[1]["cell"] == store.cell_id(PROFILE_ENV) and records[0]["cell"] == "baseline"
+    assert all(r["op"] == "spec_decode" and r["source"] == "measured" for r in records)
+
+
+STANDIN = f"{sys.executable} {REPO_ROOT / 'tests' / 'sglang_standin.py'}"
+
+
+@pytest.mark.slow
+def test_text_table(cli_runner, profile_file, tmp_path):
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "sglang",
+                                  "--server-command", STANDIN, "--server-args", "--model-path m --tp 4",
+                                  "--steps", "0", "--runs", "1", "--warmup", "0", "--max-tokens", "6",
+                                  "--health-timeout", "30", "--out", str(tmp_path / "t.jsonl")])
+    assert res.exit_code == 0, res.output
+    for text in ("tok/s mean [95% CI]", "speedup vs baseline", "predicted", "best step count:",
+                 "verdict: no verdict", "at least 2 runs", "(nccl, 4 ranks)",
+                 "note: no prediction: give --layers and --hidden"):
+        assert text in res.output
+
+
+@pytest.mark.slow
+def test_sglang_engine_with_standin_server(cli_runner, tmp_path):
+    out = tmp_path / "sg.jsonl"
+    profile_file = tmp_path / "sys-ll.env"
+    profile_file.write_text("NCCL_P2P_LEVEL=SYS\nNCCL_PROTO=LL\n")
+    res = cli_runner.invoke(cli, [
+        "validate", "--profile", str(profile_file), "--engine", "sglang", "--steps", "0,2", "--runs", "2",
+        "--warmup", "1", "--max-tokens", "10", "--server-args",
+        "--model-path m --tp 2 --speculative-algorithm EAGLE3 --speculative-draft-model-path d",
+        "--server-command", STANDIN, "--layers", "61", "--hidden", "7168", "--topology", "pcie-shm",
+        "--out", str(out), "--health-timeout", "30", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output[res.output.index("{"):])
+    assert [r["status"] for r in data["rows"]] == ["ok"] * 4
+    assert all(r["env_ok"] for r in data["rows"])  # the stand-in's worker carried each env
+    spec = [r for r in data["rows"] if r["steps"] == 2]
+    assert all(r["accept_len"] == pytest.approx(10 / 4) for r in spec)  # ceil(10 / 2.5) verifies
+    assert data["model"] == {"layers": 61, "hidden": 7168, "dtype": "bf16", "draft_layers": 1}
+    # P2P through host memory (default on pcie-shm) vs P2P at SYS level: a modelled saving
+    assert data["world_size"] == 2 and data["rows"][1]["predicted_saving_ms"] > 0
+    assert data["rows"][3]["predicted_saving_ms"] > 0
+    records = _records(out)
+    assert len(records) == 4 and records[3]["detail"]["log_summary"]["speculative"]["num_steps"] == 2
+    assert records[0]["detail"]["log_summary"]["speculative"] is None
+
+
+def test_sglang_missing_is_one_line_exit_2(cli_runner, profile_file, monkeypatch):
+    from nccl_tune.commands import validate as command
+
+    monkeypatch.setattr(command.importlib.util, "find_spec",
+                        lambda name: None if name == "sglang" else importlib.util.find_spec(name))
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "sglang",
+                                  "--server-args", "--model-path m"])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "engine sglang needs NVIDIA GPUs and SGLang" in lines[0]
+    assert "sglang package is not installed" in lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "a,b"], "--steps"),
+    (["--steps", "-1"], "--steps"),
+    (["--model-args", "--steps 3"], "--model-args: --steps is set by validate"),
+    (["--model-args", "--layers 'unclosed"], "--model-args: cannot split"),
+    (["--results", "/nonexistent/r.jsonl"], "/nonexistent/r.jsonl: cannot read"),
+    (["--engine", "sglang", "--server-command", "x"], "needs --server-args"),
+])
+def test_bad_input_is_one_line_exit_2(cli_runner, profile_file, args, message):
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, *args])
+    assert res.exit_code == 2
+    assert message in res.output
+
+
+def test_empty_or_missing_profile(cli_runner, tmp_path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("# nothing\n")
+    res = cli_runner.invoke(cli, ["validate", "--profile", str(empty)])
+    assert res.exit_code == 2 and "sets no variables" in res.output
+    res = cli_runner.invoke(cli, ["validate", "--profile", str(tmp_path / "none.env")])
+    assert res.exit_code == 2 and "no such file or shipped profile" in res.output
+
+
+def test_each_configuration_is_appended_before_the_next(monkeypatch, tmp_path):
+    calls = []
+
+    def fake(opts, env, steps):
+        calls.append((env, steps))
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C during the third launch
+        return {"status": "ok", "runs_tok_s": [100.0, 102.0], "accept_len": 1.0, "backend": "gloo",
+                "world_size": 2}
+
+    monkeypatch.setattr(lib, "measure_builtin", fake)
+    opts = lib.Options(profile_env=PROFILE_ENV, profile_name="p", steps=[0, 1], out=str(tmp_path / "o.jsonl"))
+    with pytest.raises(KeyboardInterrupt):
+        lib.run(opts)
+    records = _records(tmp_path / "o.jsonl")
+    assert [(r["label"], r["steps"], r["tok_s"]) for r in records] == [("baseline", 0, 101.0),
+                                                                       ("profile", 0, 101.0)]
+
+
+def _latency_records(path, world=2):
+    # baseline 40 us flat; profile 30 us at 256 B rising to 34 us at 1024 B (float64, hidden 32)
+    rows = [({}, 256, 40.0), ({}, 1024, 40.0), (PROFILE_ENV, 256, 30.0), (PROFILE_ENV, 1024, 34.0)]
+    for env, nbytes, lat in rows:
+        for rnd in range(3):
+            store.append_record(str(path), store.make_record(
+                env=env, backend="nccl", op="allreduce", world_size=world, bytes=nbytes,
+                lat_us={"p50": lat}, samples_us=[lat] * 5, round=rnd))
+
+
+def test_prediction_from_results_records(tmp_path):
+    path = tmp_path / "lat.jsonl"
+    _latency_records(path)
+    curves = lib.curves_from_results(str(path), PROFILE_ENV, 2)
+    assert curves.measured and "cells baseline and c-" in curves.source
+    # one token: 256 B, 5 allreduces x 10 us = 0.05 ms per target forward (2 layers)
+    assert lib.forward_saving_ms(curves, 1, 2, 32, "float64") == pytest.approx(0.05)
+    # 3 tokens (768 B): profile latency interpolated log-log between 30 and 34 us
+    lat768 = curves.profile.at(768)
+    assert 30 < lat768 < 34
+    verify = 5 * (40 - lat768) / 1000
+    draft = 3 * 10 / 1000  # 1-layer draft, one token
+    assert lib.predicted_ms_per_token(curves, 2, 2.5, 2, 32, "float64", 1) == pytest.approx((verify + 2 * draft) / 2.5)
+    # bf16 goes through nccl_tune.model.predicted_saving_ms itself: 2 B x 128 = 256 B
+    assert lib.forward_saving_ms(curves, 1, 2, 128, "bf16") == pytest.approx(
+        model.predicted_saving_ms(curves.baseline, curves.profile, 1, 2, 128, "bf16"))
+
+
+def test_prediction_needs_the_profile_cell(tmp_path):
+    from nccl_tune.errors import NcclTuneError
+
+    path = tmp_path / "lat.jsonl"
+    _latency_records(path)
+    with pytest.raises(NcclTuneError, match="no allreduce records for this profile"):
+        lib.curves_from_results(str(path), {"NCCL_PROTO": "Simple"}, 2)
+
+
+def test_rows_and_verdicts_from_measurements():
+    measured = {("baseline", 0): {"status": "ok", "runs_tok_s": [100.0, 101.0, 99.0]},
+                ("profile", 0): {"status": "ok", "runs_tok_s": [120.0, 121.0, 119.0]},
+                ("baseline", 2): {"status": "ok", "runs_tok_s": [150.0, 151.0, 149.0], "accept_len": 2.0},
+                ("profile", 2): {"status": "ok", "runs_tok_s": [149.0, 151.0, 150.0], "accept_len": 2.0}}
+    rows = lib.build_rows(measured, [0, 2], None, None)
+    assert rows[1]["verdict"] == "helps" and rows[1]["speedup"] == pytest.approx(1.2)
+    assert rows[1]["measured_saving_ms"] == pytest.approx(10 - 1000 / 120)
+    assert rows[3]["verdict"] == "no significant difference"
+    best = lib.best_steps(rows)
+    assert best == {"baseline": 2, "profile": 2}
+    verdict, detail = lib.overall_verdict(rows, best)
+    assert verdict == "no significant difference" and "steps 2" in detail
+
+
+def test_results_without_the_profile_cell_are_refused_before_any_launch(cli_runner, profile_file,
+                                                                        tmp_path, monkeypatch):
+    path = tmp_path / "lat.jsonl"
+    _latency_records(path)
+    other = tmp_path / "other.env"
+    other.write_text("NCCL_PROTO=Simple\n")
+    monkeypatch.setattr(lib, "measure_builtin", lambda *a: pytest.fail("launched"))
+    res = cli_runner.invoke(cli, ["validate", "--profile", str(other), "--results", str(path),
+                                  "--out", str(tmp_path / "o.jsonl")])
+    assert res.exit_code == 2 and "no allreduce records for this profile" in res.output
+    assert not (tmp_path / "o.jsonl").exists()
