@@ -40,6 +40,8 @@ MODES = ("auto", "graph", "eager")
 DEFAULT_TOKENS = "1,2,3,4,6,8"
 DEFAULT_HIDDEN = 7168
 DEFAULT_DTYPE = "bf16"
+DEFAULT_ITERS = 200  # timed iterations per size (the sweep counts budgets in these)
+DEFAULT_WARMUP = 20
 # The NCCL_DEBUG family is instrumentation, not a setting under test: it never enters
 # a cell's env (so NCCL_DEBUG=INFO does not turn a baseline run into another cell).
 DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
@@ -271,8 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: nccl with CUDA, else gloo")
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="graph (CUDA graphs; default on CUDA) or eager (default on CPU)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (default 20)")
-    p.add_argument("--iters", type=int, default=200, help="timed iterations (default 200)")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                   help=f"untimed iterations first (default {DEFAULT_WARMUP})")
+    p.add_argument("--iters", type=int, default=DEFAULT_ITERS,
+                   help=f"timed iterations (default {DEFAULT_ITERS})")
     p.add_argument("--graph-ops", type=int, default=10,
                    help="collectives captured per CUDA graph replay (default 10)")
     p.add_argument("--check", dest="check", action="store_true", default=True,

@@ -1,73 +1,57 @@
 """Search strategies over a sweep grid: exhaustive, successive halving, coordinate descent.
 
-A strategy decides *what* to measure next; the sweep engine decides *how* (launches
-grouped by process-scoped settings, fresh process groups per communicator-scoped
-setting, timeouts, records). The two meet in `Measure`: a callable that takes a batch
-of `Request`s and returns their records (one per request and message size). Because
-a strategy's every decision is a pure function of the records it has seen, a killed
-search resumes by replaying: requests whose records already exist are answered from
-the file, nothing is measured twice (`replaying_measure`).
+A strategy decides *what* to measure next; the sweep engine (nccl_tune.sweep) decides
+*how*: launches grouped by process-scoped settings, a fresh communicator per
+communicator-scoped setting, timeouts, records written exactly once. They meet in
+`Measure`, a callable taking a batch of `sweep.Request`s and returning their records
+(`SweepEngine.measure`). Every decision is a pure function of the records seen, and the
+engine answers a request already in the results file from the file, so a killed search
+run again replays its decisions and resumes in the rung it was in, measuring nothing
+twice.
 
 Budget unit (issue 7): one measurement = one cell at one message size for one round at
 the full iteration count; a request at fewer iterations costs iters / full_iters.
+Baseline measurements count too.
 
 Scores: within one batch and round, a cell's score is the geometric mean over message
-sizes of its p50 divided by the baseline's p50 measured in the same batch and round
-(< 1 is faster). Normalising by a baseline measured alongside cancels drift between
-batches. Failed, timed-out and wrong cells score infinity and are never kept.
+sizes of its p50 divided by the baseline's p50 in the same round (< 1 is faster).
+Normalising by a baseline measured alongside cancels drift between batches. Failed,
+timed-out and wrong cells score infinity and are never kept.
 
-Verdict: the finalists are measured at full iterations for `rounds` rounds with the
-baseline in every round; the best by median score is declared a winner only when the
-Student-t interval of its per-round log score excludes 0 at confidence 1 - alpha/k,
-k = number of finalists (Bonferroni: picking the best of k equal cells would otherwise
-"win" by chance). Exhaustive search compares every cell, so k is the whole grid and it
-needs more rounds to declare a winner than the strategies that narrow the field first.
+Verdict: finalists are measured at full iterations for `rounds` rounds, baseline in
+every round, records marked `final: true` (earlier rungs `final: false`, so `report` and
+`recommend` judge only the final ones). The best finalist by median score is a winner
+only when the Student-t interval of its per-round log score excludes 0 at confidence
+1 - alpha/k, k = number of finalists (Bonferroni: the best of k equal cells would
+otherwise "win" by chance). Exhaustive compares every cell, so k is the whole grid and
+it needs more rounds to declare a winner than strategies that narrow the field first.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from nccl_tune import stats
-from nccl_tune.store import BASELINE, cell_id
+from nccl_tune.grid import Cell
+from nccl_tune.store import BASELINE
+from nccl_tune.sweep import Request
+from nccl_tune.sweepplan import round_order
 
 STRATEGIES = ("exhaustive", "halving", "descent")
+STRATEGY_HELP = {
+    "exhaustive": "every cell, every round: small grids (tens of cells) or a final check",
+    "halving": "successive halving: all cells briefly, the better half longer, ...; "
+               "large grids where most cells are clearly worse",
+    "descent": "AutoCCL-style: PROTO/ALGO/P2P_LEVEL subspaces, then one resource variable "
+               "at a time; large grids built from axes (needs --set/--grid axes)",
+}
 IMPLEMENTATION_VARS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")
-DEFAULT = "default"  # an axis value meaning: leave the variable unset
-
-
-@dataclass(frozen=True)
-class Request:
-    """Measure one cell for one round at `iters` iterations, as part of rung `rung`."""
-
-    env: tuple[tuple[str, str], ...]  # sorted (name, value) pairs; () is the baseline
-    round: int
-    iters: int
-    rung: int
-    final: bool
-    strategy: str
-
-    @property
-    def cell(self) -> str:
-        """The cell id (store.cell_id of the env)."""
-        return cell_id(dict(self.env))
-
-    @property
-    def env_dict(self) -> dict[str, str]:
-        """The env as a mapping."""
-        return dict(self.env)
-
 
 Measure = Callable[[list[Request]], list[dict]]
-
-
-def freeze(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """A hashable, order-free form of an env mapping."""
-    return tuple(sorted(env.items()))
 
 
 class BudgetExhausted(Exception):
@@ -76,24 +60,37 @@ class BudgetExhausted(Exception):
 
 @dataclass
 class Ledger:
-    """Measurements spent so far against an optional cap."""
+    """Measurements spent so far against an optional cap (budget units, see module doc)."""
 
     n_sizes: int
     full_iters: int
     limit: float | None = None
     spent: float = 0.0
 
-    def cost(self, requests: Iterable[Request]) -> float:
+    def cost(self, requests: Sequence[Request]) -> float:
         """Budget units of a batch: sizes x iters / full_iters per request."""
-        return sum(self.n_sizes * min(1.0, r.iters / self.full_iters) for r in requests)
+        return sum(self.n_sizes * min(1.0, (r.iters or self.full_iters) / self.full_iters)
+                   for r in requests)
 
-    def charge(self, requests: list[Request]) -> None:
+    def charge(self, requests: Sequence[Request]) -> None:
         """Count a batch, or raise BudgetExhausted (spending nothing) when it does not fit."""
         cost = self.cost(requests)
         if self.limit is not None and self.spent + cost > self.limit + 1e-9:
-            raise BudgetExhausted(f"next batch needs {cost:.1f} measurements, "
-                                  f"{self.limit - self.spent:.1f} left of {self.limit:g}")
+            raise BudgetExhausted(f"the next batch needs {cost:.1f} measurements and "
+                                  f"{max(0.0, self.limit - self.spent):.1f} of {self.limit:g} are left")
         self.spent += cost
+
+
+@dataclass
+class RungInfo:
+    """One batch of a search: what it measured."""
+
+    rung: int
+    cells: int
+    iters: int
+    rounds: int
+    final: bool
+    spent: float
 
 
 @dataclass
@@ -108,24 +105,33 @@ class Outcome:
     score_ci: tuple[float, float] | None  # interval of that ratio (Bonferroni-adjusted)
     finalists: list[str]
     pruned: dict[str, int]  # cell -> rung where it was dropped
-    unfinished: list[str]  # cells planned but never measured at the final rung
+    unfinished: list[str]  # cells still in the race when the search stopped early
     spent: float
-    stopped: str | None = None  # why the search stopped early (budget), else None
+    rungs: list[RungInfo] = field(default_factory=list)
+    stopped: str | None = None  # why the search stopped early (budget, failures), else None
     records: list[dict] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (records left out)."""
+        return {"strategy": self.strategy, "best": self.best, "best_env": self.best_env,
+                "winner": self.winner, "best_score": self.best_score,
+                "score_ci": list(self.score_ci) if self.score_ci else None,
+                "finalists": self.finalists, "pruned": self.pruned, "unfinished": self.unfinished,
+                "spent": round(self.spent, 3), "stopped": self.stopped,
+                "rungs": [r.__dict__ for r in self.rungs]}
 
 
 # ---------------------------------------------------------------- scoring
 
 def _ok(record: dict) -> bool:
-    return (record.get("status") or "ok") == "ok" and record.get("correct") is not False \
-        and (record.get("lat_us") or {}).get("p50") is not None
+    return ((record.get("status") or "ok") == "ok" and record.get("correct") is not False
+            and (record.get("lat_us") or {}).get("p50") is not None)
 
 
 def batch_scores(records: Sequence[dict]) -> dict[tuple[str, int], float]:
     """Score per (cell, round): geometric mean over sizes of p50 / baseline p50.
 
-    Records are those of one batch. A cell with any failed or wrong size, or with no
-    baseline in its round, scores infinity.
+    A cell with any failed or wrong size, or with no baseline in its round, scores infinity.
     """
     p50: dict[tuple[str, int], dict[int, float]] = {}
     bad: set[tuple[str, int]] = set()
@@ -137,8 +143,7 @@ def batch_scores(records: Sequence[dict]) -> dict[tuple[str, int], float]:
             bad.add(key)
     scores: dict[tuple[str, int], float] = {}
     for key in set(p50) | bad:
-        cell, rnd = key
-        base = p50.get((BASELINE, rnd))
+        base = p50.get((BASELINE, key[1]))
         mine = p50.get(key)
         if key in bad or not base or not mine or set(mine) - set(base):
             scores[key] = math.inf
@@ -149,7 +154,7 @@ def batch_scores(records: Sequence[dict]) -> dict[tuple[str, int], float]:
 
 
 def cell_scores(records: Sequence[dict]) -> dict[str, float]:
-    """Median over rounds of each cell's batch score (infinity if any round failed)."""
+    """Median over rounds of each cell's score (infinity if any round failed)."""
     per_cell: dict[str, list[float]] = {}
     for (cell, _), score in batch_scores(records).items():
         per_cell.setdefault(cell, []).append(score)
@@ -168,94 +173,87 @@ def final_verdict(records: Sequence[dict], finalists: Sequence[str], confidence:
         return None, False, None, None
     best = min(candidates, key=lambda c: (float(np.median(candidates[c])), c))
     logs = [math.log(s) for s in candidates[best]]
-    k = max(1, len(finalists))
-    level = 1 - (1 - confidence) / k
+    level = 1 - (1 - confidence) / max(1, len(finalists))
     _, lo, hi = stats.t_ci(logs, level)
     winner = len(logs) >= 2 and hi < 0
     return best, winner, float(np.median(candidates[best])), (math.exp(lo), math.exp(hi))
-
-
-# ---------------------------------------------------------------- replay / resume
-
-def replaying_measure(measure: Measure, existing: Iterable[dict]) -> Measure:
-    """Wrap `measure` so requests already answered by `existing` records are not re-measured.
-
-    A request is answered when records with its strategy, rung, round and cell exist
-    (whatever their status: a failure is an answer too).
-    """
-    done: dict[tuple, list[dict]] = {}
-    for r in existing:
-        key = (r.get("strategy"), r.get("rung"), r.get("round"), r.get("cell"))
-        done.setdefault(key, []).append(r)
-
-    def wrapped(requests: list[Request]) -> list[dict]:
-        out, todo = [], []
-        for req in requests:
-            hit = done.get((req.strategy, req.rung, req.round, req.cell))
-            if hit:
-                out.extend(hit)
-            else:
-                todo.append(req)
-        if todo:
-            out.extend(measure(todo))
-        return out
-
-    return wrapped
 
 
 # ---------------------------------------------------------------- shared machinery
 
 @dataclass
 class _Run:
+    """State shared by a strategy's batches: rounds handed out, budget, records seen."""
+
     strategy: str
     measure: Measure
     ledger: Ledger
-    rounds: int
-    full_iters: int
+    baseline: Cell
+    seed: int
+    isolation: str
     records: list[dict] = field(default_factory=list)
-    round_counter: int = 0
+    rungs: list[RungInfo] = field(default_factory=list)
+    next_round: int = 1
 
-    def batch(self, envs: Sequence[dict], iters: int, rung: int, rounds: int = 1,
+    def batch(self, cells: Sequence[Cell], iters: int, rung: int, rounds: int = 1,
               final: bool = False) -> list[dict]:
-        """Measure `envs` plus the baseline for `rounds` fresh rounds; returns the batch's records."""
-        unique = list(dict.fromkeys([freeze({})] + [freeze(e) for e in envs]))
-        requests = [Request(env, self.round_counter + r, iters, rung, final, self.strategy)
-                    for r in range(rounds) for env in unique]
+        """Measure `cells` and the baseline for `rounds` fresh rounds (each in a fresh
+        random order, grouped by process scope); returns this batch's records."""
+        unique = list({c.id: c for c in [self.baseline, *cells]}.values())
+        requests = []
+        for round_ in range(self.next_round, self.next_round + rounds):
+            extra = {"strategy": self.strategy, "rung": rung, "final": final}
+            requests += [Request(c, round_, iters=iters, extra=dict(extra))
+                         for c in round_order(unique, round_, self.seed, self.isolation)]
+        before = self.ledger.spent
         self.ledger.charge(requests)
-        self.round_counter += rounds
+        self.next_round += rounds
         got = self.measure(requests)
         self.records.extend(got)
+        self.rungs.append(RungInfo(rung, len(unique) - 1, iters, rounds, final,
+                                   round(self.ledger.spent - before, 3)))
         return got
 
+    def outcome(self, finalists: list[str], final_records: list[dict], pruned: dict[str, int],
+                unfinished: list[str], envs: dict[str, dict], stopped: str | None,
+                confidence: float) -> Outcome:
+        best, winner, score, ci = (final_verdict(final_records, finalists, confidence)
+                                   if final_records else (None, False, None, None))
+        return Outcome(self.strategy, best, envs.get(best) if best else None, winner, score, ci,
+                       finalists, pruned, unfinished, self.ledger.spent, self.rungs, stopped,
+                       self.records)
 
-def _outcome(run: _Run, finalists: list[str], final_records: list[dict], pruned: dict[str, int],
-             unfinished: list[str], envs: dict[str, dict], stopped: str | None,
-             confidence: float) -> Outcome:
-    best, winner, score, ci = final_verdict(final_records, finalists, confidence) \
-        if final_records else (None, False, None, None)
-    return Outcome(run.strategy, best, envs.get(best) if best else None, winner, score, ci,
-                   finalists, pruned, unfinished, run.ledger.spent, stopped, run.records)
+
+def _split(cells: Sequence[Cell]) -> tuple[Cell, dict[str, Cell]]:
+    baseline = next((c for c in cells if c.id == BASELINE), Cell({}))
+    return baseline, {c.id: c for c in cells if c.id != BASELINE}
 
 
 # ---------------------------------------------------------------- exhaustive
 
-def run_exhaustive(cells: Sequence[dict], measure: Measure, ledger: Ledger, rounds: int,
-                   full_iters: int, confidence: float = 0.95) -> Outcome:
-    """Every cell at full iterations for `rounds` rounds (the reference the others are judged by)."""
-    run = _Run("exhaustive", measure, ledger, rounds, full_iters)
-    envs = {cell_id(e): e for e in cells if e}
-    try:
-        final = run.batch(list(envs.values()), full_iters, rung=0, rounds=rounds, final=True)
-    except BudgetExhausted as exc:
-        return _outcome(run, [], [], {}, sorted(envs), envs, str(exc), confidence)
-    return _outcome(run, sorted(envs), final, {}, [], envs, None, confidence)
+def run_exhaustive(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
+                   seed: int = 0, isolation: str = "group", confidence: float = 0.95) -> Outcome:
+    """Every cell at full iterations for `rounds` rounds, one round per batch."""
+    baseline, by_id = _split(cells)
+    run = _Run("exhaustive", measure, ledger, baseline, seed, isolation)
+    envs = {cid: c.env for cid, c in by_id.items()}
+    final: list[dict] = []
+    for _ in range(rounds):
+        try:
+            final += run.batch(list(by_id.values()), ledger.full_iters, 0, 1, final=True)
+        except BudgetExhausted as exc:
+            # Rounds already complete still compare every cell; none got all its rounds.
+            done = run.next_round - 1
+            return run.outcome(sorted(by_id) if final else [], final, {}, sorted(by_id), envs,
+                               f"budget: {exc} (rounds completed: {done} of {rounds})", confidence)
+    return run.outcome(sorted(by_id), final, {}, [], envs, None, confidence)
 
 
 # ---------------------------------------------------------------- successive halving
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung of a halving plan: how many cells, at how many iterations, for how many rounds."""
+    """One rung of a halving plan: how many cells, at how many iterations, how many rounds."""
 
     cells: int
     iters: int
@@ -265,9 +263,9 @@ class Rung:
 
 def plan_halving(n_cells: int, full_iters: int, rounds: int, eta: int = 2,
                  min_fraction: float = 1 / 8, keep: int = 4) -> list[Rung]:
-    """Rungs: all cells at full_iters x min_fraction, then 1/eta of them at eta x the
-    iterations (capped at full), ... until at most `keep` remain, measured like an
-    exhaustive sweep (full iterations, `rounds` rounds)."""
+    """All cells at full_iters x min_fraction, then the best 1/eta at eta x the iterations
+    (capped at full), ... until at most `keep` remain; those are measured as an exhaustive
+    sweep would (full iterations, `rounds` rounds)."""
     plan, n = [], n_cells
     iters = max(1, int(round(full_iters * min_fraction)))
     while n > keep:
@@ -278,135 +276,141 @@ def plan_halving(n_cells: int, full_iters: int, rounds: int, eta: int = 2,
     return plan
 
 
-def run_halving(cells: Sequence[dict], measure: Measure, ledger: Ledger, rounds: int,
-                full_iters: int, eta: int = 2, min_fraction: float = 1 / 8, keep: int = 4,
-                confidence: float = 0.95) -> Outcome:
-    """Successive halving: measure all briefly, keep the better 1/eta, measure longer, ..."""
-    run = _Run("halving", measure, ledger, rounds, full_iters)
-    envs = {cell_id(e): e for e in cells if e}
-    alive = sorted(envs)
+def run_halving(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
+                seed: int = 0, isolation: str = "group", eta: int = 2,
+                min_fraction: float = 1 / 8, keep: int = 4, confidence: float = 0.95) -> Outcome:
+    """Successive halving: every cell briefly, the better 1/eta longer, until `keep` remain."""
+    baseline, by_id = _split(cells)
+    run = _Run("halving", measure, ledger, baseline, seed, isolation)
+    envs = {cid: c.env for cid, c in by_id.items()}
+    alive = sorted(by_id)
     pruned: dict[str, int] = {}
-    for rung, step in enumerate(plan_halving(len(alive), full_iters, rounds, eta, min_fraction, keep)):
+    for rung, step in enumerate(plan_halving(len(alive), ledger.full_iters, rounds, eta,
+                                             min_fraction, keep)):
         try:
-            got = run.batch([envs[c] for c in alive], step.iters, rung, step.rounds, step.final)
+            got = run.batch([by_id[c] for c in alive], step.iters, rung, step.rounds, step.final)
         except BudgetExhausted as exc:
-            return _outcome(run, [], [], pruned, alive, envs, str(exc), confidence)
+            return run.outcome([], [], pruned, alive, envs, f"budget: {exc}", confidence)
         if step.final:
-            return _outcome(run, alive, got, pruned, [], envs, None, confidence)
+            return run.outcome(alive, got, pruned, [], envs, None, confidence)
         scores = cell_scores(got)
         ranked = sorted(alive, key=lambda c: (scores.get(c, math.inf), c))
         survivors = [c for c in ranked if not math.isinf(scores.get(c, math.inf))]
-        survivors = survivors[:max(1, math.ceil(len(alive) / eta))]
+        survivors = survivors[:math.ceil(len(alive) / eta)]
         for c in alive:
             if c not in survivors:
                 pruned[c] = rung
-        alive = sorted(survivors)
+        alive = survivors  # best first
         if not alive:
-            return _outcome(run, [], [], pruned, [], envs, "every cell failed", confidence)
-    raise AssertionError("a halving plan always ends in a final rung")
+            return run.outcome([], [], pruned, [], envs, "every cell failed", confidence)
+    raise AssertionError("a halving plan always ends in a final rung")  # pragma: no cover
 
 
 # ---------------------------------------------------------------- coordinate descent
 
-def _point_env(axes: dict[str, list[str]], point: dict[str, str]) -> dict[str, str]:
-    return {k: point[k] for k in axes if point.get(k, DEFAULT) != DEFAULT}
+Axes = list[tuple[str, list]]  # (name, values; None = leave unset), as grid.GridSpec.axes
 
 
-def run_descent(axes: dict[str, list[str]], valid: Sequence[dict], measure: Measure,
-                ledger: Ledger, rounds: int, full_iters: int, top_subspaces: int = 3,
+def _env_of(axes: Axes, point: dict) -> dict[str, str]:
+    return {name: point[name] for name, _ in axes if point.get(name) is not None}
+
+
+def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
+                seed: int = 0, isolation: str = "group", top_subspaces: int = 3,
                 probe_fraction: float = 0.5, min_gain: float = 0.01, max_passes: int = 3,
                 confidence: float = 0.95) -> Outcome:
     """AutoCCL-style search (NSDI 2025): implementation subspaces, then resource descent.
 
-    1. Every combination of the implementation variables (PROTO, ALGO, P2P_LEVEL; those
-       in the grid) is measured at the first value of each resource variable.
-    2. In each of the best `top_subspaces` subspaces, resource variables move one at a
-       time to their best value while the score improves by more than `min_gain`;
-       the subspaces descend in lockstep so each step is one grouped batch.
+    1. Every combination of the implementation variables in the grid (NCCL_PROTO,
+       NCCL_ALGO, NCCL_P2P_LEVEL) is probed with each resource variable at its first value.
+    2. In each of the best `top_subspaces` subspaces, one resource variable at a time
+       moves to its best value while the score improves by more than `min_gain`; the
+       subspaces descend in lockstep, so each step is one batch that the engine groups
+       into launches by process scope (never one launch per cell).
     3. A second start (each resource variable at its last value) guards against one bad
-       start; the best point of each start and subspace goes to a final rung.
+       start; the best point of every start and subspace goes to the final rung.
+    Cells the grid pruned are never measured.
     """
-    run = _Run("descent", measure, ledger, rounds, full_iters)
-    valid_ids = {cell_id(e) for e in valid}
-    impl = [k for k in axes if k in IMPLEMENTATION_VARS]
-    resources = [k for k in axes if k not in IMPLEMENTATION_VARS]
-    probe_iters = max(1, int(round(full_iters * probe_fraction)))
-    envs: dict[str, dict] = {}
-    scores: dict[str, float] = {}
+    baseline, by_id = _split(cells)
+    run = _Run("descent", measure, ledger, baseline, seed, isolation)
+    valid = {cid: c for cid, c in by_id.items()}
+    impl = [(n, v) for n, v in axes if n in IMPLEMENTATION_VARS]
+    resources = [(n, v) for n, v in axes if n not in IMPLEMENTATION_VARS]
+    probe_iters = max(1, int(round(ledger.full_iters * probe_fraction)))
+    scores: dict[str, float] = {BASELINE: 1.0}
     rung = 0
 
-    def measure_points(points: list[dict[str, str]]) -> None:
+    def cid(point: dict) -> str:
+        return Cell(_env_of(axes, point)).id
+
+    def probe(points: list[dict]) -> None:
         nonlocal rung
-        todo = []
-        for p in points:
-            env = _point_env(axes, p)
-            cid = cell_id(env)
-            if env and cid in valid_ids and cid not in scores and cid not in {cell_id(t) for t in todo}:
-                todo.append(env)
+        todo = {cid(p): valid[cid(p)] for p in points if cid(p) in valid and cid(p) not in scores}
         if not todo:
             return
-        got = run.batch(todo, probe_iters, rung)
+        got = run.batch(list(todo.values()), probe_iters, rung)
         rung += 1
-        batch = cell_scores(got)
-        for env in todo:
-            cid = cell_id(env)
-            envs[cid] = env
-            scores[cid] = batch.get(cid, math.inf)
+        found = cell_scores(got)
+        for c in todo:
+            scores[c] = found.get(c, math.inf)
 
-    def score(point: dict[str, str]) -> float:
-        env = _point_env(axes, point)
-        return 1.0 if not env else scores.get(cell_id(env), math.inf)
+    def score(point: dict) -> float:
+        return scores.get(cid(point), math.inf)
 
-    stopped = None
+    stopped, finals = None, []
     try:
-        # 1. implementation subspaces at the first resource values
-        start = {k: axes[k][0] for k in resources}
-        subspaces = [dict(zip(impl, combo)) for combo in _product([axes[k] for k in impl])]
-        measure_points([{**s, **start} for s in subspaces])
-        ranked = sorted(subspaces, key=lambda s: score({**s, **start}))
-        best_subs = [s for s in ranked if not math.isinf(score({**s, **start}))][:top_subspaces]
-        # 2-3. lockstep descent in each subspace from two starts
-        starts = [start, {k: axes[k][-1] for k in resources}]
+        first = {n: values[0] for n, values in resources}
+        subspaces = [dict(zip([n for n, _ in impl], combo))
+                     for combo in _product([v for _, v in impl])]
+        probe([{**s, **first} for s in subspaces])
+        ranked = sorted(subspaces, key=lambda s: score({**s, **first}))
+        best_subs = [s for s in ranked if not math.isinf(score({**s, **first}))][:top_subspaces]
+        starts = [first, {n: values[-1] for n, values in resources}]
         current = [{**s, **st} for st in starts for s in best_subs]
         for _ in range(max_passes):
             moved = False
-            for var in resources:
-                measure_points([{**p, var: v} for p in current for v in axes[var]])
+            for name, values in resources:
+                probe([{**p, name: v} for p in current for v in values])
                 for i, p in enumerate(current):
-                    here = score(p)
-                    best_v = min(axes[var], key=lambda v: score({**p, var: v}))
-                    if score({**p, var: best_v}) < here * (1 - min_gain):
-                        current[i] = {**p, var: best_v}
+                    best_v = min(values, key=lambda v: score({**p, name: v}))
+                    if score({**p, name: best_v}) < score(p) * (1 - min_gain):
+                        current[i] = {**p, name: best_v}
                         moved = True
             if not moved:
                 break
-        finals = sorted({cell_id(_point_env(axes, p)) for p in current
-                         if _point_env(axes, p) and not math.isinf(score(p))})
+        finals = sorted({cid(p) for p in current
+                         if cid(p) != BASELINE and cid(p) in valid and not math.isinf(score(p))})
     except BudgetExhausted as exc:
-        stopped, finals = str(exc), []
+        stopped = f"budget: {exc}"
+    envs = {c: valid[c].env for c in scores if c in valid}
     if stopped:
-        return _outcome(run, [], [], {}, sorted(envs), envs, stopped, confidence)
+        return run.outcome([], [], {}, sorted(envs), envs, stopped, confidence)
     pruned = {c: -1 for c in envs if c not in finals}
+    if not finals:
+        return run.outcome([], [], pruned, [], envs, "no probed cell beat a failure", confidence)
     try:
-        got = run.batch([envs[c] for c in finals], full_iters, rung, rounds, final=True)
+        got = run.batch([valid[c] for c in finals], ledger.full_iters, rung, rounds, final=True)
     except BudgetExhausted as exc:
-        return _outcome(run, [], [], pruned, finals, envs, str(exc), confidence)
-    return _outcome(run, finals, got, pruned, [], envs, None, confidence)
+        return run.outcome([], [], pruned, finals, envs, f"budget: {exc}", confidence)
+    return run.outcome(finals, got, pruned, [], envs, None, confidence)
 
 
-def _product(lists: list[list[str]]) -> list[tuple[str, ...]]:
-    out: list[tuple[str, ...]] = [()]
+def _product(lists: list[list]) -> list[tuple]:
+    out: list[tuple] = [()]
     for values in lists:
         out = [prefix + (v,) for prefix in out for v in values]
     return out
 
 
-def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_iters: int,
-                  axes: dict[str, list[str]] | None = None, eta: int = 2,
-                  min_fraction: float = 1 / 8, keep: int = 4) -> float:
-    """Planned measurements (budget units, baseline included) of a strategy, before running.
+# ---------------------------------------------------------------- planning
 
-    Exact for exhaustive and halving; for descent an estimate (two passes per start).
+def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_iters: int,
+                  axes: Axes | None = None, eta: int = 2, min_fraction: float = 1 / 8,
+                  keep: int = 4, top_subspaces: int = 3, probe_fraction: float = 0.5) -> float:
+    """Planned measurements (budget units, baseline included) before running.
+
+    Exact for exhaustive and halving when nothing fails; for descent an upper estimate
+    (two descent passes from each of two starts in each probed subspace).
     """
     if strategy == "exhaustive":
         return (n_cells + 1) * n_sizes * rounds
@@ -414,12 +418,30 @@ def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_i
         return sum((r.cells + 1) * n_sizes * r.rounds * min(1.0, r.iters / full_iters)
                    for r in plan_halving(n_cells, full_iters, rounds, eta, min_fraction, keep))
     if strategy == "descent":
-        axes = axes or {}
-        impl = [k for k in axes if k in IMPLEMENTATION_VARS]
-        resources = [k for k in axes if k not in IMPLEMENTATION_VARS]
-        n_sub = math.prod(len(axes[k]) for k in impl) if impl else 1
-        per_pass = sum(len(axes[k]) - 1 for k in resources)
-        probes = n_sub + min(3, n_sub) * 2 * 2 * per_pass
-        batches = 1 + 2 * len(resources) * 2
-        return (probes + batches) * n_sizes * 0.5 + (2 * min(3, n_sub) + 1) * n_sizes * rounds
+        axes = axes or []
+        impl = [v for n, v in axes if n in IMPLEMENTATION_VARS]
+        resources = [v for n, v in axes if n not in IMPLEMENTATION_VARS]
+        n_sub = math.prod(len(v) for v in impl) if impl else 1
+        subs = min(top_subspaces, n_sub)
+        per_pass = sum(len(v) - 1 for v in resources)
+        probes = min(n_cells, n_sub + subs * 2 * 2 * per_pass)
+        batches = 1 + 2 * len(resources)
+        return ((probes + batches) * n_sizes * probe_fraction
+                + (2 * subs + 1) * n_sizes * rounds)
+    raise ValueError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
+
+
+def run_strategy(strategy: str, cells: Sequence[Cell], measure: Measure, ledger: Ledger,
+                 rounds: int, seed: int = 0, isolation: str = "group", axes: Axes | None = None,
+                 confidence: float = 0.95) -> Outcome:
+    """Dispatch to a strategy by name (descent needs the grid's axes)."""
+    if strategy == "exhaustive":
+        return run_exhaustive(cells, measure, ledger, rounds, seed, isolation, confidence=confidence)
+    if strategy == "halving":
+        return run_halving(cells, measure, ledger, rounds, seed, isolation, confidence=confidence)
+    if strategy == "descent":
+        if not axes:
+            raise ValueError("descent needs grid axes (--set or --grid), not only explicit cells")
+        return run_descent(axes, cells, measure, ledger, rounds, seed, isolation,
+                           confidence=confidence)
     raise ValueError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")

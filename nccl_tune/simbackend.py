@@ -42,6 +42,12 @@ class Landscape:
     round_drift: float = 0.01  # sd of a factor shared by all cells of a round
     launch_offset: float = 0.003  # sd of a factor per launch
     broken: dict = field(default_factory=dict)  # cell id -> "failed" | "wrong"
+    # Multiplicative effects of single settings on the true latency, NAME -> {value: factor}
+    # (tests and benchmarks build landscapes with a known best cell from these).
+    effects: dict = field(default_factory=dict)
+    # Effects of pairs of settings together: ((NAME, value), (NAME, value), factor) triples
+    # (hardware effects that no one-variable-at-a-time search can see alone).
+    interactions: tuple = ()
 
     def describe(self) -> str:
         """One line saying what this landscape is."""
@@ -85,8 +91,15 @@ def true_choice(land: Landscape, env: dict, op: str, nbytes: int,
     """
     topo = costmodel.topology(land.topology)
     if land.kind == "flat":  # every cell runs as fast as NCCL's defaults
-        return costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
-    return costmodel.simulate(op, nbytes, nranks, env, topo, land.true_params, land.select_params)
+        choice = costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
+    else:
+        choice = costmodel.simulate(op, nbytes, nranks, env, topo, land.true_params,
+                                    land.select_params)
+    factor = math.prod(land.effects.get(name, {}).get(value, 1.0) for name, value in env.items())
+    for (name_a, value_a), (name_b, value_b), pair_factor in land.interactions:
+        if env.get(name_a) == value_a and env.get(name_b) == value_b:
+            factor *= pair_factor
+    return replace(choice, time_us=choice.time_us * factor) if factor != 1.0 else choice
 
 
 def _rng(*parts) -> np.random.Generator:

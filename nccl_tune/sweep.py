@@ -91,7 +91,7 @@ class SweepEngine:
     def __init__(self, options: MeasureOptions, launcher: launching.Launcher | None, out: str, *,
                  run_id: str | None = None, isolation: str = "group", timeout: float | None = None,
                  timeout_per_cell: float = 0.0, landscape=None, module: str = MODULE, keep_env: tuple[str, ...] = (),
-                 base_env: dict[str, str] | None = None,
+                 base_env: dict[str, str] | None = None, strategy: str = "exhaustive",
                  on_cell: Callable[[Request, str], None] | None = None,
                  warn: Callable[[str], None] | None = None):
         if isolation not in ISOLATIONS:
@@ -105,6 +105,7 @@ class SweepEngine:
         self.isolation, self.timeout, self.landscape = isolation, timeout, landscape
         self.timeout_per_cell = timeout_per_cell
         self.module, self.keep_env, self.base_env = module, tuple(keep_env), base_env
+        self.strategy = strategy  # records of another strategy in the same file are not reused
         self.on_cell, self.warn = on_cell, warn or (lambda message: None)
         self.stats = SweepStats()
         self.work_dir = out + ".work"
@@ -115,9 +116,11 @@ class SweepEngine:
     # -- the results file
 
     def _matches(self, record: dict) -> bool:
-        """A record this sweep would have written: same backend, op and (when known) world."""
+        """A record this sweep would have written: same backend, op, strategy and (when
+        known) world. Records without a strategy come from exhaustive sweeps."""
         world = None if (self.launcher is None or self.launcher.template) else self.launcher.world_size
         return (record.get("backend") == self.options.backend
+                and (record.get("strategy") or "exhaustive") == self.strategy
                 and (record.get("op") or "allreduce") == self.options.op
                 and (world is None or record.get("world_size") in (None, world))
                 and not record.get("superseded"))
@@ -130,6 +133,10 @@ class SweepEngine:
                 key = _key(record.get("cell"), record.get("round"), record.get("rung"),
                            record.get("bytes"))
                 self._recorded.setdefault(key, record)
+
+    def recorded_requests(self) -> set[tuple]:
+        """(cell, round, rung) of every request with a record in the file (resume)."""
+        return {key[:3] for key in self._recorded}
 
     def existing(self, request: Request) -> list[dict] | None:
         """The request's records already in the file (every size), or None."""
@@ -398,7 +405,7 @@ class SweepEngine:
                 self.landscape, run_id=self.run_id, env=dict(request.cell.env), op=self.options.op,
                 sizes=list(self.options.sizes), nranks=world,
                 nnodes=self.launcher.nnodes if self.launcher else 1,
-                iters=request.iters or self.options.iters or 100, dtype=self.options.dtype,
+                iters=request.iters or self.options.full_iters, dtype=self.options.dtype,
                 mode=self.options.mode or "graph", round_=request.round,
                 launch=str(self._launch_no), extra=self._extra(request, len(requests))))
         return launching.LaunchOutcome("ok", 0, 0.0, [], ""), {}
@@ -456,7 +463,9 @@ def _remove_dir(path: str) -> None:
 
 def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int,
                extra: dict | None = None) -> list[dict]:
-    """The exhaustive strategy: every cell in every round (1..rounds), baseline included."""
+    """Every cell in every round (1..rounds), baseline included, each round in a fresh
+    random order. (The CLI runs strategies through nccl_tune.search, whose exhaustive
+    strategy does the same and tags its records with strategy and rung.)"""
     records = []
     for round_ in range(1, rounds + 1):
         order = round_order(cells, round_, seed, engine.isolation)

@@ -8,6 +8,7 @@ import os
 import random
 from dataclasses import dataclass
 
+from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP  # torch-free
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.grid import Cell, group_by_process
 
@@ -52,6 +53,11 @@ class MeasureOptions:
     verify_effective: bool | None = None
     op_timeout: float | None = None
     label: str | None = None
+
+    @property
+    def full_iters(self) -> int:
+        """Timed iterations of a full measurement (--iters, else the microbench's default)."""
+        return self.iters if self.iters is not None else DEFAULT_ITERS
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -157,7 +163,7 @@ OP_COST_US = {"nccl": 60.0, "gloo": 250.0, "sim": 0.0}
 def estimate_seconds(cells: list[Cell], rounds: int, isolation: str, options: MeasureOptions) -> float:
     """A rough wall-time estimate of an exhaustive sweep (no failures, no re-runs)."""
     backend = options.backend
-    iters = (options.iters or 100) + (options.warmup or 10)
+    iters = options.full_iters + (options.warmup if options.warmup is not None else DEFAULT_WARMUP)
     per_cell = CELL_COST_S[backend] + len(options.sizes) * iters * OP_COST_US[backend] * 1e-6
     launches = count_launches(cells, rounds, isolation)
     return launches * LAUNCH_COST_S[backend] + len(cells) * rounds * per_cell

@@ -347,6 +347,9 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
                 results)
 
 
+MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
+
+
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
             results) -> None:
     for line in _header(analysis, topo_note, workload, results):
@@ -358,8 +361,12 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
                    "the baseline, uN = unpaired rounds, it = iterations of one round (ignores drift)")
     if analysis.pruned:
         click.echo()
-        click.echo("Not final (pruned early in a search; never recommended): "
-                   + "; ".join(f"{r.label} ({_fmt(r.latency_us, 2)} us)" for r in analysis.pruned))
+        shown = analysis.pruned[:MAX_PRUNED_SHOWN]
+        more = len(analysis.pruned) - len(shown)
+        click.echo(f"Not final ({len(analysis.pruned)} cells pruned early in a search; never "
+                   "recommended; --json lists all): "
+                   + "; ".join(f"{r.label} ({_fmt(r.latency_us, 2)} us)" for r in shown)
+                   + (f"; ... and {more} more" if more else ""))
     click.echo()
     click.echo(_summary_line(analysis, confidence, baseline_tok_s))
     if comp is not None:

@@ -10,7 +10,7 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, grid as gridlib, launch, sweep as sweeplib
+from nccl_tune import costmodel, grid as gridlib, launch, search, sweep as sweeplib
 from nccl_tune.errors import NcclTuneError
 
 SIM_DEFAULT_TOPOLOGY = "pcie-shm"
@@ -72,7 +72,7 @@ def _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_
     if backend == "sim" and topology is None:
         raise NcclTuneError("--backend sim needs a topology to model: pass --topology "
                             f"({', '.join(costmodel.TOPOLOGIES)})")
-    return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note)
+    return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note), spec
 
 
 def _nccl_version(backend: str):
@@ -84,10 +84,27 @@ def _nccl_version(backend: str):
     return ncclinfo.parse_version(lib.version) if lib else None
 
 
-def _plan_dict(g, options, isolation, rounds, launcher, notes, out) -> dict:
+def _measurements(g, spec, options, rounds) -> dict:
+    """Planned measurements of each strategy (budget units: cell x size x round at full iters)."""
+    n_cells = sum(1 for c in g.cells if c.env)
+    out = {}
+    for name in search.STRATEGIES:
+        if name == "descent" and not spec.axes:
+            continue
+        out[name] = round(search.estimate_cost(name, n_cells, len(options.sizes), rounds,
+                                               options.full_iters, axes=spec.axes), 1)
+    return out
+
+
+def _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strategy, budget) -> dict:
     groups = g.groups() if isolation == "group" else [gridlib.ProcessGroup(c.process_env, [c])
                                                        for c in g.cells]
+    n_cells = sum(1 for c in g.cells if c.env)
+    rungs = ([r.__dict__ for r in search.plan_halving(n_cells, options.full_iters, rounds)]
+             if strategy == "halving" else None)
     return {
+        "search": strategy, "budget": budget, "measurements": _measurements(g, spec, options, rounds),
+        "halving_rungs": rungs,
         "backend": options.backend, "simulated": options.backend == "sim", "out": out,
         "sizes": list(options.sizes), "op": options.op, "rounds": rounds, "isolation": isolation,
         "launcher": launcher.describe() if launcher else None, "topology": g.topology,
@@ -128,9 +145,24 @@ def _print_plan(plan: dict) -> None:
         click.echo(f"\nDropped before running ({len(dropped)}, by reason; --json lists every cell):")
         for reason, cells in sorted(by_reason.items(), key=lambda item: -len(item[1])):
             click.echo(f"  {len(cells):4d} x {reason}")
+    click.echo("\nMeasurements each strategy would spend (one = a cell at one size for one round "
+               "at full iterations; descent is an upper estimate):")
+    full = plan["measurements"].get("exhaustive") or 1
+    for name, spend in plan["measurements"].items():
+        mark = "  <- --search" if name == plan["search"] else ""
+        click.echo(f"  {name:<10} {spend:8.1f}  ({100 * spend / full:.0f}% of exhaustive){mark}")
+    if plan["halving_rungs"]:
+        click.echo("  halving rungs: " + ", ".join(
+            f"{r['cells']} cells x {r['iters']} iters x {r['rounds']} round(s)"
+            + (" (final)" if r["final"] else "") for r in plan["halving_rungs"]))
+    if plan["budget"] is not None:
+        click.echo(f"  --budget {plan['budget']:g}: the search stops before a batch that would exceed it")
     minutes = plan["estimate_s"] / 60
-    click.echo(f"\nEstimated time: about {minutes:.1f} min (rough: launch start-up, communicator "
-               "creation and iterations; failures and re-runs extra)")
+    share = plan["measurements"].get(plan["search"], full) / full
+    scaled = "" if plan["search"] == "exhaustive" else (
+        f"; {plan['search']} measures about {100 * share:.0f}% of that")
+    click.echo(f"\nEstimated time: about {minutes:.1f} min exhaustive{scaled} (rough: launch "
+               "start-up, communicator creation and iterations; failures and re-runs extra)")
 
 
 @click.command("sweep")
@@ -166,7 +198,16 @@ def _print_plan(plan: dict) -> None:
               help="group: one launch per process-scoped combination [default]; "
                    "process: one launch per cell.")
 @click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
-              help="Passes over the grid, each in a fresh random order with the baseline.")
+              help="Passes over the grid (final rung for halving/descent), each in a fresh "
+                   "random order with the baseline.")
+@click.option("--search", "strategy", default="exhaustive", show_default=True,
+              type=click.Choice(search.STRATEGIES),
+              help="exhaustive: " + search.STRATEGY_HELP["exhaustive"] + ". halving: "
+                   + search.STRATEGY_HELP["halving"] + ". descent: " + search.STRATEGY_HELP["descent"]
+                   + ". --dry-run shows what each would spend.")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True),
+              help="Cap on measurements (one = a cell at one size for one round at full "
+                   "iterations; shorter ones count in proportion).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the round orders.")
 @click.option("--nproc", type=click.IntRange(1), help="Ranks per node [8 with 8 GPUs; 2 on CPU].")
 @click.option("--nnodes", default=1, show_default=True, type=click.IntRange(1))
@@ -190,8 +231,8 @@ def _print_plan(plan: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
           warmup, mode, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation, rounds,
-          seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env, timeout, out, resume,
-          dry_run, module, as_json):
+          strategy, budget, seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env,
+          timeout, out, resume, dry_run, module, as_json):
     """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
 
     Cells sharing their process-scoped settings are measured in one launch, each with a
@@ -210,7 +251,11 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
         dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode,
         verify_effective=verify_effective, op_timeout=op_timeout, label=label)
-    g = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, _nccl_version(backend))
+    g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend,
+                          _nccl_version(backend))
+    if strategy == "descent" and not spec.axes:
+        raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
+                            "[grid] table), not only explicit [[cells]]")
     notes = [backend_note + "; " + nproc_note] + g.notes
     if isolation is None:
         isolation = "process" if (backend == "nccl" and verify_effective is False) else "group"
@@ -235,7 +280,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
                          "to every cell, the baseline included")
         if not launcher.writes_records:
             notes.append(f"node {node_rank}: this node launches its ranks; node 0 writes the records")
-    plan = _plan_dict(g, options, isolation, rounds, launcher, notes, out)
+    plan = _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strategy, budget)
     if dry_run:
         if as_json:
             from nccl_tune.cli import emit_json
@@ -250,12 +295,21 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         raise NcclTuneError(f"--out: the folder {folder} does not exist")
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
-    _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
-         module, as_json)
+    _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
+         out, module, as_json, strategy, budget)
 
 
-def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env, out,
-         module, as_json):
+def _planned_requests(plan: dict, n_cells: int, rounds: int) -> int | None:
+    """Cell measurements (cell x round) the strategy plans, baseline included; None if unknown."""
+    if plan["search"] == "exhaustive":
+        return (n_cells + 1) * rounds
+    if plan["search"] == "halving":
+        return sum((r["cells"] + 1) * r["rounds"] for r in plan["halving_rungs"])
+    return None  # descent: data-dependent
+
+
+def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
+         out, module, as_json, strategy, budget):
     from nccl_tune import simbackend
 
     warnings: list[str] = []
@@ -264,10 +318,10 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
     engine = sweeplib.SweepEngine(
         options, launcher, out, isolation=isolation, timeout=timeout if timeout else 120.0,
         timeout_per_cell=0.0 if timeout else 30.0, landscape=landscape, keep_env=tuple(keep_env),
-        module=module, warn=warnings.append)
-    todo = sum(1 for r in range(1, rounds + 1) for c in g.cells
-               if engine.existing(sweeplib.Request(c, r)) is None)
-    done_before = len(g.cells) * rounds - todo
+        module=module, warn=warnings.append, strategy=strategy)
+    done_before = len(engine.recorded_requests())
+    planned = _planned_requests(plan, sum(1 for c in g.cells if c.env), rounds)
+    todo = max(0, planned - done_before) if planned is not None else None
     if not as_json:
         _print_plan_short(plan, done_before)
     for message in warnings:
@@ -276,8 +330,11 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
     progress = _Progress(todo, sys.stderr.isatty() and not as_json)
     engine.on_cell = progress.update
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    ledger = search.Ledger(len(options.sizes), options.full_iters, budget)
+    outcome = None
     try:
-        sweeplib.run_rounds(engine, g.cells, rounds, seed)
+        outcome = search.run_strategy(strategy, g.cells, engine.measure, ledger, rounds, seed,
+                                      engine.isolation, axes=spec.axes)
     except (KeyboardInterrupt, sweeplib.SweepInterrupted):
         interrupted = True
     finally:
@@ -286,7 +343,9 @@ def _run(plan, g, options, launcher, isolation, rounds, seed, timeout, sim_lands
     summary = {**{k: plan[k] for k in ("backend", "simulated", "out", "rounds", "isolation")},
                "run_id": engine.run_id, "cells": len(g.cells), "dropped": len(g.dropped),
                "already_recorded": done_before, "interrupted": interrupted,
-               **engine.stats.to_dict(), "notes": plan["notes"] + engine.stats.notes}
+               **engine.stats.to_dict(), "notes": plan["notes"] + engine.stats.notes,
+               "search": outcome.to_dict() if outcome else {"strategy": strategy},
+               "measurements_spent": round(ledger.spent, 1), "budget": budget}
     if as_json:
         from nccl_tune.cli import emit_json
         emit_json(summary)
@@ -303,7 +362,8 @@ def _raise_interrupt(signum, frame):
 class _Progress:
     """Cells done, failures and ETA: a bar on a terminal, one line per cell otherwise."""
 
-    def __init__(self, total: int, tty: bool):
+    def __init__(self, total: int | None, tty: bool):
+        # total None: a strategy whose measurements depend on the data (descent)
         self.total, self.done, self.failed = total, 0, 0
         self.start = time.monotonic()
         self.bar = None
@@ -320,7 +380,11 @@ class _Progress:
             self.bar.update(1)
             return
         elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * (self.total - self.done)
+        if self.total is None:
+            click.echo(f"[{self.done}] round {request.round} {request.cell.label}: {status} "
+                       f"({self.failed} failed, {elapsed:.0f} s)", err=True)
+            return
+        eta = elapsed / self.done * max(0, self.total - self.done)
         click.echo(f"[{self.done}/{self.total}] round {request.round} {request.cell.label}: {status} "
                    f"({self.failed} failed, ETA {eta:.0f} s)", err=True)
 
@@ -337,10 +401,41 @@ def _print_plan_short(plan: dict, done_before: int) -> None:
                + (" (simulated)" if plan["simulated"] else "") + f" -> {plan['out']}")
     for note in plan["notes"]:
         click.echo(f"  note: {note}")
-    for d in plan["dropped"]:
+    for d in plan["dropped"][:MAX_DROPPED_LISTED]:
         click.echo(f"  dropped: {d['label']}: {d['reason']}")
+    if len(plan["dropped"]) > MAX_DROPPED_LISTED:
+        click.echo(f"  dropped: {len(plan['dropped']) - MAX_DROPPED_LISTED} more "
+                   "(--dry-run lists them by reason)")
     if done_before:
         click.echo(f"  resuming: {done_before} (cell, round) pairs already recorded are skipped")
+
+
+def _print_search(s: dict) -> None:
+    found = s["search"]
+    spent = f"{s['measurements_spent']:g} measurements" + (
+        f" of a {s['budget']:g} budget" if s.get("budget") is not None else "")
+    click.echo(f"search {found['strategy']}: {spent}")
+    if "rungs" in found and len(found["rungs"]) > 1:
+        click.echo("  rungs: " + "; ".join(
+            f"{r['rung']}: {r['cells']} cells x {r['iters']} iters x {r['rounds']} round(s)"
+            + (" final" if r["final"] else "") for r in found["rungs"]))
+    if found.get("stopped"):
+        click.echo(f"  stopped early: {found['stopped']}")
+    if found.get("unfinished"):
+        click.echo(f"  never finished ({len(found['unfinished'])} cells): "
+                   + ", ".join(found["unfinished"][:12]) + (" ..." if len(found["unfinished"]) > 12 else ""))
+    if found.get("pruned"):
+        click.echo(f"  pruned before the final rung: {len(found['pruned'])} cells "
+                   "(kept in the results as final: false; report lists them apart)")
+    if found.get("best"):
+        lo, hi = found["score_ci"]
+        label = " ".join(f"{k}={v}" for k, v in (found["best_env"] or {}).items())
+        verdict = ("faster than the baseline" if found["winner"]
+                   else "not significantly faster than the baseline")
+        click.echo(f"  best of {len(found['finalists'])} finalists: {found['best']} {label}: "
+                   f"{found['best_score']:.3f} x baseline latency (interval {lo:.3f}-{hi:.3f}, "
+                   f"Bonferroni over the finalists): {verdict}"
+                   + (" (simulated)" if s["simulated"] else ""))
 
 
 def _print_summary(s: dict) -> None:
@@ -353,6 +448,7 @@ def _print_summary(s: dict) -> None:
     for note in s["notes"]:
         if note.startswith("NCCL's log confirmed no cell"):
             click.echo(f"note: {note}")
+    _print_search(s)
     if s["interrupted"]:
         click.echo(f"interrupted: the running launch was killed; every finished cell is in {s['out']}; "
                    "run the same command again to resume")
