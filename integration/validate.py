@@ -39,7 +39,6 @@ from nccl_tune.errors import NcclTuneError
 HELPS, HURTS, NO_DIFFERENCE = "helps", "hurts", "no significant difference"
 RESERVED_MODEL_ARGS = ("--steps", "--runs", "--new-tokens", "--json", "--warmup-tokens",
                        "--sweep-steps", "--sweep-noise", "--check-greedy")
-ELEMENT_BYTES = {"float64": 8, "fp64": 8, **model.DTYPE_BYTES}
 
 
 @dataclass
@@ -198,6 +197,7 @@ class Curves:
     profile: model.LatencyCurve
     source: str
     measured: bool
+    extrapolated: set = field(default_factory=set)  # sizes predicted outside the measured range
 
 
 def curves_from_results(path: str, profile_env: dict[str, str], world: int | None) -> Curves:
@@ -245,13 +245,11 @@ def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str
 
 def forward_saving_ms(curves: Curves, tokens: int, layers: int, hidden: int, dtype: str) -> float:
     """ms one forward of `tokens` tokens saves under the profile (model.predicted_saving_ms)."""
-    if dtype.lower() in model.DTYPE_BYTES:
-        return model.predicted_saving_ms(curves.baseline, curves.profile, tokens, layers, hidden,
-                                         dtype, extrapolate=True)
-    # float64 (the exact CPU loop) is not in the model's table: same formula, 8 bytes
-    nbytes = tokens * hidden * ELEMENT_BYTES[dtype.lower()]
-    per = curves.baseline.at(nbytes, True) - curves.profile.at(nbytes, True)
-    return model.collectives_per_forward(layers) * per / 1000.0
+    nbytes = model.message_bytes(tokens, hidden, dtype)
+    if not (curves.baseline.covers(nbytes) and curves.profile.covers(nbytes)):
+        curves.extrapolated.add(nbytes)  # said in the output's notes
+    return model.predicted_saving_ms(curves.baseline, curves.profile, tokens, layers, hidden,
+                                     dtype, extrapolate=True)
 
 
 def predicted_ms_per_token(curves: Curves, steps: int, accept_len: float, layers: int,
@@ -265,7 +263,7 @@ def predicted_ms_per_token(curves: Curves, steps: int, accept_len: float, layers
 
 def needed_sizes(hidden: int, dtype: str, max_steps: int) -> list[int]:
     """Message sizes of every forward the validation runs."""
-    elem = ELEMENT_BYTES.get(dtype.lower(), 2)
+    elem = model.DTYPE_BYTES.get(dtype.lower(), 2)
     return [t * hidden * elem for t in range(1, max_steps + 2)]
 
 
@@ -406,6 +404,9 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "
                      "(see env_check in the results file)")
     rows = build_rows(measured, opts.steps, curves, sizes)
+    if curves is not None and curves.extrapolated:
+        notes.append("prediction EXTRAPOLATED at " + ", ".join(
+            f"{b} B" for b in sorted(curves.extrapolated)) + " (outside the measured sizes)")
     best = best_steps(rows)
     verdict, detail = overall_verdict(rows, best)
     return {"run_id": opts.run_id, "engine": opts.engine, "backend": backend, "world_size": world,

@@ -25,7 +25,8 @@ from typing import Iterable
 import numpy as np
 
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2,
-               "fp32": 4, "float32": 4, "float": 4, "fp8": 1, "int8": 1, "uint8": 1}
+               "fp32": 4, "float32": 4, "float": 4, "fp64": 8, "float64": 8, "double": 8,
+               "fp8": 1, "int8": 1, "uint8": 1}
 
 
 class OutOfRangeError(ValueError):

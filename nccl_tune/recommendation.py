@@ -133,6 +133,11 @@ class Analysis:
     measured_at: str | None = None
     notes: list[str] = field(default_factory=list)
     summaries: list = field(default_factory=list, repr=False)  # report.CellSizeSummary, measured
+    # Cells compared with the baseline and the per-cell confidence that keeps the family's
+    # error rate at the requested level (Bonferroni): picking the largest of k savings
+    # would otherwise find a "winner" among equal cells most of the time.
+    family_size: int = 1
+    cell_confidence: float | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -149,6 +154,7 @@ class Analysis:
             "cells": [c.to_dict() for c in self.cells],
             "pruned": [c.to_dict() for c in self.pruned],
             "notes": self.notes,
+            "family_size": self.family_size, "cell_confidence": self.cell_confidence,
         }
 
 
@@ -296,16 +302,19 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     if baseline.latency_us is None:
         raise NcclTuneError(f"the baseline was not measured at or around {nbytes} B "
                             "(pass --extrapolate to extrapolate from the measured sizes)")
+    family = max(1, sum(1 for row in rows.values() if row.status == "ok"))
+    cell_confidence = 1 - (1 - confidence) / family
     for row in rows.values():
         _judge_measured(row, base_records, by_cell.get(row.cell, []), nbytes, collectives,
-                        extrapolate, confidence, baseline_tok_s)
+                        extrapolate, cell_confidence, baseline_tok_s)
     for row in pruned.values():
         row.verdict, row.reason = "pruned", "not final (an early rung of a search)"
     ranked = _rank(list(rows.values()))
     source = SIMULATED if backend == "sim" else MEASURED
     analysis = Analysis(source=source, message_bytes=nbytes, collectives=collectives,
                         baseline=baseline, cells=ranked, pruned=list(pruned.values()),
-                        world_size=world, backend=backend, notes=notes, summaries=summaries)
+                        world_size=world, backend=backend, notes=notes, summaries=summaries,
+                        family_size=family, cell_confidence=cell_confidence)
     analysis.recommended = pick(ranked)
     analysis.nccl_version = _most_common(subset, lambda r: (r.get("versions") or {}).get("nccl"))
     analysis.gpus = _describe_gpus(subset)

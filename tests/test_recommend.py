@@ -339,3 +339,25 @@ def test_corrupt_lines_are_skipped_with_a_warning(tmp_path, cli_runner):
         handle.write("{not json\n")
     result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", path])
     assert result.exit_code == 0 and "skipped" in result.output
+
+
+def test_flat_sim_sweeps_keep_the_defaults(cli_runner, tmp_path):
+    # 26 equal cells: the largest of 26 per-cell 95% intervals excludes zero by chance in
+    # most sweeps; the family-wise (Bonferroni) interval must not, in any of six seeds.
+    from nccl_tune.cli import cli
+
+    kept = 0
+    for seed in range(1, 7):
+        out = tmp_path / f"flat{seed}.jsonl"
+        sweep = cli_runner.invoke(cli, [
+            "sweep", "--backend", "sim", "--topology", "pcie", "--sim-landscape", "flat",
+            "--seed", str(seed), "--set", "NCCL_PROTO=default,LL,Simple",
+            "--set", "NCCL_ALGO=default,Ring,Tree", "--set", "NCCL_NTHREADS=default,256,512",
+            "--tokens", "1", "--rounds", "3", "--out", str(out)])
+        assert sweep.exit_code == 0, sweep.output
+        result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(out), "--json"])
+        assert result.exit_code == 0, result.output
+        payload = json.loads(result.output)
+        assert payload["family_size"] == 26
+        kept += payload["recommended"] is None
+    assert kept == 6

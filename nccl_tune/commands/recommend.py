@@ -86,11 +86,17 @@ def _short(label: str) -> str:
     return " ".join(part[5:] if part.startswith("NCCL_") else part for part in label.split(" "))
 
 
+def _ci_label(analysis) -> str:
+    """'95% CI', or the per-cell level when the family of cells forced a wider one."""
+    level = analysis.cell_confidence
+    return "CI" if level is None else f"{100 * level:.4g}% CI"
+
+
 def _table(analysis, baseline_tok_s) -> str:
     modelled = analysis.source == MODELLED
     headers = ["#", "settings (NCCL_ omitted)", "trust" if not modelled else "NCCL runs (model)",
                f"lat@{analysis.message_bytes}B us", "comm ms/tok", "saving ms/tok"
-               + ("" if modelled else " [95% CI]")]
+               + ("" if modelled else f" [{_ci_label(analysis)}]")]
     if baseline_tok_s:
         headers.append("tok/s")
     headers += ["verdict", "why not"]
@@ -133,7 +139,9 @@ def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
         basis = {"rounds": f"{s.n_rounds} rounds, paired with the baseline",
                  "rounds (unpaired)": f"{s.n_rounds}+ rounds, unpaired",
                  "iterations": "iterations of one round: ignores drift between rounds"}[s.basis]
-        text += (f" ({confidence:.0%} CI {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}; {basis}); "
+        family = (f", family-wise {confidence:.0%} over {analysis.family_size} cells (Bonferroni)"
+                  if analysis.family_size > 1 else "")
+        text += (f" ({_ci_label(analysis)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}{family}; {basis}); "
                  f"{'confirmed by NCCL log' if rec.trust == 'confirmed' else 'declared, not confirmed by NCCL log'}")
     if baseline_tok_s and rec.projected_tok_s:
         text += f"; {baseline_tok_s:.1f} -> {rec.projected_tok_s:.1f} tok/s"
