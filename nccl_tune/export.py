@@ -117,7 +117,8 @@ def lint_findings(text: str, path: str) -> list[str]:
 
 
 APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file THIS.env",
-               "or nccl-tune exec THIS.env -- CMD. Check it is live: nccl-tune check."]
+               "or nccl-tune exec --profile THIS.env -- CMD ARGS.",
+               "Check a running server carries it: nccl-tune check --profile THIS.env --pid PID --tree."]
 
 
 def write_profile(path: str, analysis: Analysis, workload: Workload, command: str, *,

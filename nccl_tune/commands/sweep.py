@@ -415,7 +415,7 @@ def _print_search(s: dict) -> None:
     spent = f"{s['measurements_spent']:g} measurements" + (
         f" of a {s['budget']:g} budget" if s.get("budget") is not None else "")
     click.echo(f"search {found['strategy']}: {spent}")
-    if "rungs" in found and len(found["rungs"]) > 1:
+    if found.get("strategy") != "exhaustive" and len(found.get("rungs") or []) > 1:
         click.echo("  rungs: " + "; ".join(
             f"{r['rung']}: {r['cells']} cells x {r['iters']} iters x {r['rounds']} round(s)"
             + (" final" if r["final"] else "") for r in found["rungs"]))
