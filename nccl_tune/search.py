@@ -153,6 +153,25 @@ def batch_scores(records: Sequence[dict]) -> dict[tuple[str, int], float]:
     return scores
 
 
+def score_noise(records: Sequence[dict]) -> float:
+    """Relative standard error of one score in a batch, from the per-iteration samples.
+
+    The p50 of n samples with coefficient of variation cv has a relative standard error
+    of about 1.25 cv / sqrt(n); a score divides two p50s and averages over sizes. The
+    median over the batch's records is used (0.0 when no record carries samples).
+    """
+    errors = []
+    for r in records:
+        samples = r.get("samples_us") or []
+        if _ok(r) and len(samples) >= 2:
+            values = np.asarray(samples, dtype=float)
+            errors.append(1.2533 * values.std(ddof=1) / values.mean() / math.sqrt(values.size))
+    if not errors:
+        return 0.0
+    sizes = max(1, len({r.get("bytes") for r in records}))
+    return float(np.median(errors)) * math.sqrt(2.0 / sizes)
+
+
 def cell_scores(records: Sequence[dict]) -> dict[str, float]:
     """Median over rounds of each cell's score (infinity if any round failed)."""
     per_cell: dict[str, list[float]] = {}
@@ -173,10 +192,11 @@ def final_verdict(records: Sequence[dict], finalists: Sequence[str], confidence:
         return None, False, None, None
     best = min(candidates, key=lambda c: (float(np.median(candidates[c])), c))
     logs = [math.log(s) for s in candidates[best]]
+    if len(logs) < 2:  # one round: no spread, so no interval and no winner
+        return best, False, float(np.median(candidates[best])), None
     level = 1 - (1 - confidence) / max(1, len(finalists))
     _, lo, hi = stats.t_ci(logs, level)
-    winner = len(logs) >= 2 and hi < 0
-    return best, winner, float(np.median(candidates[best])), (math.exp(lo), math.exp(hi))
+    return best, hi < 0, float(np.median(candidates[best])), (math.exp(lo), math.exp(hi))
 
 
 # ---------------------------------------------------------------- shared machinery
@@ -263,13 +283,16 @@ class Rung:
 
 def plan_halving(n_cells: int, full_iters: int, rounds: int, eta: int = 2,
                  min_fraction: float = 1 / 8, keep: int = 4) -> list[Rung]:
-    """All cells at full_iters x min_fraction, then the best 1/eta at eta x the iterations
-    (capped at full), ... until at most `keep` remain; those are measured as an exhaustive
-    sweep would (full iterations, `rounds` rounds)."""
+    """All cells at full_iters x min_fraction for one round, then the best 1/eta at eta x
+    the iterations (capped at full), ... until at most `keep` remain; those are measured as
+    an exhaustive sweep would (full iterations, `rounds` rounds). The last rungs before
+    the final one (at most 4 x keep cells, at full iterations) take two rounds, so that
+    one round's drift cannot pick the finalists alone."""
     plan, n = [], n_cells
     iters = max(1, int(round(full_iters * min_fraction)))
     while n > keep:
-        plan.append(Rung(n, iters, 1, False))
+        late = iters >= full_iters and n <= 4 * keep
+        plan.append(Rung(n, iters, min(2, rounds) if late else 1, False))
         n = math.ceil(n / eta)
         iters = min(full_iters, iters * eta)
     plan.append(Rung(n, full_iters, rounds, True))
@@ -324,7 +347,8 @@ def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Led
     1. Every combination of the implementation variables in the grid (NCCL_PROTO,
        NCCL_ALGO, NCCL_P2P_LEVEL) is probed with each resource variable at its first value.
     2. In each of the best `top_subspaces` subspaces, one resource variable at a time
-       moves to its best value while the score improves by more than `min_gain`; the
+       moves to its best value while the score improves by more than the larger of
+       `min_gain` and twice the noise of a score difference (`score_noise`); the
        subspaces descend in lockstep, so each step is one batch that the engine groups
        into launches by process scope (never one launch per cell).
     3. A second start (each resource variable at its last value) guards against one bad
@@ -339,6 +363,7 @@ def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Led
     probe_iters = max(1, int(round(ledger.full_iters * probe_fraction)))
     scores: dict[str, float] = {BASELINE: 1.0}
     rung = 0
+    noise = [0.0]  # largest score noise seen in a probe batch (see score_noise)
 
     def cid(point: dict) -> str:
         return Cell(_env_of(axes, point)).id
@@ -350,6 +375,7 @@ def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Led
             return
         got = run.batch(list(todo.values()), probe_iters, rung)
         rung += 1
+        noise[0] = max(noise[0], score_noise(got))
         found = cell_scores(got)
         for c in todo:
             scores[c] = found.get(c, math.inf)
@@ -371,9 +397,11 @@ def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Led
             moved = False
             for name, values in resources:
                 probe([{**p, name: v} for p in current for v in values])
+                # a move must beat noise: two scores differ by chance by ~sqrt(2) x noise
+                gate = max(min_gain, math.sqrt(2) * noise[0])
                 for i, p in enumerate(current):
                     best_v = min(values, key=lambda v: score({**p, name: v}))
-                    if score({**p, name: best_v}) < score(p) * (1 - min_gain):
+                    if score({**p, name: best_v}) < score(p) * (1 - gate):
                         current[i] = {**p, name: best_v}
                         moved = True
             if not moved:

@@ -50,6 +50,7 @@ class MeasureOptions:
     iters: int | None = None
     warmup: int | None = None
     mode: str | None = None
+    graph_ops: int | None = None
     verify_effective: bool | None = None
     op_timeout: float | None = None
     label: str | None = None
@@ -73,6 +74,8 @@ class MeasureOptions:
             args += ["--warmup", str(self.warmup)]
         if self.mode is not None:
             args += ["--mode", self.mode]
+        if self.graph_ops is not None:
+            args += ["--graph-ops", str(self.graph_ops)]
         if self.verify_effective is not None:
             args.append("--verify-effective" if self.verify_effective else "--no-verify-effective")
         if self.op_timeout is not None:

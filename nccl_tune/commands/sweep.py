@@ -15,6 +15,7 @@ from nccl_tune.errors import NcclTuneError
 
 SIM_DEFAULT_TOPOLOGY = "pcie-shm"
 MAX_DROPPED_LISTED = 20
+MAX_UNFINISHED_LISTED = 8
 
 
 def gpu_count() -> int:
@@ -102,6 +103,14 @@ def _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strate
     n_cells = sum(1 for c in g.cells if c.env)
     rungs = ([r.__dict__ for r in search.plan_halving(n_cells, options.full_iters, rounds)]
              if strategy == "halving" else None)
+    exhaustive_launches = sweeplib.count_launches(g.cells, rounds, isolation)
+    if strategy == "halving":  # at most one launch per process group per rung and round
+        per_batch = len(groups)
+        launches = sum(r["rounds"] * min(per_batch, r["cells"] + 1) for r in rungs)
+    elif strategy == "descent":
+        launches = None  # data-dependent: each probe batch is grouped by process scope
+    else:
+        launches = exhaustive_launches
     return {
         "search": strategy, "budget": budget, "measurements": _measurements(g, spec, options, rounds),
         "halving_rungs": rungs,
@@ -114,15 +123,27 @@ def _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strate
                      "reason": d.reason} for d in g.dropped],
         "groups": [{"process_env": grp.process_env, "cells": [c.id for c in grp.cells]}
                    for grp in groups],
-        "launches": sweeplib.count_launches(g.cells, rounds, isolation),
+        "launches": launches, "launches_exhaustive": exhaustive_launches,
         "estimate_s": round(sweeplib.estimate_seconds(g.cells, rounds, isolation, options), 1),
         "notes": notes,
     }
 
 
+def _scope(plan: dict) -> str:
+    """What will run, in words: cells, rounds or rungs, process groups, launches."""
+    cells, rounds, groups = len(plan["cells"]), plan["rounds"], len(plan["groups"])
+    if plan["search"] == "halving":
+        rungs = plan["halving_rungs"]
+        return (f"{cells} cells, search halving in {len(rungs)} rungs (final: {rungs[-1]['cells']} "
+                f"cells x {rounds} rounds), {groups} process groups, at most {plan['launches']} launches")
+    if plan["search"] == "descent":
+        return (f"{cells} cells, search descent ({rounds} final rounds), {groups} process groups, "
+                "launches depend on the data (each batch grouped by process scope)")
+    return f"{cells} cells x {rounds} rounds, {groups} process groups, {plan['launches']} launches"
+
+
 def _print_plan(plan: dict) -> None:
-    click.echo(f"Plan: {len(plan['cells'])} cells x {plan['rounds']} rounds, "
-               f"{len(plan['groups'])} process groups, {plan['launches']} launches "
+    click.echo(f"Plan: {_scope(plan)} "
                f"(isolation {plan['isolation']}), sizes {', '.join(map(str, plan['sizes']))} B, "
                f"{plan['op']}, backend {plan['backend']}"
                + (" (simulated)" if plan["simulated"] else ""))
@@ -182,6 +203,8 @@ def _print_plan(plan: dict) -> None:
 @click.option("--iters", type=click.IntRange(1), help="Timed iterations per size.")
 @click.option("--warmup", type=click.IntRange(0), help="Warm-up iterations per size.")
 @click.option("--mode", type=click.Choice(["graph", "eager"]), help="Timing mode (CUDA).")
+@click.option("--graph-ops", type=click.IntRange(1),
+              help="Collectives captured per CUDA graph replay (graph mode) [microbench: 10].")
 @click.option("--op", default="allreduce", show_default=True,
               type=click.Choice(["allreduce", "reduce_scatter", "all_gather"]))
 @click.option("--verify-effective/--no-verify-effective", default=None,
@@ -230,7 +253,7 @@ def _print_plan(plan: dict) -> None:
               help="The module every rank runs (tests and custom measuring modules).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
-          warmup, mode, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation, rounds,
+          warmup, mode, graph_ops, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation, rounds,
           strategy, budget, seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env,
           timeout, out, resume, dry_run, module, as_json):
     """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
@@ -249,7 +272,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     dtype = sweeplib.canonical_dtype(dtype)
     options = sweeplib.MeasureOptions(
         backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
-        dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode,
+        dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode, graph_ops=graph_ops,
         verify_effective=verify_effective, op_timeout=op_timeout, label=label)
     g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend,
                           _nccl_version(backend))
@@ -263,6 +286,10 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
             notes.append("isolation process: --no-verify-effective leaves grouped cells unconfirmable")
     if backend == "gloo":
         notes.append(sweeplib.GLOO_NOTE)
+    if backend == "nccl" and gpus < launcher_gpus_needed(nproc, template) and not dry_run:
+        raise NcclTuneError(f"--backend nccl: {gpus} GPU(s) visible here for {nproc} ranks per node; "
+                            "NCCL needs one GPU per rank (--nproc, --backend gloo|sim, or a "
+                            "--launcher template for a scheduler)")
     if backend == "nccl" and gpus < launcher_gpus_needed(nproc, template):
         notes.append(f"warning: {gpus} GPU(s) visible here for {nproc} ranks per node: NCCL needs "
                      "one GPU per rank, so launches on this host will fail")
@@ -344,7 +371,9 @@ def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim
                "run_id": engine.run_id, "cells": len(g.cells), "dropped": len(g.dropped),
                "already_recorded": done_before, "interrupted": interrupted,
                **engine.stats.to_dict(), "notes": plan["notes"] + engine.stats.notes,
-               "search": outcome.to_dict() if outcome else {"strategy": strategy},
+               "search": ({**outcome.to_dict(), "unfinished_env": {
+                   c: next(cell.env for cell in g.cells if cell.id == c) for c in outcome.unfinished}}
+                          if outcome else {"strategy": strategy}),
                "measurements_spent": round(ledger.spent, 1), "budget": budget}
     if as_json:
         from nccl_tune.cli import emit_json
@@ -395,8 +424,7 @@ class _Progress:
 
 
 def _print_plan_short(plan: dict, done_before: int) -> None:
-    click.echo(f"Sweep: {len(plan['cells'])} cells x {plan['rounds']} rounds, "
-               f"{len(plan['dropped'])} dropped, {plan['launches']} launches planned "
+    click.echo(f"Sweep: {_scope(plan)}, {len(plan['dropped'])} dropped "
                f"(isolation {plan['isolation']}), backend {plan['backend']}"
                + (" (simulated)" if plan["simulated"] else "") + f" -> {plan['out']}")
     for note in plan["notes"]:
@@ -422,19 +450,26 @@ def _print_search(s: dict) -> None:
     if found.get("stopped"):
         click.echo(f"  stopped early: {found['stopped']}")
     if found.get("unfinished"):
-        click.echo(f"  never finished ({len(found['unfinished'])} cells): "
-                   + ", ".join(found["unfinished"][:12]) + (" ..." if len(found["unfinished"]) > 12 else ""))
+        labels = [" ".join(f"{k[5:]}={v}" for k, v in found["unfinished_env"][c].items())
+                  for c in found["unfinished"][:MAX_UNFINISHED_LISTED]]
+        more = len(found["unfinished"]) - len(labels)
+        click.echo(f"  never finished ({len(found['unfinished'])} cells; --json lists all): "
+                   + "; ".join(labels) + (f"; ... and {more} more" if more > 0 else ""))
     if found.get("pruned"):
         click.echo(f"  pruned before the final rung: {len(found['pruned'])} cells "
                    "(kept in the results as final: false; report lists them apart)")
     if found.get("best"):
-        lo, hi = found["score_ci"]
         label = " ".join(f"{k}={v}" for k, v in (found["best_env"] or {}).items())
-        verdict = ("faster than the baseline" if found["winner"]
-                   else "not significantly faster than the baseline")
+        if found["score_ci"]:
+            lo, hi = found["score_ci"]
+            interval = f"interval {lo:.3f}-{hi:.3f}, Bonferroni over the finalists"
+            verdict = ("faster than the baseline" if found["winner"]
+                       else "not significantly faster than the baseline")
+        else:
+            interval = "no interval from one round"
+            verdict = "no verdict (--rounds 3 or more for one)"
         click.echo(f"  best of {len(found['finalists'])} finalists: {found['best']} {label}: "
-                   f"{found['best_score']:.3f} x baseline latency (interval {lo:.3f}-{hi:.3f}, "
-                   f"Bonferroni over the finalists): {verdict}"
+                   f"{found['best_score']:.3f} x baseline latency ({interval}): {verdict}"
                    + (" (simulated)" if s["simulated"] else ""))
 
 
