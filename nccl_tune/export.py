@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from nccl_tune import costmodel, profile, settings, stats, store, tuner
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.model import positive_bytes, positive_latency
 from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow, default_model_sizes,
                                       lint_problems)
 from nccl_tune.store import cell_label
@@ -175,7 +176,7 @@ def tuner_points(analysis: Analysis, topology_name: str) -> tuple[list[tuple], l
               and not lint_problems(r.env)}
     by_size: dict[int, list] = {}
     for s in analysis.summaries:
-        if s.final and s.status == "ok" and s.p50_us is not None:
+        if s.final and s.status == "ok" and positive_bytes(s.bytes) and positive_latency(s.p50_us):
             by_size.setdefault(s.bytes, []).append(s)
     modelled_channels, modelled_pairs = [], []
     for nbytes in sorted(by_size):

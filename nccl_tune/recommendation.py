@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from nccl_tune import costmodel, settings, stats
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import (LatencyCurve, MIN_ROUNDS, OutOfRangeError, SavingEstimate,
-                             estimate_saving, projected_tok_s, projected_tok_s_interval)
+                             estimate_saving, positive_bytes, positive_latency, projected_tok_s,
+                             projected_tok_s_interval)
 from nccl_tune.store import BASELINE, cell_label
 
 MEASURED, MODELLED, SIMULATED = "measured", "modelled", "simulated"
@@ -331,7 +332,7 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
 def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapolate: bool) -> None:
     points = [(s.bytes, s.p50_us) for s in summaries
               if s.cell == row.cell and s.final == row.final and s.status == "ok"
-              and s.p50_us is not None and s.bytes > 0]
+              and positive_bytes(s.bytes) and positive_latency(s.p50_us)]
     if not points:
         return
     row.curve = LatencyCurve.from_points(points, label=row.label)

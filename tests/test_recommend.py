@@ -361,3 +361,56 @@ def test_flat_sim_sweeps_keep_the_defaults(cli_runner, tmp_path):
         assert payload["family_size"] == 26
         kept += payload["recommended"] is None
     assert kept == 6
+
+
+NCCL_TESTS_HEADER = """# nccl-tests version 2.13.8 nccl-headers=21903 nccl-library=21903
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 1 minBytes 0 maxBytes 65536 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  1 on h device  0 [0x01] NVIDIA A40
+#  Rank  1 Group  0 Pid  2 on h device  1 [0x02] NVIDIA A40
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""
+
+
+def _nccl_tests_text(scale):
+    # nccl-tests' default -b 0 run starts with a 0-byte row (a latency of nothing).
+    rows = ["           0             0     float     sum      -1     0.30    0.00    0.00"
+            "      0     0.30    0.00    0.00      0"]
+    for b in (4096, 8192, 16384, 32768, 65536):
+        t = scale * (20 + b / 4000)
+        rows.append(f"{b:12d} {b // 4:13d}     float     sum      -1  {t:7.2f}    0.10    0.10"
+                    f"      0  {t:7.2f}    0.10    0.10      0")
+    return NCCL_TESTS_HEADER + "\n".join(rows) + "\n# Out of bounds values : 0 OK\n#\n"
+
+
+def test_imported_nccl_tests_with_a_zero_byte_row(tmp_path, cli_runner):
+    from nccl_tune import importers
+
+    records = []
+    for name, scale, env in (("base", 1.0, {}), ("p2p", 0.5, P2P)):
+        src = tmp_path / f"{name}.txt"
+        src.write_text(_nccl_tests_text(scale))
+        records += importers.import_file(str(src), env=env)[0]
+    assert any(r["bytes"] == 0 for r in records)
+    # a hand-edited record with a NaN p50 and a string size must not break the curves either
+    odd = dict(records[1], bytes=8192, lat_us={"p50": float("nan")})
+    records += [odd, dict(records[2], bytes="8192")]
+    path = write(tmp_path, records)
+    result = run(cli_runner, "--layers", "61", "--results", path, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["source"] == "measured" and out["backend"] == "nccl-tests"
+    p2p = next(c for c in out["cells"] if c["env"] == P2P)
+    base_lat = 20 + 14336 / 4000  # between 8192 and 16384 B: log-log interpolated
+    assert out["baseline"]["latency_us"] == pytest.approx(base_lat, rel=0.02)
+    assert p2p["latency_us"] == pytest.approx(base_lat / 2, rel=0.02)
+    # Library level too: the p50 points of the 0-byte rows never reach a curve.
+    from nccl_tune import model
+
+    assert 0 not in model.pooled_samples(records)
+    assert all(0 not in sizes for sizes in model.round_points(records).values())
