@@ -12,6 +12,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune import costmodel, export, model, recommendation, specdec, store
+from nccl_tune.commands.spec_plan import SGLANG_CONVENTION_HELP, SGLANG_RATE_HELP, VLLM_RATE_HELP
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
@@ -257,6 +258,10 @@ def _plot(path, analysis, comp) -> None:
                                    "vLLM mean acceptance length) measured at K steps.")
 @click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
 @click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
+@click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP)
+@click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
+              default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP)
+@click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP)
 @click.option("--draft-ms", type=click.FloatRange(min=0), help="Draft step time (ms) with NCCL's defaults.")
 @click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
                                   "(T = tokens per sequence, k+1).")
@@ -278,7 +283,8 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos, draft_ms,
+              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
+              sglang_accept_rate, sglang_rate_convention, vllm_acceptance_rate, draft_ms,
               verify_ms, compute_per_token_ms, draft_collectives, other_ms, extrapolate, export_path,
               tuner_path, force, plot_path, confidence, as_json):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
@@ -296,11 +302,12 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     steps = acceptance = verify_points = None
     if spec_steps:
         try:
-            steps = specdec.parse_steps(spec_steps)
-            acceptance = specdec.acceptance_from_options(accept_len, accept_rate, accept_per_pos)
+            steps = specdec.parse_steps(spec_steps, "--spec-steps")
+            acceptance = specdec.acceptance_from_options(
+                accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
+                sglang_rate_convention)
             if verify_ms:
-                values, at = specdec.parse_at(verify_ms, "--verify-ms")
-                verify_points = specdec.MeasuredVerify.from_lists(at or [1], values)
+                verify_points = specdec.verify_from_option(verify_ms, "--verify-ms")
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         if acceptance.max_k is not None and steps[-1] > acceptance.max_k:

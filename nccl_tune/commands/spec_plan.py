@@ -7,6 +7,13 @@ from tabulate import tabulate
 
 from nccl_tune import specdec
 
+SGLANG_RATE_HELP = ("SGLang's averaged `accept rate` R@K, logged with K draft steps (topk 1); "
+                    "converted to an accept length under --sglang-rate-convention.")
+SGLANG_CONVENTION_HELP = ("How SGLang computed the accept rate: drafts = (accept len - 1) / steps "
+                          "(recent releases), total = accept len / (steps + 1) (earlier releases).")
+VLLM_RATE_HELP = ("vLLM's draft acceptance rate R@K (accepted / drafted tokens) with K speculative "
+                  "tokens; accept length = 1 + R x K.")
+
 
 @click.command("spec-plan")
 @click.option("--verify-ms", required=True,
@@ -17,23 +24,27 @@ from nccl_tune import specdec
                                    "vLLM mean acceptance length), measured at K draft steps.")
 @click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
 @click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
+@click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP)
+@click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
+              default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP)
+@click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP)
 @click.option("--steps", default="1-10", show_default=True, help="Step counts to compare, e.g. 1-10 or 2,4,6.")
 @click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Per-cycle time outside draft and verify (sampling, scheduling).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, steps, other_ms, as_json):
+def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sglang_accept_rate,
+              sglang_rate_convention, vllm_acceptance_rate, steps, other_ms, as_json):
     """Plan the speculative draft step count from draft/verify timings and acceptance.
 
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
     + verify(k+1) + other; tok/s = 1000 x tau / cycle. k = 0 is plain decoding.
     """
     try:
-        step_list = specdec.parse_steps(steps)
-        acceptance = specdec.acceptance_from_options(accept_len, accept_rate, accept_per_pos)
-        values, at = specdec.parse_at(verify_ms, "--verify-ms")
-        if at is None and len(values) != 1:
-            raise ValueError("--verify-ms with several values needs @T1,T2,... (tokens per sequence)")
-        verify = specdec.MeasuredVerify.from_lists(at or [1], values)
+        step_list = specdec.parse_steps(steps, "--steps")
+        acceptance = specdec.acceptance_from_options(
+            accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
+            sglang_rate_convention)
+        verify = specdec.verify_from_option(verify_ms, "--verify-ms")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if acceptance.max_k is not None and step_list[-1] > acceptance.max_k:
@@ -59,7 +70,7 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, step
         return
     click.echo(f"acceptance: {acceptance.description}")
     flat = len(verify.points) == 1
-    click.echo("verify: " + (f"{values[0]:g} ms for any token count (flat: dense-like; give "
+    click.echo("verify: " + (f"{verify.points[0][1]:g} ms for any token count (flat: dense-like; give "
                              "V1,V2@T1,T2 for a verify that rises with tokens)" if flat else
                              ", ".join(f"{m:g} ms @ {t} tokens" for t, m in verify.points)))
     rows = []
