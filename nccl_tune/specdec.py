@@ -53,7 +53,12 @@ def tau_iid(rate: float, k: int) -> float:
         raise ValueError("k must be >= 0")
     if rate == 1.0:
         return float(k + 1)
-    return (1.0 - rate ** (k + 1)) / (1.0 - rate)
+    # (1 - a^(k+1)) / (1 - a) via expm1/log1p: the plain form cancels catastrophically as
+    # a nears 1 (a = 1 - 1e-16 would give tau off by ~1e-8 and the inverse off by more).
+    if rate == 0.0:
+        return 1.0
+    log_rate = math.log1p(rate - 1.0) if rate > 0.5 else math.log(rate)
+    return math.expm1((k + 1) * log_rate) / math.expm1(log_rate)
 
 
 def tau_from_reach(reach: Sequence[float], k: int | None = None) -> float:
