@@ -457,11 +457,32 @@ class SpecComparison:
     recommended: list | None
     assumptions: list[str] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # step counts whose verify size is unmeasured
+    # step counts left out because --verify-ms was not measured at their token count
+    skipped_verify: list[int] = field(default_factory=list)
+    # with extrapolation allowed: verify message sizes (bytes) beyond the measured latency
+    # sizes, and verify token counts beyond the --verify-ms points, each with its k
+    extrapolated_bytes: dict = field(default_factory=dict)  # k -> bytes
+    extrapolated_tokens: dict = field(default_factory=dict)  # k -> tokens per sequence
 
     def best(self, which: str):
         """Best StepPlan among k >= 1 for 'baseline' or 'recommended' (None if absent)."""
         plans = [p for p in (getattr(self, which) or []) if p.k >= 1]
         return best_step(plans) if plans else None
+
+    def extrapolation_note(self) -> str | None:
+        """One line naming what was extrapolated, or None."""
+        parts = []
+        if self.extrapolated_bytes:
+            parts.append("allreduce latency at " + ", ".join(
+                f"{b} B (k = {k})" for k, b in sorted(self.extrapolated_bytes.items()))
+                + " beyond the measured sizes")
+        if self.extrapolated_tokens:
+            parts.append("verify time at " + ", ".join(
+                f"{t} tokens (k = {k})" for k, t in sorted(self.extrapolated_tokens.items()))
+                + " beyond the --verify-ms points")
+        if not parts:
+            return None
+        return "EXTRAPOLATED (--extrapolate; rows marked *): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -474,7 +495,12 @@ class SpecComparison:
                 "best_tok_s_baseline": best_b.tok_s if best_b else None,
                 "best_k_recommended": best_r.k if best_r else None,
                 "best_tok_s_recommended": best_r.tok_s if best_r else None,
-                "assumptions": self.assumptions, "skipped_steps": self.skipped}
+                "assumptions": self.assumptions, "skipped_steps": self.skipped,
+                "skipped_steps_verify": self.skipped_verify,
+                "extrapolated_bytes": {str(k): b for k, b in sorted(self.extrapolated_bytes.items())},
+                "extrapolated_verify_tokens": {str(k): t for k, t in
+                                               sorted(self.extrapolated_tokens.items())},
+                "extrapolation_note": self.extrapolation_note()}
 
 
 def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str, batch: int,
@@ -495,7 +521,7 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     changes its `draft_collectives` collectives of one token with the profile.
     """
     from nccl_tune.errors import NcclTuneError
-    from nccl_tune.model import OutOfRangeError, message_bytes
+    from nccl_tune.model import message_bytes
 
     if verify_measured is None and baseline_tok_s is None:
         raise NcclTuneError("speculative planning needs a forward time: --baseline-tok-s or "
@@ -511,17 +537,27 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     def comm(curve, tokens):
         return analysis.collectives * lat(curve, tokens) / 1000.0
 
-    usable, skipped = [], []
+    curves = [c for c in (base_curve, rec_curve) if c is not None]
+    usable, skipped, skipped_verify = [], [], []
+    extrap_bytes, extrap_tokens = {}, {}
     for k in [0, *steps]:
-        try:
-            for curve in (base_curve, rec_curve):
-                if curve is not None:
-                    lat(curve, k + 1)
-            usable.append(k)
-        except OutOfRangeError:
-            skipped.append(k)
+        nbytes = message_bytes((k + 1) * batch, hidden, dtype)
+        if not all(curve.covers(nbytes) for curve in curves):
+            if not extrapolate:
+                skipped.append(k)
+                continue
+            extrap_bytes[k] = nbytes
+        if verify_measured is not None and verify_measured.extrapolated(k + 1):
+            if not extrapolate:
+                skipped_verify.append(k)
+                continue
+            extrap_tokens[k] = k + 1
+        usable.append(k)
     if 0 in skipped:
         raise NcclTuneError("the decode size is outside the measured range (--extrapolate)")
+    if 0 in skipped_verify:
+        raise NcclTuneError("--verify-ms has no point at 1 token (plain decoding): add one, or "
+                            "pass --extrapolate to extrapolate to it")
     if verify_measured is not None:
         def compute(n):
             return verify_measured(n) - comm(base_curve, n)
@@ -553,7 +589,8 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     def verify_for(curve):
         def verify(n):
             return compute(n) + comm(curve, n)
-        verify.extrapolated = getattr(verify_measured, "extrapolated", lambda n: False)
+        # a row is marked when its latency or its measured verify time was extrapolated
+        verify.extrapolated = lambda n: (n - 1) in extrap_bytes or (n - 1) in extrap_tokens
         return verify
 
     base_plans = plan_steps(usable, tau, draft_base, verify_for(base_curve), other_ms)
@@ -561,4 +598,5 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     if rec_curve is not None:
         draft_rec = draft_base - draft_collectives * (one_token - lat(rec_curve, 1)) / 1000.0
         rec_plans = plan_steps(usable, tau, max(draft_rec, 0.0), verify_for(rec_curve), other_ms)
-    return SpecComparison(base_plans, rec_plans, assumptions, [k for k in skipped if k])
+    return SpecComparison(base_plans, rec_plans, assumptions, [k for k in skipped if k],
+                          [k for k in skipped_verify if k], extrap_bytes, extrap_tokens)

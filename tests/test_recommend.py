@@ -414,3 +414,30 @@ def test_imported_nccl_tests_with_a_zero_byte_row(tmp_path, cli_runner):
 
     assert 0 not in model.pooled_samples(records)
     assert all(0 not in sizes for sizes in model.round_points(records).values())
+
+
+def test_spec_plan_marks_extrapolated_verify_sizes(tmp_path, cli_runner):
+    records = synth([({}, flat(60), {}), (P2P, flat(24), {})], sizes=(14336, 28672))
+    path = write(tmp_path, records)
+    args = ["--layers", "61", "--results", path, "--baseline-tok-s", "62.9", "--spec-steps", "1-4",
+            "--accept-rate", "0.7"]
+    spec = json.loads(run(cli_runner, *args, "--json").output)["spec"]
+    assert [p["k"] for p in spec["baseline"]] == [0, 1] and spec["skipped_steps"] == [2, 3, 4]
+    assert spec["extrapolation_note"] is None
+    spec = json.loads(run(cli_runner, *args, "--extrapolate", "--json").output)["spec"]
+    assert [p["k"] for p in spec["baseline"]] == [0, 1, 2, 3, 4]
+    assert [p["extrapolated"] for p in spec["baseline"]] == [False, False, True, True, True]
+    assert [p["extrapolated"] for p in spec["recommended"]] == [False, False, True, True, True]
+    assert spec["extrapolated_bytes"] == {"2": 43008, "3": 57344, "4": 71680}
+    text = run(cli_runner, *args, "--extrapolate").output
+    assert "EXTRAPOLATED" in text and "43008 B (k = 2), 57344 B (k = 3), 71680 B (k = 4)" in text
+    rows = [line for line in text.splitlines() if line[:1] in "01234" and "." in line]
+    assert [line.count("*") for line in rows[-5:]] == [0, 0, 2, 2, 2]
+    # --verify-ms points beyond which the verify time is extrapolated: the same contract
+    wide = write(tmp_path, synth([({}, flat(60), {}), (P2P, flat(24), {})]), "wide.jsonl")
+    args = ["--layers", "61", "--results", wide, "--spec-steps", "1-3", "--accept-rate", "0.7",
+            "--verify-ms", "15.9,16.2@1,2"]
+    spec = json.loads(run(cli_runner, *args, "--json").output)["spec"]
+    assert spec["skipped_steps_verify"] == [2, 3] and [p["k"] for p in spec["baseline"]] == [0, 1]
+    spec = json.loads(run(cli_runner, *args, "--extrapolate", "--json").output)["spec"]
+    assert spec["extrapolated_verify_tokens"] == {"2": 3, "3": 4} and not spec["extrapolated_bytes"]

@@ -136,7 +136,7 @@ def test_spec_plan_json(cli_runner):
     import json
 
     result = _spec_plan(cli_runner, "--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9",
-                        "--accept-len", "3.0@4", "--steps", "1-6", "--json")
+                        "--accept-len", "3.0@4", "--steps", "1-6", "--extrapolate", "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3, 4, 5, 6]
@@ -258,3 +258,22 @@ def test_rate_options_in_spec_plan_and_recommend(cli_runner):
     assert rec.exit_code == 0, rec.output
     spec = json.loads(rec.output)["spec"]
     assert spec["baseline"][4]["tau"] == pytest.approx(1 + 0.6 * 4)
+
+
+def test_spec_plan_extrapolates_verify_only_when_asked(cli_runner):
+    import json
+
+    args = ["--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9", "--accept-len", "3.0@4",
+            "--steps", "1-6"]
+    out = json.loads(_spec_plan(cli_runner, *args, "--json").output)
+    assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3] and out["skipped_steps"] == [4, 5, 6]
+    assert not any(p["extrapolated"] for p in out["plans"]) and out["extrapolation_note"] is None
+    text = _spec_plan(cli_runner, *args).output
+    assert "steps left out" in text and "4, 5, 6" in text and "*" not in text
+    text = _spec_plan(cli_runner, *args, "--extrapolate").output
+    assert "EXTRAPOLATED" in text and "5 tokens (k = 4), 6 tokens (k = 5), 7 tokens (k = 6)" in text
+    marked = [line.split()[0] for line in text.splitlines() if line[:1].isdigit() and "*" in line]
+    assert marked == ["4", "5", "6"]
+    no_plain = _spec_plan(cli_runner, "--verify-ms", "11.6,12.4@2,4", "--draft-ms", "0.9",
+                          "--accept-rate", "0.7", "--steps", "1-3")
+    assert no_plain.exit_code == 2 and "1 token" in no_plain.output

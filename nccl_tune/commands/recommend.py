@@ -399,8 +399,12 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
         if comp.skipped:
             click.echo("steps left out (verify size outside the measured range; --extrapolate): "
                        + ", ".join(map(str, comp.skipped)))
-        if any(p.extrapolated for p in comp.baseline):
-            click.echo("* verify time extrapolated beyond the measured token counts")
+        if comp.skipped_verify:
+            click.echo("steps left out (verify token count beyond the --verify-ms points; "
+                       "--extrapolate): " + ", ".join(map(str, comp.skipped_verify)))
+        note = comp.extrapolation_note()
+        if note:
+            click.echo(note)
     for kind, info in written.items():
         if info.get("written"):
             click.echo(f"{kind}: wrote {info['path']}")

@@ -31,9 +31,12 @@ VLLM_RATE_HELP = ("vLLM's draft acceptance rate R@K (accepted / drafted tokens) 
 @click.option("--steps", default="1-10", show_default=True, help="Step counts to compare, e.g. 1-10 or 2,4,6.")
 @click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Per-cycle time outside draft and verify (sampling, scheduling).")
+@click.option("--extrapolate", is_flag=True,
+              help="Extrapolate the verify time linearly beyond the measured token counts (rows "
+                   "marked *); without it those step counts are left out.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sglang_accept_rate,
-              sglang_rate_convention, vllm_acceptance_rate, steps, other_ms, as_json):
+              sglang_rate_convention, vllm_acceptance_rate, steps, other_ms, extrapolate, as_json):
     """Plan the speculative draft step count from draft/verify timings and acceptance.
 
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
@@ -50,12 +53,30 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
     if acceptance.max_k is not None and step_list[-1] > acceptance.max_k:
         raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; --steps goes "
                                f"to {step_list[-1]}")
+    # model.py's contract: beyond what was measured, refuse unless asked, then say so.
+    beyond = [k for k in [0, *step_list] if verify.extrapolated(k + 1)]
+    if beyond and not extrapolate:
+        if 0 in beyond:
+            raise click.UsageError(f"--verify-ms '{verify_ms}' has no point at 1 token (plain "
+                                   "decoding): add one, or pass --extrapolate")
+        step_list = [k for k in step_list if k not in beyond]
+        if not step_list:
+            raise click.UsageError(f"--verify-ms '{verify_ms}' covers none of --steps '{steps}' "
+                                   "(k + 1 tokens per sequence): measure those or pass --extrapolate")
+    left_out = beyond if not extrapolate else []
     try:
         plans = specdec.plan_steps([0, *step_list], acceptance.tau, draft_ms, verify, other_ms)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     plain = plans[0]
     best = specdec.best_step(plans[1:])
+    extrapolated = {p.k: p.k + 1 for p in plans if p.extrapolated}
+    note = ("EXTRAPOLATED (--extrapolate; rows marked *): verify time at "
+            + ", ".join(f"{t} tokens (k = {k})" for k, t in extrapolated.items())
+            + f" beyond the measured token counts {_counts(verify)}") if extrapolated else None
+    skipped_note = (f"steps left out (k + 1 tokens beyond the measured token counts "
+                    f"{_counts(verify)}; --extrapolate): {', '.join(map(str, left_out))}"
+                    if left_out else None)
     if as_json:
         from dataclasses import asdict
 
@@ -66,6 +87,9 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
                    "draft_ms": draft_ms, "other_ms": other_ms,
                    "plans": [asdict(p) for p in plans], "best_k": best.k, "best_tok_s": best.tok_s,
                    "plain_tok_s": plain.tok_s, "speedup": best.tok_s / plain.tok_s,
+                   "skipped_steps": left_out,
+                   "extrapolated_verify_tokens": {str(k): t for k, t in extrapolated.items()},
+                   "extrapolation_note": note,
                    "conventions": _conventions(acceptance, best.k)})
         return
     click.echo(f"acceptance: {acceptance.description}")
@@ -81,8 +105,9 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
                      "<- best" if p is best else ""])
     click.echo(tabulate(rows, headers=["k", "tau", "draft ms", "verify ms", "cycle ms", "tok/s",
                                        "vs plain", ""], tablefmt="simple", disable_numparse=True))
-    if any(p.extrapolated for p in plans):
-        click.echo("* verify time extrapolated linearly beyond the measured token counts")
+    for line in (note, skipped_note):
+        if line:
+            click.echo(line)
     click.echo(f"best: k = {best.k} draft steps, {best.tok_s:.1f} tok/s "
                f"({best.tok_s / plain.tok_s:.2f}x plain decoding)")
     conv = _conventions(acceptance, best.k)
@@ -90,6 +115,10 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
                f"{conv['sglang_accept_rate']:.3f} (recent; {conv['sglang_accept_rate_total']:.3f} in "
                f"releases that count the bonus token); vLLM draft acceptance rate "
                f"{conv['vllm_draft_acceptance_rate']:.3f}")
+
+
+def _counts(verify) -> str:
+    return "-".join(str(t) for t in (verify.points[0][0], verify.points[-1][0]))
 
 
 def _conventions(acceptance, k: int) -> dict:
