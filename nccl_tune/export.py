@@ -49,6 +49,21 @@ def installed_nccl() -> str:
     return f"not measured (installed: {lib.version})" if lib else "not measured"
 
 
+def ci_words(analysis: Analysis, confidence: float = 0.95) -> str:
+    """'98.33% CI': the per-cell level the intervals were computed at (Bonferroni-widened
+    when several cells were compared with the baseline), else the requested level."""
+    level = analysis.cell_confidence if analysis.cell_confidence is not None else confidence
+    return f"{100 * level:.4g}% CI"
+
+
+def family_words(analysis: Analysis, confidence: float = 0.95) -> str:
+    """' (family-wise 95%, Bonferroni over k cells)' when k > 1 cells were compared, else ''."""
+    if analysis.family_size > 1 and analysis.cell_confidence is not None:
+        return (f" (family-wise {100 * confidence:.4g}%, Bonferroni over {analysis.family_size} "
+                "cells)")
+    return ""
+
+
 def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: str,
                topology_note: str | None = None, forced: str | None = None,
                baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
@@ -68,8 +83,8 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
         where.append(f"backend {analysis.backend}")
     saving = f"{s.saving_ms:.3f} ms per token"
     if s.ci_ms is not None:
-        saving += (f" ({confidence:.0%} CI {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}, basis {s.basis}, "
-                   f"{s.n_rounds} rounds)")
+        saving += (f" ({ci_words(analysis, confidence)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}"
+                   f"{family_words(analysis, confidence)}, basis {s.basis}, {s.n_rounds} rounds)")
     elif analysis.source == MODELLED:
         saving += " (modelled: no interval)"
     prov = {

@@ -441,3 +441,23 @@ def test_spec_plan_marks_extrapolated_verify_sizes(tmp_path, cli_runner):
     assert spec["skipped_steps_verify"] == [2, 3] and [p["k"] for p in spec["baseline"]] == [0, 1]
     spec = json.loads(run(cli_runner, *args, "--extrapolate", "--json").output)["spec"]
     assert spec["extrapolated_verify_tokens"] == {"2": 3, "3": 4} and not spec["extrapolated_bytes"]
+
+
+def test_export_header_names_the_family_wise_interval(tmp_path, cli_runner):
+    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed()), (TREE, flat(50), confirmed("Tree")),
+                     (P2P_LL, flat(40), confirmed())])
+    path = write(tmp_path, records)
+    out = tmp_path / "fw.env"
+    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out))
+    assert result.exit_code == 0, result.output
+    saving = profile.load_profile(str(out)).provenance["saving"]
+    assert "98.33% CI " in saving and "(family-wise 95%, Bonferroni over 3 cells)" in saving
+    assert "(95% CI" not in saving
+    a = analyze(records)
+    lo, hi = a.recommended.saving.ci_ms
+    assert f"98.33% CI {lo:.3f} to {hi:.3f} (family-wise 95%" in saving
+    # One cell compared: the plain level, no family words.
+    one = write(tmp_path, synth([({}, flat(60), {}), (P2P, flat(24), confirmed())]), "one.jsonl")
+    run(cli_runner, "--layers", "61", "--results", one, "--export", str(out))
+    saving = profile.load_profile(str(out)).provenance["saving"]
+    assert "(95% CI " in saving and "family-wise" not in saving
