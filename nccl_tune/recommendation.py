@@ -74,6 +74,7 @@ class CellRow:
     reason: str | None = None  # why it is not recommended
     errors: list = field(default_factory=list)
     curve: LatencyCurve | None = field(default=None, repr=False)
+    records: list | None = field(default=None, repr=False)  # final records (measured cells)
 
     @property
     def label(self) -> str:
@@ -139,6 +140,20 @@ class Analysis:
     # would otherwise find a "winner" among equal cells most of the time.
     family_size: int = 1
     cell_confidence: float | None = None
+
+    def saving_ms_at(self, row: CellRow, nbytes: int, extrapolate: bool = False) -> float:
+        """ms per forward `row` saves against the baseline at `nbytes`, by the estimator of
+        the table: for measured cells model.estimate_saving on the records (paired by round
+        where possible), so the speculative plan's plain decoding under a cell matches the
+        table's projection; for modelled ones the curves' difference (as the table).
+        OutOfRangeError outside the measured sizes without `extrapolate`."""
+        if row.records is not None and self.baseline.records is not None:
+            estimate = estimate_saving(self.baseline.records, row.records, nbytes, self.collectives,
+                                       extrapolate, self.cell_confidence or 0.95)
+            if estimate is not None:
+                return estimate.saving_ms
+        base = self.baseline.curve.at(nbytes, extrapolate)
+        return self.collectives * (base - row.curve.at(nbytes, extrapolate)) / 1000.0
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -297,6 +312,9 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
         pruned.pop(cell)  # a cell with final records is judged on those
     base_records = by_cell[BASELINE]
     baseline = rows.pop(BASELINE)
+    baseline.records = base_records
+    for row in rows.values():
+        row.records = by_cell.get(row.cell, [])
     if baseline.status != "ok":
         raise NcclTuneError(f"the baseline cell's records are {baseline.status}: nothing can be "
                             "compared with it")

@@ -513,8 +513,9 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     `analysis` is a recommendation.Analysis (its baseline and recommended latency curves
     and collectives per forward).
 
-    Verify time = compute(n) + comm(n): comm from the cell's latency curve at
-    n x batch x hidden x dtype bytes; compute from the measured verify times under the
+    Verify time = compute(n) + comm(n): comm from the baseline's latency curve at
+    n x batch x hidden x dtype bytes, minus, under the recommended cell, its saving at that
+    size by the table's own estimator (`analysis.saving_ms_at`); compute from the measured verify times under the
     baseline (`verify_measured`, a callable of tokens per sequence) minus the baseline's
     comm, or from the plain decode time 1000 / baseline_tok_s minus its comm, flat in n
     plus `compute_per_token_ms` per extra token. The draft step keeps its compute and
@@ -586,17 +587,32 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     else:
         draft_base = draft_ms
 
-    def verify_for(curve):
+    savings: dict[int, float] = {}
+
+    def saving(tokens):
+        # ms per forward the recommended cell saves, by the same estimator as the main
+        # table (Analysis.saving_ms_at), so plain decoding here equals its projection
+        if tokens not in savings:
+            at = getattr(analysis, "saving_ms_at", None)
+            nbytes = message_bytes(tokens * batch, hidden, dtype)
+            savings[tokens] = (at(rec, nbytes, extrapolate) if at is not None
+                               else comm(base_curve, tokens) - comm(rec_curve, tokens))
+        return savings[tokens]
+
+    def verify_for(with_saving):
         def verify(n):
-            return compute(n) + comm(curve, n)
+            return compute(n) + comm(base_curve, n) - (saving(n) if with_saving else 0.0)
         # a row is marked when its latency or its measured verify time was extrapolated
         verify.extrapolated = lambda n: (n - 1) in extrap_bytes or (n - 1) in extrap_tokens
         return verify
 
-    base_plans = plan_steps(usable, tau, draft_base, verify_for(base_curve), other_ms)
+    base_plans = plan_steps(usable, tau, draft_base, verify_for(False), other_ms)
     rec_plans = None
     if rec_curve is not None:
-        draft_rec = draft_base - draft_collectives * (one_token - lat(rec_curve, 1)) / 1000.0
-        rec_plans = plan_steps(usable, tau, max(draft_rec, 0.0), verify_for(rec_curve), other_ms)
+        draft_rec = draft_base - draft_collectives * saving(1) / analysis.collectives
+        rec_plans = plan_steps(usable, tau, max(draft_rec, 0.0), verify_for(True), other_ms)
+        assumptions.append("under the recommended cell: the baseline's verify and draft times "
+                           "minus the cell's saving at each verify size, estimated as in the "
+                           "table above (so k = 0 matches its projected tok/s)")
     return SpecComparison(base_plans, rec_plans, assumptions, [k for k in skipped if k],
                           [k for k in skipped_verify if k], extrap_bytes, extrap_tokens)

@@ -461,3 +461,24 @@ def test_export_header_names_the_family_wise_interval(tmp_path, cli_runner):
     run(cli_runner, "--layers", "61", "--results", one, "--export", str(out))
     saving = profile.load_profile(str(out)).provenance["saving"]
     assert "(95% CI " in saving and "family-wise" not in saving
+
+
+def test_plain_decoding_in_the_spec_table_matches_the_projection(tmp_path, cli_runner):
+    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed())], noise=3.0, drift_sd=4.0,
+                    samples=9, seed=3)
+    path = write(tmp_path, records)
+    out = json.loads(run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
+                         "--spec-steps", "1-3", "--accept-rate", "0.7", "--json").output)
+    rec = out["recommended"]
+    # The table's saving (paired by round) is not the difference of its pooled-p50 columns:
+    # the spec plan must follow the former, not re-derive it from the curves.
+    assert abs(rec["saving_ms_per_token"] - (out["baseline"]["comm_ms_per_token"]
+                                             - rec["comm_ms_per_token"])) > 0.01
+    plain = out["spec"]["recommended"][0]
+    assert plain["k"] == 0 and plain["tok_s"] == pytest.approx(rec["projected_tok_s"], rel=1e-9)
+    assert out["spec"]["baseline"][0]["tok_s"] == pytest.approx(62.9, rel=1e-9)
+    text = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
+               "--spec-steps", "1-3", "--accept-rate", "0.7").output
+    assert f"-> {rec['projected_tok_s']:.1f} tok/s" in text
+    plain_row = next(line for line in text.splitlines() if line.startswith("0 (plain)"))
+    assert plain_row.split()[-1] == f"{rec['projected_tok_s']:.1f}"
