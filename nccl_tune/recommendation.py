@@ -140,6 +140,7 @@ class Analysis:
     # would otherwise find a "winner" among equal cells most of the time.
     family_size: int = 1
     cell_confidence: float | None = None
+    confidence: float = 0.95  # the family-wise level asked for
 
     def saving_ms_at(self, row: CellRow, nbytes: int, extrapolate: bool = False) -> float:
         """ms per forward `row` saves against the baseline at `nbytes`, by the estimator of
@@ -333,7 +334,8 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     analysis = Analysis(source=source, message_bytes=nbytes, collectives=collectives,
                         baseline=baseline, cells=ranked, pruned=list(pruned.values()),
                         world_size=world, backend=backend, notes=notes, summaries=summaries,
-                        family_size=family, cell_confidence=cell_confidence)
+                        family_size=family, cell_confidence=cell_confidence,
+                        confidence=confidence)
     analysis.recommended = pick(ranked)
     analysis.nccl_version = _most_common(subset, lambda r: (r.get("versions") or {}).get("nccl"))
     analysis.gpus = _describe_gpus(subset)
