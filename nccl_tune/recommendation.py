@@ -287,6 +287,9 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     by_cell: dict[str, list[dict]] = {}
     for r in final:
         by_cell.setdefault(r.get("cell") or BASELINE, []).append(r)
+    if BASELINE not in by_cell and any(r.get("final", True) is False for r in subset):
+        raise NcclTuneError(unfinished_search_message(subset, nbytes, collectives, extrapolate,
+                                                      confidence))
     if BASELINE not in by_cell:
         raise NcclTuneError("the results hold no baseline (NCCL defaults) records for world size "
                             f"{world}: a saving needs the defaults measured alongside the cells")
@@ -347,6 +350,36 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
         analysis.notes.append(f"{nbytes} B lies outside the measured sizes: latencies there are "
                               "EXTRAPOLATED (--extrapolate)")
     return analysis
+
+
+MAX_PRUNED_NAMED = 3
+
+
+def unfinished_search_message(subset: list[dict], nbytes: int, collectives: int,
+                              extrapolate: bool, confidence: float) -> str:
+    """One line for results whose search stopped before its final rung (every record
+    `final: false`): what happened, what to do, the best pruned cells; nothing is picked."""
+    from nccl_tune.report import summarize
+
+    summaries = [s for s in summarize(subset, confidence=confidence) if not s.final]
+    rows: dict[str, CellRow] = {}
+    for s in summaries:
+        rows.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=False))
+    for row in rows.values():
+        _fill_curve(row, summaries, nbytes, collectives, extrapolate)
+    base = rows.pop(BASELINE, None)
+    measured = sorted((r for r in rows.values() if r.latency_us is not None),
+                      key=lambda r: r.latency_us)
+    text = ("the search never reached its final rung (every record is final: false, from an early "
+            "rung): resume it with a larger --budget (the same nccl-tune sweep command and --out); "
+            "nothing is recommended")
+    if measured:
+        best = ", ".join(f"{r.label} ({r.latency_us:.2f} us)" for r in measured[:MAX_PRUNED_NAMED])
+        against = (f" against the baseline's {base.latency_us:.2f} us"
+                   if base is not None and base.latency_us is not None else "")
+        sim = " (simulated)" if any(r.get("backend") == "sim" for r in subset) else ""
+        text += f"; best pruned cells at {nbytes} B{sim}: {best}{against}"
+    return text
 
 
 def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapolate: bool) -> None:

@@ -522,3 +522,21 @@ def test_tuner_rules_come_from_the_exported_cell_at_the_family_wise_level(tmp_pa
     a.cell_confidence = 1 - 1e-12  # an interval so wide nothing excludes zero
     points, notes = export.tuner_points(a, "pcie-shm", row)
     assert all(p[1] is None for p in points)
+
+
+def test_a_search_stopped_before_its_final_rung_says_so(tmp_path, cli_runner):
+    out = tmp_path / "capped.jsonl"
+    sweep = cli_runner.invoke(cli, [
+        "sweep", "--backend", "sim", "--topology", "pcie-shm", "--set", "NCCL_P2P_LEVEL=default,SYS",
+        "--set", "NCCL_PROTO=default,LL,Simple", "--set", "NCCL_ALGO=default,Ring,Tree",
+        "--tokens", "1", "--search", "halving", "--budget", "10", "--out", str(out)])
+    assert sweep.exit_code == 0, sweep.output
+    assert all(r.get("final") is False for r in store.read_records([str(out)]))
+    env_out = tmp_path / "p.env"
+    result = run(cli_runner, "--layers", "61", "--results", str(out), "--export", str(env_out))
+    assert result.exit_code == 2 and not env_out.exists()
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1 and "no baseline" not in message
+    assert "never reached its final rung" in message and "larger --budget" in message
+    assert "nothing is recommended" in message
+    assert "best pruned cells at 14336 B (simulated): NCCL_P2P_LEVEL=SYS" in message
