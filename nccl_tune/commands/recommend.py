@@ -378,10 +378,10 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
     click.echo()
     click.echo(_table(analysis, baseline_tok_s))
     if analysis.source != MODELLED:
-        click.echo("saving: baseline minus cell, ms per token, estimated per round (lat and comm: "
-                   "medians over rounds, so their difference can differ slightly); tok/s and the "
-                   "speculative plan use the saving; [CI] basis: rN = N rounds paired with the "
-                   "baseline, uN = unpaired rounds, it = iterations of one round (ignores drift)")
+        click.echo("saving: baseline minus cell, ms per token, on the [CI] basis: rN = N rounds "
+                   "paired with the baseline, uN = unpaired rounds, it = iterations of one round "
+                   "(ignores drift); tok/s and the speculative plan use this saving (lat and comm "
+                   "are medians over rounds, so their difference can differ slightly)")
     if analysis.pruned:
         click.echo()
         shown = analysis.pruned[:MAX_PRUNED_SHOWN]
