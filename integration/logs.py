@@ -24,6 +24,7 @@ Nothing here raises on odd input: a line that does not parse is skipped.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ def _number(text: str):
         try:
             value = float(core)
         except ValueError:
+            return text
+        if not math.isfinite(value):  # "nan", "inf", "1e999": not a figure (and not JSON)
             return text
     return value / 100.0 if percent else value
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -58,6 +59,7 @@ class Options:
     out: str = "validate.jsonl"
     log_dir: str = "."
     results: str | None = None
+    results_any_world: bool = False  # predict from --results of another world size
     topology: str = "pcie"
     layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
     hidden: int | None = None
@@ -85,6 +87,74 @@ def check_model_args(args: list[str]) -> None:
         if token.split("=", 1)[0] in RESERVED_MODEL_ARGS:
             raise NcclTuneError(f"--model-args: {token.split('=', 1)[0]} is set by validate "
                                 "(use --steps, --runs, --warmup, --max-tokens)")
+
+
+def check_loop_args(args: list[str], nproc: int, steps: list[int]) -> None:
+    """NcclTuneError (one line) when the built-in loop would refuse `args` on `nproc`
+    ranks: parsed by spec_loop's own parser, then the model shape checked the way
+    tp_model checks it (hidden divisible by heads, heads/vocab/ffn by the world size,
+    draft layers within the target's), so no launch is spent on a shape that cannot run."""
+    import contextlib
+    import io
+
+    from integration import spec_loop
+    from integration.tp_model import ModelShape
+
+    argv = [*args, "--steps", str(max(steps))]
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            parsed = spec_loop.parse_args(argv)
+    except SystemExit:
+        lines = [line for line in errors.getvalue().splitlines() if line.strip()]
+        why = lines[-1] if lines else "not accepted"
+        why = why.split(": error: ", 1)[-1]
+        raise NcclTuneError(f"--model-args: {why}") from None
+    config = spec_loop.config_from_args(parsed)
+    ffn = config.ffn or 4 * config.hidden
+    draft_layers = config.draft_layers or max(1, config.layers // 4)
+    try:
+        ModelShape(config.layers, config.hidden, config.heads, config.vocab, ffn).check(nproc)
+    except ValueError as exc:
+        raise NcclTuneError(f"--model-args: {exc} (--nproc {nproc})") from None
+    if not 1 <= draft_layers <= config.layers:
+        raise NcclTuneError(f"--model-args: draft layers {draft_layers} must be between 1 and "
+                            f"{config.layers}")
+
+
+_AGENT_LINE_RE = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ torch/distributed/")
+
+
+def _ranks_part(lines: list[str]) -> list[str]:
+    """The lines before torchrun's own failure report (its agent's log lines and its
+    ChildFailedError traceback come after what the ranks printed)."""
+    for i, line in enumerate(lines):
+        if _AGENT_LINE_RE.match(line.strip()):
+            return lines[:i]
+        if line.startswith("Traceback (most recent call last)"):
+            frames = []
+            for later in lines[i + 1:]:
+                if not later[:1].isspace():
+                    break
+                frames.append(later)
+            if any("torch/distributed/run.py" in f for f in frames):
+                return lines[:i]
+    return lines
+
+
+def last_error_line(stderr: str, stdout: str = "") -> str | None:
+    """The ranks' own last words: the last meaningful line a failed launch printed
+    before torchrun's failure report, its banner and log lines removed
+    (nccl_tune.launch.without_launcher_noise)."""
+    from nccl_tune.launch import without_launcher_noise
+
+    for text in (stderr, stdout):
+        lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+        kept = [line for line in without_launcher_noise(_ranks_part(lines))
+                if line.strip().strip("^~ ")]  # not a caret marker line
+        if kept:
+            return kept[-1].strip()
+    return None
 
 
 def _project_pythonpath(env: dict[str, str]) -> str:
@@ -126,8 +196,8 @@ def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: in
         return {"status": "timeout", "error": f"no result after {opts.launch_timeout:.0f} s"}
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if code != 0 or not lines:
-        tail = " | ".join(err.strip().splitlines()[-3:]) or f"exit code {code}"
-        return {"status": "failed", "error": tail}
+        reason = last_error_line(err, out) or "no output"
+        return {"status": "failed", "error": f"{reason} (exit code {code})"}
     loop = json.loads(lines[-1])
     runs = loop.get("runs_tok_s") or []
     return {"status": "ok", "runs_tok_s": runs, "accept_len": loop.get("accept_len"),
@@ -198,23 +268,42 @@ class Curves:
     source: str
     measured: bool
     extrapolated: set = field(default_factory=set)  # sizes predicted outside the measured range
+    kind: str = "measured"  # measured | simulated | modelled
 
 
-def curves_from_results(path: str, profile_env: dict[str, str], world: int | None) -> Curves:
-    """p50 latency per size of the baseline cell and the profile's cell in a results file."""
+def curves_from_results(path: str, profile_env: dict[str, str], world: int | None,
+                        any_world: bool = False) -> Curves:
+    """p50 latency per size of the baseline cell and the profile's cell in a results file.
+
+    Refuses results of another world size than `world` unless `any_world` (then the
+    source says so). The source is labelled by what the records are: measured,
+    simulated (backend sim) or modelled (records with source: modelled).
+    """
     from nccl_tune import report
 
     records = [r for r in store.read_records([path]) if (r.get("op") or "allreduce") == "allreduce"]
-    summaries = [s for s in report.summarize(records) if s.final and s.status == "ok" and s.p50_us]
+    summaries = [s for s in report.summarize(records) if s.final and s.status == "ok"
+                 and model.positive_bytes(s.bytes) and model.positive_latency(s.p50_us)]
     worlds = sorted({s.world_size for s in summaries if s.world_size})
+    other_world = None
     if world is not None and world in worlds:
         summaries = [s for s in summaries if s.world_size == world]
+    elif world is not None and worlds:
+        found = ", ".join(map(str, worlds))
+        if not any_world:
+            raise NcclTuneError(f"the results are for world size {found}, this run has {world} "
+                                f"ranks: measure at {world} ranks, or pass --results-any-world to "
+                                "predict from them anyway", path=path)
+        if len(worlds) > 1:
+            raise NcclTuneError(f"the results hold world sizes {found}, none is {world}: "
+                                "--results-any-world needs a file of one world size", path=path)
+        other_world = worlds[0]
     elif len(worlds) > 1:
         raise NcclTuneError(f"results hold worlds {worlds}; none is {world} ranks", path=path)
     cell = store.cell_id(profile_env)
     points = {"baseline": [], cell: []}
     for s in summaries:
-        if s.cell in points and s.bytes > 0:
+        if s.cell in points:
             points[s.cell].append((s.bytes, s.p50_us))
     if not points["baseline"]:
         raise NcclTuneError("no baseline (NCCL defaults) allreduce records to predict from", path=path)
@@ -222,10 +311,15 @@ def curves_from_results(path: str, profile_env: dict[str, str], world: int | Non
         raise NcclTuneError(f"no allreduce records for this profile's settings (cell {cell}); "
                             "measure them with nccl-tune sweep or bench", path=path)
     backends = sorted({str(s.backend) for s in summaries if s.cell in points})
+    used = [r for r in records if (r.get("cell") or store.BASELINE) in points]
+    kind = ("simulated" if "sim" in backends
+            else "modelled" if any(r.get("source") == "modelled" for r in used) else "measured")
+    source = (f"{kind}: {path} (cells baseline and {cell}, backend {', '.join(backends)}, p50"
+              + (f"; world size {other_world} applied to {world} ranks, --results-any-world"
+                 if other_world is not None else "") + ")")
     return Curves(model.LatencyCurve.from_points(points["baseline"], "baseline"),
-                  model.LatencyCurve.from_points(points[cell], cell),
-                  f"measured: {path} (cells baseline and {cell}, backend {', '.join(backends)}, p50)",
-                  True)
+                  model.LatencyCurve.from_points(points[cell], cell), source, kind == "measured",
+                  kind=kind)
 
 
 def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str,
@@ -240,7 +334,8 @@ def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str
         raise NcclTuneError(f"cost model: {exc}") from None
     return Curves(model.LatencyCurve.from_points(base, "baseline"),
                   model.LatencyCurve.from_points(prof, "profile"),
-                  f"modelled: nccl_tune.costmodel, topology {topology}, {world} ranks", False)
+                  f"modelled: nccl_tune.costmodel, topology {topology}, {world} ranks", False,
+                  kind="modelled")
 
 
 def forward_saving_ms(curves: Curves, tokens: int, layers: int, hidden: int, dtype: str) -> float:
@@ -340,12 +435,18 @@ def overall_verdict(rows: list[dict], best: dict) -> tuple[str, str]:
     return verdict, detail + f", difference 95% CI [{ci[0]:+.1f}, {ci[1]:+.1f}] tok/s"
 
 
+def check_results(opts: Options) -> None:
+    """NcclTuneError when --results cannot predict this run (refused before any launch)."""
+    if opts.results:
+        world = _tp_size(opts.server_args) if opts.engine == "sglang" else None
+        curves_from_results(opts.results, opts.profile_env, world or opts.nproc,
+                            opts.results_any_world)
+
+
 def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None) -> dict:
     """Measure every configuration (appending each to opts.out), then compare and predict."""
     measured: dict[tuple[str, int], dict] = {}
-    if opts.results:  # a results file that cannot predict is refused before any launch
-        world = _tp_size(opts.server_args) if opts.engine == "sglang" else None
-        curves_from_results(opts.results, opts.profile_env, world or opts.nproc)
+    check_results(opts)
     for k in opts.steps:
         for label, env in (("baseline", None), ("profile", opts.profile_env)):
             started = time.time()
@@ -391,7 +492,8 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
                      if opts.engine == "sglang" else "no prediction: no configuration finished")
     else:
         if opts.results:
-            curves = curves_from_results(opts.results, opts.profile_env, world)
+            curves = curves_from_results(opts.results, opts.profile_env, world,
+                                         opts.results_any_world)
         else:
             curves = curves_from_costmodel(opts.profile_env, world, opts.topology,
                                            needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)))
@@ -414,5 +516,6 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             "steps": opts.steps, "runs": opts.runs, "max_tokens": opts.max_tokens,
             "model": sizes, "prediction_source": curves.source if curves else None,
             "prediction_measured": curves.measured if curves else None,
+            "prediction_kind": curves.kind if curves else None,
             "rows": rows, "best_steps": best, "verdict": verdict, "verdict_detail": detail,
             "notes": notes}

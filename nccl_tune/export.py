@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nccl_tune import costmodel, profile, settings, stats, store, tuner
+from nccl_tune import costmodel, profile, settings, store, tuner
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.model import positive_bytes, positive_latency
 from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow, default_model_sizes,
                                       lint_problems)
 from nccl_tune.store import cell_label
@@ -48,6 +49,21 @@ def installed_nccl() -> str:
     return f"not measured (installed: {lib.version})" if lib else "not measured"
 
 
+def ci_words(analysis: Analysis, confidence: float = 0.95) -> str:
+    """'98.33% CI': the per-cell level the intervals were computed at (Bonferroni-widened
+    when several cells were compared with the baseline), else the requested level."""
+    level = analysis.cell_confidence if analysis.cell_confidence is not None else confidence
+    return f"{100 * level:.4g}% CI"
+
+
+def family_words(analysis: Analysis, confidence: float = 0.95) -> str:
+    """' (family-wise 95%, Bonferroni over k cells)' when k > 1 cells were compared, else ''."""
+    if analysis.family_size > 1 and analysis.cell_confidence is not None:
+        return (f" (family-wise {100 * confidence:.4g}%, Bonferroni over {analysis.family_size} "
+                "cells)")
+    return ""
+
+
 def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: str,
                topology_note: str | None = None, forced: str | None = None,
                baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
@@ -67,8 +83,8 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
         where.append(f"backend {analysis.backend}")
     saving = f"{s.saving_ms:.3f} ms per token"
     if s.ci_ms is not None:
-        saving += (f" ({confidence:.0%} CI {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}, basis {s.basis}, "
-                   f"{s.n_rounds} rounds)")
+        saving += (f" ({ci_words(analysis, confidence)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}"
+                   f"{family_words(analysis, confidence)}, basis {s.basis}, {s.n_rounds} rounds)")
     elif analysis.source == MODELLED:
         saving += " (modelled: no interval)"
     prov = {
@@ -148,74 +164,108 @@ def _env_single(env: dict, name: str, known) -> str | None:
     return next((k for k in known if k.lower() == value.strip().lower()), None)
 
 
-def tuner_points(analysis: Analysis, topology_name: str) -> tuple[list[tuple], list[str]]:
+def _rule_confidence(analysis: Analysis) -> float:
+    return analysis.cell_confidence if analysis.cell_confidence is not None else 0.95
+
+
+def tuner_points(analysis: Analysis, topology_name: str,
+                 row: CellRow | None = None) -> tuple[list[tuple], list[str]]:
     """(bytes, algo, proto, channels) per size for the tuner CSV, and notes on how.
 
-    Measured: at each measured size, the fastest cell that is significantly faster than
-    the baseline there and may be recommended (ok, final, not contradicted, lint-clean),
-    with the algorithm/protocol/channels NCCL reported running, else the ones its env
-    forces, else the model's choice for that env (and the notes say where). No such
-    cell: no rule (NCCL's choice). Modelled: the fastest (algo, proto) under the
-    recommended settings.
+    The rules describe ONE cell, the one the .env profile exports (`row`; default the
+    recommended cell), so the two files never disagree. Measured: at each measured size
+    where that cell is faster than the baseline with an interval at recommend's per-cell
+    (family-wise) level, the algorithm/protocol/channels NCCL reported running there,
+    else the ones its settings force, else the model's choice for its settings (the
+    notes say which, per size); at other sizes no rule (NCCL's own choice). Modelled:
+    the fastest (algo, proto) the model finds under that cell's settings.
     """
     topo = costmodel.topology(topology_name)
     nranks = analysis.world_size or 8
+    row = row if row is not None else analysis.recommended
     notes: list[str] = []
     points = []
     if analysis.source == MODELLED:
-        env = analysis.recommended.env if analysis.recommended else {}
+        env = row.env if row is not None else {}
         for nbytes in default_model_sizes():
             if nbytes <= 1 << 20:
                 c = costmodel.fastest("allreduce", nbytes, nranks, env, topo)
                 points.append((nbytes, c.algo, c.proto, c.channels))
         notes.append(f"algorithm, protocol and channels are MODELLED for {topology_name}, not measured")
         return points, notes
-    rows = {r.cell: r for r in analysis.cells}
-    usable = {c for c, r in rows.items() if r.status == "ok" and r.confirmed is not False
-              and not lint_problems(r.env)}
-    by_size: dict[int, list] = {}
-    for s in analysis.summaries:
-        if s.final and s.status == "ok" and s.p50_us is not None:
-            by_size.setdefault(s.bytes, []).append(s)
-    modelled_channels, modelled_pairs = [], []
-    for nbytes in sorted(by_size):
-        winners = [s for s in by_size[nbytes] if s.cell in usable and s.verdict == stats.FASTER]
-        if not winners:
+    if row is None:
+        return [], notes
+    level = _rule_confidence(analysis)
+    by_size = {s.bytes: s for s in analysis.summaries
+               if s.cell == row.cell and s.final and s.status == "ok"
+               and positive_bytes(s.bytes) and positive_latency(s.p50_us)}
+    base_sizes = {s.bytes for s in analysis.summaries if s.cell == store.BASELINE and s.final}
+    origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
+                                    "modelled_channels": [], "not faster": []}
+    for nbytes in sorted(set(by_size) & base_sizes):
+        summary = by_size[nbytes]
+        faster = _faster_at(analysis, row, nbytes, level)
+        if not faster:
+            origin["not faster"].append(nbytes)
             points.append((nbytes, None, None, None))
             continue
-        best = min(winners, key=lambda s: s.p50_us)
-        eff = best.effective or {}
-        algo = eff.get("algo") or _env_single(best.env, "NCCL_ALGO", settings.ALGORITHMS)
-        proto = eff.get("proto") or _env_single(best.env, "NCCL_PROTO", settings.PROTOCOLS)
-        channels = eff.get("channels")
+        eff = summary.effective or {}
+        algo, proto, channels = eff.get("algo"), eff.get("proto"), eff.get("channels")
+        if algo and proto:
+            origin["observed"].append(nbytes)
+        else:
+            algo = algo or _env_single(row.env, "NCCL_ALGO", settings.ALGORITHMS)
+            proto = proto or _env_single(row.env, "NCCL_PROTO", settings.PROTOCOLS)
+            if algo and proto:
+                origin["declared"].append(nbytes)
         if not (algo and proto and channels):
             try:
-                guess = costmodel.choose("allreduce", nbytes, nranks, best.env, topo)
+                guess = costmodel.choose("allreduce", nbytes, nranks, row.env, topo)
             except ValueError:
-                notes.append(f"{nbytes} B: {cell_label(best.env)} allows nothing the model knows: no rule")
+                notes.append(f"{nbytes} B: {cell_label(row.env)} allows nothing the model knows: no rule")
                 points.append((nbytes, None, None, None))
                 continue
             if not (algo and proto):
-                modelled_pairs.append(nbytes)
+                origin["modelled"].append(nbytes)
                 algo, proto = algo or guess.algo, proto or guess.proto
             if not channels:
-                lo, hi = best.env.get("NCCL_MIN_NCHANNELS"), best.env.get("NCCL_MAX_NCHANNELS")
+                lo, hi = row.env.get("NCCL_MIN_NCHANNELS"), row.env.get("NCCL_MAX_NCHANNELS")
                 if lo and lo == hi:
                     channels = int(lo)
                 else:
-                    pool = costmodel.channel_pool(topo, best.env)
-                    link = costmodel.effective_link(topo, best.env)
-                    nt = costmodel.max_threads(algo, proto, link, best.env)
+                    pool = costmodel.channel_pool(topo, row.env)
+                    link = costmodel.effective_link(topo, row.env)
+                    nt = costmodel.max_threads(algo, proto, link, row.env)
                     channels = costmodel.launch_shape(nbytes, algo, proto, pool, nt, nranks)[0]
-                    modelled_channels.append(nbytes)
+                    origin["modelled_channels"].append(nbytes)
         points.append((nbytes, algo, proto, int(channels)))
-    if modelled_pairs:
-        notes.append(f"algorithm/protocol MODELLED for {topology_name} (NCCL's log was not captured "
-                     "and the settings do not force one) at " + ", ".join(f"{b} B" for b in modelled_pairs))
-    if modelled_channels:
-        notes.append("channel counts MODELLED (NCCL's log did not report them) at "
-                     + ", ".join(f"{b} B" for b in modelled_channels))
+    notes.append(f"rules describe one cell, the exported profile's: {cell_label(row.env)}; a rule only "
+                 f"at sizes where it is faster than the baseline ({ci_words(analysis, level)} above "
+                 f"zero{family_words(analysis, analysis.confidence)}, as recommend)")
+    words = {"observed": "algorithm/protocol as NCCL's log reported them at",
+             "declared": "algorithm/protocol as the settings force them (declared, not seen in "
+                         "NCCL's log) at",
+             "modelled": f"algorithm/protocol MODELLED for {topology_name} (NCCL's log was not "
+                         "captured and the settings do not force one) at",
+             "modelled_channels": "channel counts MODELLED (NCCL's log did not report them) at",
+             "not faster": "no rule (NCCL's own choice: the cell is not significantly faster) at"}
+    for key, sizes in origin.items():
+        if sizes:
+            notes.append(f"{words[key]} " + ", ".join(f"{b} B" for b in sizes))
     return points, notes
+
+
+def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float) -> bool:
+    """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend)."""
+    from nccl_tune.model import OutOfRangeError, estimate_saving
+
+    if row.records is None or analysis.baseline.records is None:
+        return False
+    try:
+        est = estimate_saving(analysis.baseline.records, row.records, nbytes, 1, False, level)
+    except OutOfRangeError:
+        return False
+    return est is not None and est.ci_ms is not None and est.ci_ms[0] > 0
 
 
 def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: str, *,
@@ -227,12 +277,15 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     if analysis.recommended is None and not force:
         return {"path": path, "written": False,
                 "reason": "not written: no recommendation (keep NCCL's defaults)"}
-    points, notes = tuner_points(analysis, topology_name)
+    row, _, refusal = export_row(analysis, force)  # the same cell as the .env export
+    if row is None and analysis.source != MODELLED:
+        return {"path": path, "written": False, "reason": refusal}
+    points, notes = tuner_points(analysis, topology_name, row)
     rules = tuner.rules_from_points(points, nnodes=1, nranks=analysis.world_size or 8)
     if not rules:
         return {"path": path, "written": False,
-                "reason": "not written: at no measured size is a cell significantly faster than "
-                          "NCCL's own choice"}
+                "reason": "not written: at no measured size is the exported cell significantly "
+                          "faster than NCCL's defaults"}
     header = [
         "NCCL tuner-plugin rules written by nccl-tune (format of NVIDIA/nccl ext-tuner/example).",
         f"source: {analysis.source}; world size {analysis.world_size}; "

@@ -172,27 +172,64 @@ class SavingEstimate:
         return self.ci_ms is not None and (self.ci_ms[0] > 0 or self.ci_ms[1] < 0)
 
 
-def _ok_points(records: Iterable[dict]) -> Iterable[dict]:
+def positive_latency(value) -> float | None:
+    """`value` as a float when it is a finite, positive latency, else None.
+
+    Imported nccl-tests tables start at 0 bytes (a 0.3 us "latency" of nothing), and a
+    hand-edited or foreign record may carry NaN, 0, a string or a bool: none of those can
+    sit on a log-log curve, so every reader of points filters through this.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def positive_bytes(value) -> int | None:
+    """`value` as an int when it is a positive whole message size, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value <= 0 or int(value) != value:
+        return None
+    return int(value)
+
+
+def _round_of(record: dict) -> int:
+    value = record.get("round")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _ok_points(records: Iterable[dict]) -> Iterable[tuple[dict, int, float]]:
+    """(record, bytes, p50) for ok records with a positive size and a finite positive p50."""
     for r in records:
-        if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("p50") is not None:
-            yield r
+        if (r.get("status") or "ok") != "ok":
+            continue
+        lat = r.get("lat_us")
+        nbytes = positive_bytes(r.get("bytes"))
+        p50 = positive_latency(lat.get("p50")) if isinstance(lat, dict) else None
+        if nbytes is not None and p50 is not None:
+            yield r, nbytes, p50
 
 
 def round_points(records: Iterable[dict]) -> dict[int, dict[int, float]]:
-    """round -> {bytes: p50 (median over that round's records)} for ok records."""
+    """round -> {bytes: p50 (median over that round's records)} for usable ok records."""
     acc: dict[int, dict[int, list[float]]] = {}
-    for r in _ok_points(records):
-        acc.setdefault(int(r.get("round") or 0), {}).setdefault(int(r["bytes"]), []).append(
-            float(r["lat_us"]["p50"]))
+    for r, nbytes, p50 in _ok_points(records):
+        acc.setdefault(_round_of(r), {}).setdefault(nbytes, []).append(p50)
     return {rnd: {b: float(np.median(v)) for b, v in sizes.items()} for rnd, sizes in acc.items()}
 
 
 def pooled_samples(records: Iterable[dict]) -> dict[int, list[float]]:
-    """bytes -> pooled per-iteration samples (the p50 alone where a record has none)."""
+    """bytes -> pooled per-iteration samples (the p50 alone where a record has none).
+
+    Samples that are not finite positive latencies are dropped.
+    """
     out: dict[int, list[float]] = {}
-    for r in _ok_points(records):
-        values = r.get("samples_us") or [r["lat_us"]["p50"]]
-        out.setdefault(int(r["bytes"]), []).extend(float(x) for x in values)
+    for r, nbytes, p50 in _ok_points(records):
+        raw = r.get("samples_us")
+        values = [v for v in (positive_latency(x) for x in raw) if v is not None] \
+            if isinstance(raw, list) else []
+        out.setdefault(nbytes, []).extend(values or [p50])
     return out
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from nccl_tune import costmodel, settings, stats
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import (LatencyCurve, MIN_ROUNDS, OutOfRangeError, SavingEstimate,
-                             estimate_saving, projected_tok_s, projected_tok_s_interval)
+                             estimate_saving, positive_bytes, positive_latency, projected_tok_s,
+                             projected_tok_s_interval)
 from nccl_tune.store import BASELINE, cell_label
 
 MEASURED, MODELLED, SIMULATED = "measured", "modelled", "simulated"
@@ -73,6 +74,7 @@ class CellRow:
     reason: str | None = None  # why it is not recommended
     errors: list = field(default_factory=list)
     curve: LatencyCurve | None = field(default=None, repr=False)
+    records: list | None = field(default=None, repr=False)  # final records (measured cells)
 
     @property
     def label(self) -> str:
@@ -138,6 +140,21 @@ class Analysis:
     # would otherwise find a "winner" among equal cells most of the time.
     family_size: int = 1
     cell_confidence: float | None = None
+    confidence: float = 0.95  # the family-wise level asked for
+
+    def saving_ms_at(self, row: CellRow, nbytes: int, extrapolate: bool = False) -> float:
+        """ms per forward `row` saves against the baseline at `nbytes`, by the estimator of
+        the table: for measured cells model.estimate_saving on the records (paired by round
+        where possible), so the speculative plan's plain decoding under a cell matches the
+        table's projection; for modelled ones the curves' difference (as the table).
+        OutOfRangeError outside the measured sizes without `extrapolate`."""
+        if row.records is not None and self.baseline.records is not None:
+            estimate = estimate_saving(self.baseline.records, row.records, nbytes, self.collectives,
+                                       extrapolate, self.cell_confidence or 0.95)
+            if estimate is not None:
+                return estimate.saving_ms
+        base = self.baseline.curve.at(nbytes, extrapolate)
+        return self.collectives * (base - row.curve.at(nbytes, extrapolate)) / 1000.0
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -270,6 +287,9 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     by_cell: dict[str, list[dict]] = {}
     for r in final:
         by_cell.setdefault(r.get("cell") or BASELINE, []).append(r)
+    if BASELINE not in by_cell and any(r.get("final", True) is False for r in subset):
+        raise NcclTuneError(unfinished_search_message(subset, nbytes, collectives, extrapolate,
+                                                      confidence))
     if BASELINE not in by_cell:
         raise NcclTuneError("the results hold no baseline (NCCL defaults) records for world size "
                             f"{world}: a saving needs the defaults measured alongside the cells")
@@ -296,6 +316,9 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
         pruned.pop(cell)  # a cell with final records is judged on those
     base_records = by_cell[BASELINE]
     baseline = rows.pop(BASELINE)
+    baseline.records = base_records
+    for row in rows.values():
+        row.records = by_cell.get(row.cell, [])
     if baseline.status != "ok":
         raise NcclTuneError(f"the baseline cell's records are {baseline.status}: nothing can be "
                             "compared with it")
@@ -314,7 +337,8 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     analysis = Analysis(source=source, message_bytes=nbytes, collectives=collectives,
                         baseline=baseline, cells=ranked, pruned=list(pruned.values()),
                         world_size=world, backend=backend, notes=notes, summaries=summaries,
-                        family_size=family, cell_confidence=cell_confidence)
+                        family_size=family, cell_confidence=cell_confidence,
+                        confidence=confidence)
     analysis.recommended = pick(ranked)
     analysis.nccl_version = _most_common(subset, lambda r: (r.get("versions") or {}).get("nccl"))
     analysis.gpus = _describe_gpus(subset)
@@ -328,10 +352,40 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     return analysis
 
 
+MAX_PRUNED_NAMED = 3
+
+
+def unfinished_search_message(subset: list[dict], nbytes: int, collectives: int,
+                              extrapolate: bool, confidence: float) -> str:
+    """One line for results whose search stopped before its final rung (every record
+    `final: false`): what happened, what to do, the best pruned cells; nothing is picked."""
+    from nccl_tune.report import summarize
+
+    summaries = [s for s in summarize(subset, confidence=confidence) if not s.final]
+    rows: dict[str, CellRow] = {}
+    for s in summaries:
+        rows.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=False))
+    for row in rows.values():
+        _fill_curve(row, summaries, nbytes, collectives, extrapolate)
+    base = rows.pop(BASELINE, None)
+    measured = sorted((r for r in rows.values() if r.latency_us is not None),
+                      key=lambda r: r.latency_us)
+    text = ("the search never reached its final rung (every record is final: false, from an early "
+            "rung): resume it with a larger --budget (the same nccl-tune sweep command and --out); "
+            "nothing is recommended")
+    if measured:
+        best = ", ".join(f"{r.label} ({r.latency_us:.2f} us)" for r in measured[:MAX_PRUNED_NAMED])
+        against = (f" against the baseline's {base.latency_us:.2f} us"
+                   if base is not None and base.latency_us is not None else "")
+        sim = " (simulated)" if any(r.get("backend") == "sim" for r in subset) else ""
+        text += f"; best pruned cells at {nbytes} B{sim}: {best}{against}"
+    return text
+
+
 def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapolate: bool) -> None:
     points = [(s.bytes, s.p50_us) for s in summaries
               if s.cell == row.cell and s.final == row.final and s.status == "ok"
-              and s.p50_us is not None and s.bytes > 0]
+              and positive_bytes(s.bytes) and positive_latency(s.p50_us)]
     if not points:
         return
     row.curve = LatencyCurve.from_points(points, label=row.label)

@@ -53,7 +53,12 @@ def tau_iid(rate: float, k: int) -> float:
         raise ValueError("k must be >= 0")
     if rate == 1.0:
         return float(k + 1)
-    return (1.0 - rate ** (k + 1)) / (1.0 - rate)
+    # (1 - a^(k+1)) / (1 - a) via expm1/log1p: the plain form cancels catastrophically as
+    # a nears 1 (a = 1 - 1e-16 would give tau off by ~1e-8 and the inverse off by more).
+    if rate == 0.0:
+        return 1.0
+    log_rate = math.log1p(rate - 1.0) if rate > 0.5 else math.log(rate)
+    return math.expm1((k + 1) * log_rate) / math.expm1(log_rate)
 
 
 def tau_from_reach(reach: Sequence[float], k: int | None = None) -> float:
@@ -270,30 +275,41 @@ def best_step(plans: Sequence[StepPlan]) -> StepPlan:
     return max(plans, key=lambda p: (round(p.tok_s, 9), -p.k))
 
 
-def parse_steps(text: str) -> list[int]:
-    """'1-10', '2,4,6' or '1-3,8' -> sorted distinct step counts; ValueError on bad text."""
+MAX_STEPS = 64  # more draft steps than this is not a plan (SGLang sweeps 1..10)
+
+
+def parse_steps(text: str, option: str = "--steps") -> list[int]:
+    """'1-10', '2,4,6' or '1-3,8' -> sorted distinct step counts.
+
+    ValueError naming `option` on bad text. Bounds are checked on each item before a
+    range is expanded, so '1-99999999999999' is refused at once instead of building it.
+    """
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{option} '{text}': {why}")
+
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise ValueError(f"empty item in '{text}'")
-        if "-" in part:
-            lo_text, hi_text = part.split("-", 1)
-            lo, hi = int(lo_text), int(hi_text)
-            if lo > hi:
-                raise ValueError(f"range '{part}' runs backwards")
-            out.update(range(lo, hi + 1))
-        else:
-            out.add(int(part))
-    if any(k < 1 for k in out):
-        raise ValueError("step counts start at 1")
-    if max(out) > 64:
-        raise ValueError("more than 64 draft steps is not a plan")
+            raise bad("empty item")
+        lo_text, sep, hi_text = part.partition("-")
+        try:
+            lo = int(lo_text)
+            hi = int(hi_text) if sep else lo
+        except ValueError:
+            raise bad(f"'{part}' is not a step count or a range like 1-10") from None
+        if lo < 1:
+            raise bad("step counts start at 1")
+        if hi > MAX_STEPS:
+            raise bad(f"more than {MAX_STEPS} draft steps is not a plan")
+        if lo > hi:
+            raise bad(f"range '{part}' runs backwards")
+        out.update(range(lo, hi + 1))
     return sorted(out)
 
 
 def parse_at(text: str, what: str) -> tuple[list[float], list[int] | None]:
-    """'V' -> ([V], None); 'V1,V2@T1,T2' or 'L@K' -> ([...], [...]); ValueError on bad text."""
+    """'V' -> ([V], None); 'V1,V2@T1,T2' or 'L@K' -> ([...], [...]); ValueError naming `what`."""
     values_text, _, at_text = text.partition("@")
     try:
         values = [float(v) for v in values_text.split(",")]
@@ -307,6 +323,18 @@ def parse_at(text: str, what: str) -> tuple[list[float], list[int] | None]:
     return values, at
 
 
+def verify_from_option(text: str, option: str = "--verify-ms") -> MeasuredVerify:
+    """'V' (flat) or 'V1,V2,...@T1,T2,...' -> MeasuredVerify; ValueError naming `option`."""
+    values, at = parse_at(text, option)
+    if at is None and len(values) != 1:
+        raise ValueError(f"{option} '{text}': several values need @T1,T2,... (the tokens per "
+                         "sequence, k+1, each was measured at)")
+    try:
+        return MeasuredVerify.from_lists(at or [1], values)
+    except ValueError as exc:
+        raise ValueError(f"{option} '{text}': {exc}") from None
+
+
 # ---------------------------------------------------------------- acceptance from user input
 
 @dataclass(frozen=True)
@@ -316,6 +344,8 @@ class Acceptance:
     description: str
     rate: float | None = None  # iid per-token rate, when the model is iid
     reach: tuple[float, ...] | None = None  # per-position reach probabilities, when given
+    accept_len: float | None = None  # the accept length (tau) given or converted, at at_k steps
+    at_k: int | None = None
 
     @property
     def max_k(self) -> int | None:
@@ -329,36 +359,92 @@ class Acceptance:
         return tau_iid(self.rate, k)
 
 
+ACCEPTANCE_OPTIONS = ("--accept-len L@K", "--accept-rate A", "--accept-per-pos P1,P2,...",
+                      "--sglang-accept-rate R@K", "--vllm-acceptance-rate R@K")
+SGLANG_CONVENTION_WORDS = {SGLANG_RATE_DRAFTS: "(L - 1) / k, recent SGLang",
+                           SGLANG_RATE_TOTAL: "L / (k + 1), earlier SGLang"}
+
+
+def _value_at(text: str, option: str, example: str) -> tuple[float, int]:
+    """'R@K' -> (R, K) with K >= 1; ValueError naming `option`."""
+    values, at = parse_at(text, option)
+    if len(values) != 1 or at is None or len(at) != 1:
+        raise ValueError(f"{option} '{text}': expected a value@steps, e.g. {example}")
+    if at[0] < 1:
+        raise ValueError(f"{option} '{text}': the step count after @ must be >= 1")
+    return values[0], at[0]
+
+
+def _from_accept_len(length: float, k: int, option: str, text: str, how: str) -> Acceptance:
+    try:
+        rate = iid_rate_from_accept_len(length, k)
+    except ValueError as exc:
+        raise ValueError(f"{option} '{text}': {exc}") from None
+    return Acceptance(f"{how} -> iid per-token acceptance {rate:.3f}", rate=rate, accept_len=length,
+                      at_k=k)
+
+
 def acceptance_from_options(accept_len: str | None = None, accept_rate: float | None = None,
-                            accept_per_pos: str | None = None) -> Acceptance:
+                            accept_per_pos: str | None = None,
+                            sglang_accept_rate: str | None = None,
+                            vllm_acceptance_rate: str | None = None,
+                            sglang_convention: str = SGLANG_RATE_DRAFTS) -> Acceptance:
     """Exactly one of: 'L@K' (accept length counting the bonus token, measured at K
     steps: SGLang's accept len, vLLM's mean acceptance length), an iid per-token rate,
-    or per-position rates 'p1,p2,...' (vLLM's per-position acceptance rate)."""
-    given = [x is not None for x in (accept_len, accept_rate, accept_per_pos)]
+    per-position rates 'p1,p2,...' (vLLM's per-position acceptance rate), SGLang's
+    averaged `accept rate` 'R@K' (under `sglang_convention`, see the module doc), or
+    vLLM's draft acceptance rate 'R@K' (accepted / drafted). ValueError naming the option.
+    """
+    given = [x is not None for x in (accept_len, accept_rate, accept_per_pos, sglang_accept_rate,
+                                     vllm_acceptance_rate)]
     if sum(given) != 1:
-        raise ValueError("give exactly one of --accept-len L@K, --accept-rate A, --accept-per-pos P1,P2,...")
+        raise ValueError("give exactly one of " + ", ".join(ACCEPTANCE_OPTIONS))
     if accept_len is not None:
-        values, at = parse_at(accept_len, "--accept-len")
-        if len(values) != 1 or at is None or len(at) != 1:
-            raise ValueError(f"--accept-len '{accept_len}': expected L@K, e.g. 3.2@4 (accept length "
-                             "3.2, bonus token included, measured with 4 draft steps)")
-        rate = iid_rate_from_accept_len(values[0], at[0])
-        return Acceptance(f"accept length {values[0]:g} at {at[0]} steps (bonus token included) "
-                          f"-> iid per-token acceptance {rate:.3f}", rate=rate)
+        length, k = _value_at(accept_len, "--accept-len", "3.2@4 (accept length 3.2, bonus token "
+                              "included, measured with 4 draft steps)")
+        return _from_accept_len(length, k, "--accept-len", accept_len,
+                                f"accept length {length:g} at {k} steps (bonus token included)")
+    if sglang_accept_rate is not None:
+        option = "--sglang-accept-rate"
+        if sglang_convention not in SGLANG_CONVENTION_WORDS:
+            raise ValueError(f"unknown SGLang accept-rate convention '{sglang_convention}' "
+                             f"(known: {', '.join(SGLANG_CONVENTION_WORDS)})")
+        value, k = _value_at(sglang_accept_rate, option, "0.7@3 (SGLang's accept rate 0.7 with 3 "
+                             "draft steps)")
+        _check_option_rate(value, option, sglang_accept_rate)
+        length = accept_len_from_sglang_rate(value, k, sglang_convention)
+        return _from_accept_len(length, k, option, sglang_accept_rate,
+                                f"SGLang accept rate {value:g} at {k} steps "
+                                f"({SGLANG_CONVENTION_WORDS[sglang_convention]}) -> accept length "
+                                f"{length:.3f}")
+    if vllm_acceptance_rate is not None:
+        option = "--vllm-acceptance-rate"
+        value, k = _value_at(vllm_acceptance_rate, option, "0.6@4 (vLLM's draft acceptance rate "
+                             "0.6 with 4 speculative tokens)")
+        _check_option_rate(value, option, vllm_acceptance_rate)
+        length = accept_len_from_vllm_rate(value, k)
+        return _from_accept_len(length, k, option, vllm_acceptance_rate,
+                                f"vLLM draft acceptance rate {value:g} at {k} steps (accepted / "
+                                f"drafted) -> accept length {length:.3f}")
     if accept_rate is not None:
-        _check_rate(accept_rate)
+        _check_option_rate(accept_rate, "--accept-rate", str(accept_rate))
         return Acceptance(f"iid per-token acceptance {accept_rate:g} (given)", rate=accept_rate)
     try:
         reach = tuple(float(v) for v in accept_per_pos.split(","))
     except ValueError:
         raise ValueError(f"cannot read --accept-per-pos '{accept_per_pos}'") from None
     for value in reach:
-        _check_rate(value)
+        _check_option_rate(value, "--accept-per-pos", accept_per_pos)
     if any(b > a + 1e-12 for a, b in zip(reach, reach[1:])):
-        raise ValueError("per-position acceptance (the share of drafts accepted up to each position) "
-                         "cannot rise with the position")
+        raise ValueError(f"--accept-per-pos '{accept_per_pos}': per-position acceptance (the share "
+                         "of drafts accepted up to each position) cannot rise with the position")
     return Acceptance(f"per-position acceptance {', '.join(f'{p:g}' for p in reach)} "
                       "(vLLM's per-position rates)", reach=reach)
+
+
+def _check_option_rate(value: float, option: str, text: str) -> None:
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise ValueError(f"{option} '{text}': an acceptance rate must be in [0, 1], got {value:g}")
 
 
 # ---------------------------------------------------------------- profiles compared
@@ -371,11 +457,32 @@ class SpecComparison:
     recommended: list | None
     assumptions: list[str] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # step counts whose verify size is unmeasured
+    # step counts left out because --verify-ms was not measured at their token count
+    skipped_verify: list[int] = field(default_factory=list)
+    # with extrapolation allowed: verify message sizes (bytes) beyond the measured latency
+    # sizes, and verify token counts beyond the --verify-ms points, each with its k
+    extrapolated_bytes: dict = field(default_factory=dict)  # k -> bytes
+    extrapolated_tokens: dict = field(default_factory=dict)  # k -> tokens per sequence
 
     def best(self, which: str):
         """Best StepPlan among k >= 1 for 'baseline' or 'recommended' (None if absent)."""
         plans = [p for p in (getattr(self, which) or []) if p.k >= 1]
         return best_step(plans) if plans else None
+
+    def extrapolation_note(self) -> str | None:
+        """One line naming what was extrapolated, or None."""
+        parts = []
+        if self.extrapolated_bytes:
+            parts.append("allreduce latency at " + ", ".join(
+                f"{b} B (k = {k})" for k, b in sorted(self.extrapolated_bytes.items()))
+                + " beyond the measured sizes")
+        if self.extrapolated_tokens:
+            parts.append("verify time at " + ", ".join(
+                f"{t} tokens (k = {k})" for k, t in sorted(self.extrapolated_tokens.items()))
+                + " beyond the --verify-ms points")
+        if not parts:
+            return None
+        return "EXTRAPOLATED (--extrapolate; rows marked *): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -388,7 +495,12 @@ class SpecComparison:
                 "best_tok_s_baseline": best_b.tok_s if best_b else None,
                 "best_k_recommended": best_r.k if best_r else None,
                 "best_tok_s_recommended": best_r.tok_s if best_r else None,
-                "assumptions": self.assumptions, "skipped_steps": self.skipped}
+                "assumptions": self.assumptions, "skipped_steps": self.skipped,
+                "skipped_steps_verify": self.skipped_verify,
+                "extrapolated_bytes": {str(k): b for k, b in sorted(self.extrapolated_bytes.items())},
+                "extrapolated_verify_tokens": {str(k): t for k, t in
+                                               sorted(self.extrapolated_tokens.items())},
+                "extrapolation_note": self.extrapolation_note()}
 
 
 def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str, batch: int,
@@ -401,15 +513,16 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     `analysis` is a recommendation.Analysis (its baseline and recommended latency curves
     and collectives per forward).
 
-    Verify time = compute(n) + comm(n): comm from the cell's latency curve at
-    n x batch x hidden x dtype bytes; compute from the measured verify times under the
+    Verify time = compute(n) + comm(n): comm from the baseline's latency curve at
+    n x batch x hidden x dtype bytes, minus, under the recommended cell, its saving at that
+    size by the table's own estimator (`analysis.saving_ms_at`); compute from the measured verify times under the
     baseline (`verify_measured`, a callable of tokens per sequence) minus the baseline's
     comm, or from the plain decode time 1000 / baseline_tok_s minus its comm, flat in n
     plus `compute_per_token_ms` per extra token. The draft step keeps its compute and
     changes its `draft_collectives` collectives of one token with the profile.
     """
     from nccl_tune.errors import NcclTuneError
-    from nccl_tune.model import OutOfRangeError, message_bytes
+    from nccl_tune.model import message_bytes
 
     if verify_measured is None and baseline_tok_s is None:
         raise NcclTuneError("speculative planning needs a forward time: --baseline-tok-s or "
@@ -425,17 +538,27 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     def comm(curve, tokens):
         return analysis.collectives * lat(curve, tokens) / 1000.0
 
-    usable, skipped = [], []
+    curves = [c for c in (base_curve, rec_curve) if c is not None]
+    usable, skipped, skipped_verify = [], [], []
+    extrap_bytes, extrap_tokens = {}, {}
     for k in [0, *steps]:
-        try:
-            for curve in (base_curve, rec_curve):
-                if curve is not None:
-                    lat(curve, k + 1)
-            usable.append(k)
-        except OutOfRangeError:
-            skipped.append(k)
+        nbytes = message_bytes((k + 1) * batch, hidden, dtype)
+        if not all(curve.covers(nbytes) for curve in curves):
+            if not extrapolate:
+                skipped.append(k)
+                continue
+            extrap_bytes[k] = nbytes
+        if verify_measured is not None and verify_measured.extrapolated(k + 1):
+            if not extrapolate:
+                skipped_verify.append(k)
+                continue
+            extrap_tokens[k] = k + 1
+        usable.append(k)
     if 0 in skipped:
         raise NcclTuneError("the decode size is outside the measured range (--extrapolate)")
+    if 0 in skipped_verify:
+        raise NcclTuneError("--verify-ms has no point at 1 token (plain decoding): add one, or "
+                            "pass --extrapolate to extrapolate to it")
     if verify_measured is not None:
         def compute(n):
             return verify_measured(n) - comm(base_curve, n)
@@ -464,15 +587,32 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     else:
         draft_base = draft_ms
 
-    def verify_for(curve):
+    savings: dict[int, float] = {}
+
+    def saving(tokens):
+        # ms per forward the recommended cell saves, by the same estimator as the main
+        # table (Analysis.saving_ms_at), so plain decoding here equals its projection
+        if tokens not in savings:
+            at = getattr(analysis, "saving_ms_at", None)
+            nbytes = message_bytes(tokens * batch, hidden, dtype)
+            savings[tokens] = (at(rec, nbytes, extrapolate) if at is not None
+                               else comm(base_curve, tokens) - comm(rec_curve, tokens))
+        return savings[tokens]
+
+    def verify_for(with_saving):
         def verify(n):
-            return compute(n) + comm(curve, n)
-        verify.extrapolated = getattr(verify_measured, "extrapolated", lambda n: False)
+            return compute(n) + comm(base_curve, n) - (saving(n) if with_saving else 0.0)
+        # a row is marked when its latency or its measured verify time was extrapolated
+        verify.extrapolated = lambda n: (n - 1) in extrap_bytes or (n - 1) in extrap_tokens
         return verify
 
-    base_plans = plan_steps(usable, tau, draft_base, verify_for(base_curve), other_ms)
+    base_plans = plan_steps(usable, tau, draft_base, verify_for(False), other_ms)
     rec_plans = None
     if rec_curve is not None:
-        draft_rec = draft_base - draft_collectives * (one_token - lat(rec_curve, 1)) / 1000.0
-        rec_plans = plan_steps(usable, tau, max(draft_rec, 0.0), verify_for(rec_curve), other_ms)
-    return SpecComparison(base_plans, rec_plans, assumptions, [k for k in skipped if k])
+        draft_rec = draft_base - draft_collectives * saving(1) / analysis.collectives
+        rec_plans = plan_steps(usable, tau, max(draft_rec, 0.0), verify_for(True), other_ms)
+        assumptions.append("under the recommended cell: the baseline's verify and draft times "
+                           "minus the cell's saving at each verify size, estimated as in the "
+                           "table above (so k = 0 matches its projected tok/s)")
+    return SpecComparison(base_plans, rec_plans, assumptions, [k for k in skipped if k],
+                          [k for k in skipped_verify if k], extrap_bytes, extrap_tokens)

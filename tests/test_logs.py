@@ -163,7 +163,7 @@ _PIECES = st.sampled_from([
 def test_random_text_never_raises(text):
     events = logs.parse_lines(text.splitlines() or [text])
     summary = logs.summarize_events(events)
-    json.dumps(summary)  # always serialisable
+    json.dumps(summary, allow_nan=False)  # always valid JSON: no NaN or Infinity
 
 
 def test_cli_summarize_text_and_json(cli_runner):
@@ -185,3 +185,33 @@ def test_cli_missing_file_is_one_line_exit_2(cli_runner, tmp_path):
     assert out.output.strip().splitlines()[-1].endswith("none.log: cannot read: No such file or directory")
     out = cli_runner.invoke(cli, ["logs", "summarize", str(LOGS / "vllm_v0_spec.log"), "--idle-gap", "0"])
     assert out.exit_code == 2 and "--idle-gap" in out.output
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+def test_non_finite_numbers_are_not_figures(cli_runner, tmp_path, value):
+    line = (f"[04:40:55 TP0] Decode batch. #running-req: 2, accept len: {value}, accept rate: {value}, "
+            f"gen throughput (token/s): {value}, #queue-req: 0")
+    event = logs.parse_line(line)
+    assert "accept_len" not in event.fields or not isinstance(event.fields["accept_len"], float)
+    path = tmp_path / "nan.log"
+    path.write_text(line + "\n" + line.replace("04:40:55", "04:40:56") + "\n")
+    out = cli_runner.invoke(cli, ["logs", "summarize", str(path), "--json"])
+    assert out.exit_code == 0
+    data = json.loads(out.output, parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
+    assert data["decode_lines"] == 2 and data["accept_len_mean"] is None
+    assert data["gen_throughput_mean"] is None
+
+
+@pytest.mark.parametrize("text", ["", "hello\nworld\n",
+                                  "[2025-02-27 04:46:39] server_args=ServerArgs(model_path='m', "
+                                  "speculative_algorithm='EAGLE3', speculative_num_steps=3)\n"])
+def test_a_log_without_decode_lines_says_so(cli_runner, tmp_path, text):
+    path = tmp_path / "quiet.log"
+    path.write_text(text)
+    out = cli_runner.invoke(cli, ["logs", "summarize", str(path)])
+    assert out.exit_code == 0 and "no decode lines found" in out.output
+    assert "gen throughput" not in out.output
+    if "server_args" in text:
+        assert "algorithm=EAGLE3" in out.output
+    data = json.loads(cli_runner.invoke(cli, ["logs", "summarize", str(path), "--json"]).output)
+    assert data["decode_lines"] == 0 and "no decode lines found" in data["note"]

@@ -136,7 +136,7 @@ def test_spec_plan_json(cli_runner):
     import json
 
     result = _spec_plan(cli_runner, "--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9",
-                        "--accept-len", "3.0@4", "--steps", "1-6", "--json")
+                        "--accept-len", "3.0@4", "--steps", "1-6", "--extrapolate", "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3, 4, 5, 6]
@@ -159,3 +159,121 @@ def test_spec_plan_text_and_errors(cli_runner):
                  ["--verify-ms", "x", "--draft-ms", "1", "--accept-rate", "0.8"]):
         bad = _spec_plan(cli_runner, *args)
         assert bad.exit_code == 2, args
+
+
+# ---------------------------------------------------------------- option parsing (audit items)
+
+def test_step_ranges_are_bounded_before_they_are_built():
+    import tracemalloc
+
+    tracemalloc.start()
+    with pytest.raises(ValueError, match=r"--spec-steps '1-2000000': more than 64"):
+        sd.parse_steps("1-2000000", "--spec-steps")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 1_000_000  # a set of 2 million ints takes ~100 MB: never built
+    with pytest.raises(ValueError, match="--spec-steps '1-99999999999999'"):
+        sd.parse_steps("1-99999999999999", "--spec-steps")
+
+
+@pytest.mark.parametrize("text", ["x", "a-b", "0-3", "5-2", "1,,2", "1-65", "-3"])
+def test_step_errors_name_the_option(text):
+    with pytest.raises(ValueError) as info:
+        sd.parse_steps(text, "--spec-steps")
+    assert str(info.value).startswith(f"--spec-steps '{text}':")
+
+
+def test_verify_errors_name_the_option():
+    for text in ("12,13", "12,x", "12,13@1", "0", "12,13@2,2"):
+        with pytest.raises(ValueError) as info:
+            sd.verify_from_option(text, "--verify-ms")
+        assert "--verify-ms" in str(info.value), text
+    assert sd.verify_from_option("11,12@1,3").points == ((1, 11.0), (3, 12.0))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--steps", "a-b"], "--steps 'a-b'"),
+    (["--steps", "1-99999999999999"], "--steps '1-99999999999999'"),
+    (["--verify-ms", "12,13"], "--verify-ms '12,13'"),
+    (["--accept-rate", "1.5"], "--accept-rate"),
+    (["--accept-per-pos", "0.5,0.9"], "--accept-per-pos"),
+])
+def test_spec_plan_errors_name_the_option(cli_runner, args, needle):
+    base = {"--verify-ms": "12", "--draft-ms": "1", "--accept-rate": "0.5"}
+    if "--accept-per-pos" in args:
+        base.pop("--accept-rate")
+    base.update(dict(zip(args[::2], args[1::2])))
+    result = _spec_plan(cli_runner, *[x for kv in base.items() for x in kv])
+    assert result.exit_code == 2 and needle in result.output, result.output
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.floats(0.0, 1.0), k=st.integers(1, 10))
+def test_sglang_and_vllm_rate_options_round_trip(rate, k):
+    text = f"{rate!r}@{k}"
+    acc = sd.acceptance_from_options(sglang_accept_rate=text)  # recent SGLang: (L - 1) / k
+    tau = acc.tau(k)
+    assert tau == pytest.approx(sd.accept_len_from_sglang_rate(rate, k, sd.SGLANG_RATE_DRAFTS))
+    assert sd.sglang_accept_rate(tau, k, sd.SGLANG_RATE_DRAFTS) == pytest.approx(rate, abs=1e-9)
+    assert acc.accept_len == pytest.approx(tau) and acc.at_k == k
+    vllm = sd.acceptance_from_options(vllm_acceptance_rate=text)
+    assert vllm.tau(k) == pytest.approx(sd.accept_len_from_vllm_rate(rate, k))
+    assert sd.vllm_draft_acceptance_rate(vllm.tau(k), k) == pytest.approx(rate, abs=1e-9)
+    if rate >= 1 / (k + 1):  # earlier SGLang counted the bonus token: L = rate x (k + 1) >= 1
+        old = sd.acceptance_from_options(sglang_accept_rate=text,
+                                         sglang_convention=sd.SGLANG_RATE_TOTAL)
+        assert sd.sglang_accept_rate(old.tau(k), k, sd.SGLANG_RATE_TOTAL) == pytest.approx(rate, abs=1e-9)
+
+
+def test_rate_options_are_checked_and_exclusive():
+    with pytest.raises(ValueError, match="--sglang-accept-rate '0.1@4'"):  # L = 0.5 < 1
+        sd.acceptance_from_options(sglang_accept_rate="0.1@4", sglang_convention=sd.SGLANG_RATE_TOTAL)
+    for kwargs in ({"sglang_accept_rate": "0.7"}, {"sglang_accept_rate": "1.2@3"},
+                   {"vllm_acceptance_rate": "0.5@0"}, {"vllm_acceptance_rate": "nan@2"},
+                   {"vllm_acceptance_rate": "0.5@2", "accept_len": "2@2"},
+                   {"sglang_accept_rate": "0.5@2", "accept_rate": 0.5}):
+        with pytest.raises(ValueError):
+            sd.acceptance_from_options(**kwargs)
+
+
+def test_rate_options_in_spec_plan_and_recommend(cli_runner):
+    import json
+
+    from nccl_tune.cli import cli
+
+    out = json.loads(_spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--steps", "1-4",
+                                "--sglang-accept-rate", "0.7@3", "--json").output)
+    assert out["plans"][3]["tau"] == pytest.approx(1 + 0.7 * 3)
+    assert "(L - 1) / k, recent SGLang" in out["acceptance"]
+    out = json.loads(_spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--steps", "1-4",
+                                "--sglang-accept-rate", "0.7@3", "--sglang-rate-convention", "total",
+                                "--json").output)
+    assert out["plans"][3]["tau"] == pytest.approx(0.7 * 4)
+    both = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--accept-len", "2@2",
+                      "--vllm-acceptance-rate", "0.5@2")
+    assert both.exit_code == 2 and "exactly one of" in both.output
+    rec = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm",
+                                  "--spec-steps", "1-4", "--vllm-acceptance-rate", "0.6@4",
+                                  "--baseline-tok-s", "60", "--json"])
+    assert rec.exit_code == 0, rec.output
+    spec = json.loads(rec.output)["spec"]
+    assert spec["baseline"][4]["tau"] == pytest.approx(1 + 0.6 * 4)
+
+
+def test_spec_plan_extrapolates_verify_only_when_asked(cli_runner):
+    import json
+
+    args = ["--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9", "--accept-len", "3.0@4",
+            "--steps", "1-6"]
+    out = json.loads(_spec_plan(cli_runner, *args, "--json").output)
+    assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3] and out["skipped_steps"] == [4, 5, 6]
+    assert not any(p["extrapolated"] for p in out["plans"]) and out["extrapolation_note"] is None
+    text = _spec_plan(cli_runner, *args).output
+    assert "steps left out" in text and "4, 5, 6" in text and "*" not in text
+    text = _spec_plan(cli_runner, *args, "--extrapolate").output
+    assert "EXTRAPOLATED" in text and "5 tokens (k = 4), 6 tokens (k = 5), 7 tokens (k = 6)" in text
+    marked = [line.split()[0] for line in text.splitlines() if line[:1].isdigit() and "*" in line]
+    assert marked == ["4", "5", "6"]
+    no_plain = _spec_plan(cli_runner, "--verify-ms", "11.6,12.4@2,4", "--draft-ms", "0.9",
+                          "--accept-rate", "0.7", "--steps", "1-3")
+    assert no_plain.exit_code == 2 and "1 token" in no_plain.output

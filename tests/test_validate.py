@@ -222,3 +222,151 @@ def test_results_without_the_profile_cell_are_refused_before_any_launch(cli_runn
                                   "--out", str(tmp_path / "o.jsonl")])
     assert res.exit_code == 2 and "no allreduce records for this profile" in res.output
     assert not (tmp_path / "o.jsonl").exists()
+
+
+# ---------------------------------------------------------------- audit fixes (item 10)
+
+def _no_launch(monkeypatch):
+    monkeypatch.setattr(lib, "measure_builtin", lambda *a: pytest.fail("launched"))
+
+
+def test_prediction_source_says_simulated_or_modelled(tmp_path):
+    sim = tmp_path / "sim.jsonl"
+    for env, lat in (({}, 40.0), (PROFILE_ENV, 30.0)):
+        for nbytes in (256, 1024):
+            store.append_record(str(sim), store.make_record(
+                env=env, backend="sim", op="allreduce", world_size=2, bytes=nbytes,
+                lat_us={"p50": lat}, samples_us=[lat] * 5, round=0))
+    curves = lib.curves_from_results(str(sim), PROFILE_ENV, 2)
+    assert curves.kind == "simulated" and not curves.measured
+    assert curves.source.startswith("simulated: ")
+    modelled = tmp_path / "modelled.jsonl"
+    for record in store.read_records([str(sim)]):
+        store.append_record(str(modelled), {**record, "backend": "nccl", "source": "modelled"})
+    curves = lib.curves_from_results(str(modelled), PROFILE_ENV, 2)
+    assert curves.kind == "modelled" and curves.source.startswith("modelled: ")
+    measured = tmp_path / "lat.jsonl"
+    _latency_records(measured)
+    assert lib.curves_from_results(str(measured), PROFILE_ENV, 2).kind == "measured"
+
+
+def test_results_of_another_world_size_are_refused_unless_accepted(cli_runner, profile_file,
+                                                                   tmp_path, monkeypatch):
+    from nccl_tune.errors import NcclTuneError
+
+    path = tmp_path / "w8.jsonl"
+    _latency_records(path, world=8)
+    with pytest.raises(NcclTuneError, match="world size 8, this run has 2 ranks"):
+        lib.curves_from_results(str(path), PROFILE_ENV, 2)
+    curves = lib.curves_from_results(str(path), PROFILE_ENV, 2, any_world=True)
+    assert "world size 8 applied to 2 ranks" in curves.source
+    _no_launch(monkeypatch)
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--results", str(path),
+                                  "--nproc", "2", "--out", str(tmp_path / "o.jsonl")])
+    assert res.exit_code == 2 and not (tmp_path / "o.jsonl").exists()
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "world size 8" in lines[0] and "2 ranks" in lines[0]
+    assert "--results-any-world" in lines[0]
+
+
+@pytest.mark.parametrize("model_args, message", [
+    ("--hidden 100 --heads 3", "--model-args: hidden 100 is not a multiple of heads 3"),
+    ("--hidden 96 --heads 3", "--model-args: heads 3 is not a multiple of the world size 2"),
+    ("--bogus 1", "--model-args: unrecognized arguments: --bogus 1"),
+    ("--layers 0", "--model-args: --layers must be at least 1"),
+    ("--layers 2 --draft-layers 5", "--model-args: draft layers 5 must be between 1 and 2"),
+])
+def test_model_args_are_checked_before_any_launch(cli_runner, profile_file, tmp_path, monkeypatch,
+                                                  model_args, message):
+    _no_launch(monkeypatch)
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--nproc", "2",
+                                  "--model-args", model_args, "--out", str(tmp_path / "o.jsonl")])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_topology_and_out_are_checked_before_any_launch(cli_runner, profile_file, tmp_path,
+                                                        monkeypatch):
+    _no_launch(monkeypatch)
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--topology", "pcie-nvl",
+                                  "--model-args", TINY, "--out", str(tmp_path / "o.jsonl")])
+    assert res.exit_code == 2 and "--topology" in res.output and "pcie-shm" in res.output
+    for bad in (tmp_path / "missing" / "o.jsonl", tmp_path / "ll-ring.env" / "o.jsonl"):
+        res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
+                                      "--out", str(bad)])
+        assert res.exit_code == 2 and f"{bad}: cannot write" in res.output
+    ok = tmp_path / "fine.jsonl"
+    lib_opts = []
+    monkeypatch.setattr(lib, "run", lambda opts, on_config=None: lib_opts.append(opts) or lib.finish(opts, {}))
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
+                                  "--out", str(ok)])
+    assert lib_opts and not ok.exists()  # the check leaves no empty file behind
+    assert res.exit_code == 1  # nothing succeeded (nothing ran)
+
+
+TORCHRUN_FAILURE = """
+*****************************************
+Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed.
+*****************************************
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/work/integration/spec_loop.py", line 401, in main
+    group, rank, world, backend, device = _setup(args)
+                                          ^^^^^^^^^^^^
+RuntimeError: the rank's own words
+E1129 10:29:26.453000 19877 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 19882) of binary: /venv/bin/python
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>
+    main()
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+integration.spec_loop FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 19882)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_file, tmp_path,
+                                                         monkeypatch):
+    # torchrun's failure output as captured from a real failed launch (shortened)
+    assert lib.last_error_line(TORCHRUN_FAILURE) == "RuntimeError: the rank's own words"
+    assert lib.last_error_line("spec_loop: KV cache full\n" + TORCHRUN_FAILURE.split(
+        "RuntimeError: the rank's own words\n")[1]) == "spec_loop: KV cache full"
+    monkeypatch.setattr(lib, "_run_group", lambda argv, env, timeout: (1, "", TORCHRUN_FAILURE))
+    out = tmp_path / "o.jsonl"
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--steps", "0",
+                                  "--model-args", TINY, "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "failed: baseline at steps 0: RuntimeError: the rank's own words (exit code 1)" in res.output
+    errors = [r["error"] for r in _records(out)]
+    assert errors == ["RuntimeError: the rank's own words (exit code 1)"] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_a_real_failed_launch_reports_the_rank_error(cli_runner, profile_file, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine where --device cuda fails")
+    out = tmp_path / "o.jsonl"
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--steps", "0", "--runs", "1",
+                                  "--max-tokens", "4", "--model-args", TINY + " --device cuda",
+                                  "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    for record in _records(out):
+        assert record["status"] == "failed"
+        assert "Error" in record["error"] and "torch/distributed" not in record["error"]
+        assert "error_file" not in record["error"] and "====" not in record["error"]
+    assert "failed: profile at steps 0: " in res.output

@@ -8,6 +8,10 @@ from tabulate import tabulate
 from nccl_tune.cli import emit_json
 
 
+NO_DECODE = ("no decode lines found (no SGLang 'Decode batch' line and no vLLM metrics line): "
+             "nothing to summarize")
+
+
 @click.group("logs")
 def logs() -> None:
     """Read SGLang (0.2 to 0.5.x and later) and vLLM server logs."""
@@ -31,8 +35,18 @@ def summarize(log: str, idle_gap: float | None, as_json: bool) -> None:
     if idle_gap is not None and idle_gap <= 0:
         raise click.BadParameter("must be positive", param_hint="--idle-gap")
     summary = summarize_file(log, DEFAULT_IDLE_GAP_S if idle_gap is None else idle_gap)
+    no_decode = summary["decode_lines"] == 0 and summary["engine"] != "vllm"
+    if no_decode:
+        summary["note"] = NO_DECODE
     if as_json:
         emit_json(summary)
+        return
+    if no_decode:
+        click.echo(f"{log}: {NO_DECODE}")
+        spec = summary["speculative"]
+        if summary["server_args"]:
+            click.echo("speculative (server_args): "
+                       + (", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "off"))
         return
     engine = summary["engine"] or "unknown (no decode or speculative lines found)"
     rows = [

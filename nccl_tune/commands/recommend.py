@@ -12,10 +12,15 @@ import click
 from tabulate import tabulate
 
 from nccl_tune import costmodel, export, model, recommendation, specdec, store
+from nccl_tune.commands.spec_plan import SGLANG_CONVENTION_HELP, SGLANG_RATE_HELP, VLLM_RATE_HELP
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
 ASSUMED_TOPOLOGY = "pcie-shm"
+# costmodel's doc: the `shm` (host memory) per-hop constants are guesses tuned to the report.
+MODEL_CALIBRATION = ("its host-memory (P2P off) per-hop constants were chosen to match the public "
+                     "8x PCIe report's ~38 us per allreduce, so the modelled NCCL_P2P_LEVEL=SYS "
+                     "saving agrees with that report by construction, not as evidence")
 MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
                 "microbench.allreduce`) and pass the results file with --results")
 
@@ -156,7 +161,8 @@ def _header(analysis, topo_note: str, w, source_files) -> list[str]:
     lines = []
     if analysis.source == MODELLED:
         lines.append("MODELLED, not measured: figures come from nccl-tune's analytical model of "
-                     f"NCCL (NCCL's own cost constants plus guesses); {MEASURE_HINT}.")
+                     f"NCCL (NCCL's own cost constants plus guesses; {MODEL_CALIBRATION}); "
+                     f"{MEASURE_HINT}.")
         lines.append(f"topology: {topo_note}; world size {analysis.world_size}")
     elif analysis.source == SIMULATED:
         lines.append("SIMULATED, not measured: these records come from the sweep's sim backend "
@@ -257,6 +263,10 @@ def _plot(path, analysis, comp) -> None:
                                    "vLLM mean acceptance length) measured at K steps.")
 @click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
 @click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
+@click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP)
+@click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
+              default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP)
+@click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP)
 @click.option("--draft-ms", type=click.FloatRange(min=0), help="Draft step time (ms) with NCCL's defaults.")
 @click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
                                   "(T = tokens per sequence, k+1).")
@@ -278,7 +288,8 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos, draft_ms,
+              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
+              sglang_accept_rate, sglang_rate_convention, vllm_acceptance_rate, draft_ms,
               verify_ms, compute_per_token_ms, draft_collectives, other_ms, extrapolate, export_path,
               tuner_path, force, plot_path, confidence, as_json):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
@@ -296,11 +307,12 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     steps = acceptance = verify_points = None
     if spec_steps:
         try:
-            steps = specdec.parse_steps(spec_steps)
-            acceptance = specdec.acceptance_from_options(accept_len, accept_rate, accept_per_pos)
+            steps = specdec.parse_steps(spec_steps, "--spec-steps")
+            acceptance = specdec.acceptance_from_options(
+                accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
+                sglang_rate_convention)
             if verify_ms:
-                values, at = specdec.parse_at(verify_ms, "--verify-ms")
-                verify_points = specdec.MeasuredVerify.from_lists(at or [1], values)
+                verify_points = specdec.verify_from_option(verify_ms, "--verify-ms")
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         if acceptance.max_k is not None and steps[-1] > acceptance.max_k:
@@ -346,6 +358,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
 
         out = analysis.to_dict()
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
+        out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
         out["acceptance"] = acceptance.description if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
         out["files"] = written
@@ -365,8 +378,10 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
     click.echo()
     click.echo(_table(analysis, baseline_tok_s))
     if analysis.source != MODELLED:
-        click.echo("saving: baseline minus cell, ms per token; [CI] basis: rN = N rounds paired with "
-                   "the baseline, uN = unpaired rounds, it = iterations of one round (ignores drift)")
+        click.echo("saving: baseline minus cell, ms per token, on the [CI] basis: rN = N rounds "
+                   "paired with the baseline, uN = unpaired rounds, it = iterations of one round "
+                   "(ignores drift); tok/s and the speculative plan use this saving (lat and comm "
+                   "are medians over rounds, so their difference can differ slightly)")
     if analysis.pruned:
         click.echo()
         shown = analysis.pruned[:MAX_PRUNED_SHOWN]
@@ -392,8 +407,12 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
         if comp.skipped:
             click.echo("steps left out (verify size outside the measured range; --extrapolate): "
                        + ", ".join(map(str, comp.skipped)))
-        if any(p.extrapolated for p in comp.baseline):
-            click.echo("* verify time extrapolated beyond the measured token counts")
+        if comp.skipped_verify:
+            click.echo("steps left out (verify token count beyond the --verify-ms points; "
+                       "--extrapolate): " + ", ".join(map(str, comp.skipped_verify)))
+        note = comp.extrapolation_note()
+        if note:
+            click.echo(note)
     for kind, info in written.items():
         if info.get("written"):
             click.echo(f"{kind}: wrote {info['path']}")

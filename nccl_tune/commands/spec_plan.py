@@ -7,6 +7,13 @@ from tabulate import tabulate
 
 from nccl_tune import specdec
 
+SGLANG_RATE_HELP = ("SGLang's averaged `accept rate` R@K, logged with K draft steps (topk 1); "
+                    "converted to an accept length under --sglang-rate-convention.")
+SGLANG_CONVENTION_HELP = ("How SGLang computed the accept rate: drafts = (accept len - 1) / steps "
+                          "(recent releases), total = accept len / (steps + 1) (earlier releases).")
+VLLM_RATE_HELP = ("vLLM's draft acceptance rate R@K (accepted / drafted tokens) with K speculative "
+                  "tokens; accept length = 1 + R x K.")
+
 
 @click.command("spec-plan")
 @click.option("--verify-ms", required=True,
@@ -17,34 +24,59 @@ from nccl_tune import specdec
                                    "vLLM mean acceptance length), measured at K draft steps.")
 @click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
 @click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
+@click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP)
+@click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
+              default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP)
+@click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP)
 @click.option("--steps", default="1-10", show_default=True, help="Step counts to compare, e.g. 1-10 or 2,4,6.")
 @click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Per-cycle time outside draft and verify (sampling, scheduling).")
+@click.option("--extrapolate", is_flag=True,
+              help="Extrapolate the verify time linearly beyond the measured token counts (rows "
+                   "marked *); without it those step counts are left out.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, steps, other_ms, as_json):
+def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sglang_accept_rate,
+              sglang_rate_convention, vllm_acceptance_rate, steps, other_ms, extrapolate, as_json):
     """Plan the speculative draft step count from draft/verify timings and acceptance.
 
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
     + verify(k+1) + other; tok/s = 1000 x tau / cycle. k = 0 is plain decoding.
     """
     try:
-        step_list = specdec.parse_steps(steps)
-        acceptance = specdec.acceptance_from_options(accept_len, accept_rate, accept_per_pos)
-        values, at = specdec.parse_at(verify_ms, "--verify-ms")
-        if at is None and len(values) != 1:
-            raise ValueError("--verify-ms with several values needs @T1,T2,... (tokens per sequence)")
-        verify = specdec.MeasuredVerify.from_lists(at or [1], values)
+        step_list = specdec.parse_steps(steps, "--steps")
+        acceptance = specdec.acceptance_from_options(
+            accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
+            sglang_rate_convention)
+        verify = specdec.verify_from_option(verify_ms, "--verify-ms")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if acceptance.max_k is not None and step_list[-1] > acceptance.max_k:
         raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; --steps goes "
                                f"to {step_list[-1]}")
+    # model.py's contract: beyond what was measured, refuse unless asked, then say so.
+    beyond = [k for k in [0, *step_list] if verify.extrapolated(k + 1)]
+    if beyond and not extrapolate:
+        if 0 in beyond:
+            raise click.UsageError(f"--verify-ms '{verify_ms}' has no point at 1 token (plain "
+                                   "decoding): add one, or pass --extrapolate")
+        step_list = [k for k in step_list if k not in beyond]
+        if not step_list:
+            raise click.UsageError(f"--verify-ms '{verify_ms}' covers none of --steps '{steps}' "
+                                   "(k + 1 tokens per sequence): measure those or pass --extrapolate")
+    left_out = beyond if not extrapolate else []
     try:
         plans = specdec.plan_steps([0, *step_list], acceptance.tau, draft_ms, verify, other_ms)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     plain = plans[0]
     best = specdec.best_step(plans[1:])
+    extrapolated = {p.k: p.k + 1 for p in plans if p.extrapolated}
+    note = ("EXTRAPOLATED (--extrapolate; rows marked *): verify time at "
+            + ", ".join(f"{t} tokens (k = {k})" for k, t in extrapolated.items())
+            + f" beyond the measured token counts {_counts(verify)}") if extrapolated else None
+    skipped_note = (f"steps left out (k + 1 tokens beyond the measured token counts "
+                    f"{_counts(verify)}; --extrapolate): {', '.join(map(str, left_out))}"
+                    if left_out else None)
     if as_json:
         from dataclasses import asdict
 
@@ -55,11 +87,14 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, step
                    "draft_ms": draft_ms, "other_ms": other_ms,
                    "plans": [asdict(p) for p in plans], "best_k": best.k, "best_tok_s": best.tok_s,
                    "plain_tok_s": plain.tok_s, "speedup": best.tok_s / plain.tok_s,
+                   "skipped_steps": left_out,
+                   "extrapolated_verify_tokens": {str(k): t for k, t in extrapolated.items()},
+                   "extrapolation_note": note,
                    "conventions": _conventions(acceptance, best.k)})
         return
     click.echo(f"acceptance: {acceptance.description}")
     flat = len(verify.points) == 1
-    click.echo("verify: " + (f"{values[0]:g} ms for any token count (flat: dense-like; give "
+    click.echo("verify: " + (f"{verify.points[0][1]:g} ms for any token count (flat: dense-like; give "
                              "V1,V2@T1,T2 for a verify that rises with tokens)" if flat else
                              ", ".join(f"{m:g} ms @ {t} tokens" for t, m in verify.points)))
     rows = []
@@ -70,8 +105,9 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, step
                      "<- best" if p is best else ""])
     click.echo(tabulate(rows, headers=["k", "tau", "draft ms", "verify ms", "cycle ms", "tok/s",
                                        "vs plain", ""], tablefmt="simple", disable_numparse=True))
-    if any(p.extrapolated for p in plans):
-        click.echo("* verify time extrapolated linearly beyond the measured token counts")
+    for line in (note, skipped_note):
+        if line:
+            click.echo(line)
     click.echo(f"best: k = {best.k} draft steps, {best.tok_s:.1f} tok/s "
                f"({best.tok_s / plain.tok_s:.2f}x plain decoding)")
     conv = _conventions(acceptance, best.k)
@@ -79,6 +115,10 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, step
                f"{conv['sglang_accept_rate']:.3f} (recent; {conv['sglang_accept_rate_total']:.3f} in "
                f"releases that count the bonus token); vLLM draft acceptance rate "
                f"{conv['vllm_draft_acceptance_rate']:.3f}")
+
+
+def _counts(verify) -> str:
+    return "-".join(str(t) for t in (verify.points[0][0], verify.points[-1][0]))
 
 
 def _conventions(acceptance, k: int) -> dict:

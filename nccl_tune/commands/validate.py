@@ -11,8 +11,10 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
+from nccl_tune.costmodel import TOPOLOGIES
 from nccl_tune.errors import NcclTuneError
 
+MAX_STEPS = 64  # as nccl_tune.specdec.MAX_STEPS
 VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
                  "no significant difference": "the profile makes no significant difference",
                  "unknown": "no verdict"}
@@ -25,6 +27,9 @@ def _steps(text: str) -> list[int]:
         raise click.BadParameter(f"{text!r}: give step counts like 0,1,2,3,5", param_hint="--steps") from None
     if not values or min(values) < 0:
         raise click.BadParameter("give non-negative step counts, e.g. 0,1,2", param_hint="--steps")
+    if max(values) > MAX_STEPS:
+        raise click.BadParameter(f"{text!r}: more than {MAX_STEPS} draft steps is not a plan",
+                                 param_hint="--steps")
     return list(dict.fromkeys(values))
 
 
@@ -59,6 +64,11 @@ def _tok_s(row: dict) -> str:
     return f"{row['tok_s']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
 
 
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def render(result: dict) -> str:
     """The validation table, best step counts, notes and verdict as text."""
     table = []
@@ -70,12 +80,17 @@ def render(result: dict) -> str:
                       _fmt(r["draft_ms"], ".3f"), _fmt(r["verify_ms"], ".3f"), speed or "-",
                       _fmt(r["measured_saving_ms"], "+.3f"), _fmt(r["predicted_saving_ms"], "+.3f"),
                       _fmt(r["prediction_error_ms"], "+.3f")])
+    kind = result.get("prediction_kind")
     headers = ["steps", "config", "tok/s mean [95% CI]", "accept len", "draft ms", "verify ms",
-               "speedup vs baseline", "saved ms/tok", "predicted", "difference"]
+               "speedup vs baseline", "saved ms/tok", f"predicted ({kind})" if kind else "predicted",
+               "difference"]
     lines = [f"validate {result['profile']} on engine {result['engine']} "
              f"({result['backend'] or '?'}, {result['world_size']} ranks), {result['runs']} runs x "
              f"{result['max_tokens']} tokens per configuration",
              tabulate(table, headers=headers, tablefmt="simple")]
+    for r in result["rows"]:
+        if r["status"] != "ok" and r.get("error"):
+            lines.append(f"{r['status']}: {r['config']} at steps {r['steps']}: {_short(r['error'])}")
     best = result["best_steps"]
     lines.append(f"best step count: baseline {best['baseline']}, profile {best['profile']}")
     for note in result["notes"]:
@@ -106,8 +121,10 @@ def render(result: dict) -> str:
               help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].")
 @click.option("--results", "results_path", default=None, type=click.Path(dir_okay=False),
               help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
-@click.option("--topology", default="pcie", show_default=True,
-              help="Cost-model topology when --results is not given (nvlink, pcie, pcie-shm).")
+@click.option("--results-any-world", is_flag=True,
+              help="Predict from --results of another world size than this run's (said in the output).")
+@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="pcie", show_default=True,
+              help="Cost-model topology when --results is not given.")
 @click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
 @click.option("--hidden", type=click.IntRange(1), default=None, help="Served model's hidden size (sglang prediction).")
 @click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
@@ -120,8 +137,8 @@ def render(result: dict) -> str:
               help="Replaces 'python -m sglang.launch_server' (tests use a stand-in).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
-             server_args, out, results_path, topology, layers, hidden, dtype, draft_layers,
-             timeout, health_timeout, server_command, as_json) -> None:
+             server_args, out, results_path, results_any_world, topology, layers, hidden, dtype,
+             draft_layers, timeout, health_timeout, server_command, as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
@@ -145,13 +162,18 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     if nproc is None:
         nproc = (_gpu_count() or 2) if engine == "builtin" else (lib._tp_size(
             lib.split_args(server_args, "--server-args")) or 1)
+    if engine == "builtin":
+        lib.check_loop_args(margs, nproc, steps)
     opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
-                       results=results_path, topology=topology, layers=layers, hidden=hidden,
+                       results=results_path, results_any_world=results_any_world,
+                       topology=topology, layers=layers, hidden=hidden,
                        dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
+    _check_writable(opts.out)
+    lib.check_results(opts)
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = 2 * len(steps)
     with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
@@ -160,3 +182,20 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
         emit_json(result)
     else:
         click.echo(render(result))
+    if not any(r["status"] == "ok" for r in result["rows"]):
+        sys.exit(1)  # no configuration ran: the table above shows why
+
+
+def _check_writable(path: str) -> None:
+    """NcclTuneError before the first launch when the results file cannot be appended to."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise NcclTuneError("cannot write: its folder does not exist", path=path)
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
+    if not existed:
+        os.unlink(path)  # created only to test; the first record creates it for real
