@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import time
@@ -30,6 +31,111 @@ FIELDS = (
     "error", "time", "round", "label",
 )
 LAT_KEYS = ("min", "p10", "p50", "p90", "p99", "max", "mean", "cv", "n")
+
+
+# ---------------------------------------------------------------- field types
+#
+# What a reader may assume of a record's fields. A line whose JSON is valid but whose
+# fields have other types (a hand edit, another tool's output, a bug elsewhere) is
+# skipped like a corrupt line: readers (report, recommend, sweep resume, validate)
+# index, hash and compute with these values. Every field may also be absent or null.
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite_nonneg(value) -> bool:
+    return _is_number(value) and math.isfinite(value) and value >= 0
+
+
+def _str_map(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in value.items())
+
+
+def _str_list(value) -> bool:
+    return isinstance(value, list) and all(v is None or isinstance(v, str) for v in value)
+
+
+def _lat(value) -> bool:
+    if not isinstance(value, dict):
+        return False
+    for key in LAT_KEYS:
+        item = value.get(key)
+        if item is None:
+            continue
+        if key == "n" and not (_is_int(item) and item >= 0):
+            return False
+        if key != "n" and not _finite_nonneg(item):
+            return False
+    return True
+
+
+def _effective(value) -> bool:
+    return (isinstance(value, dict)
+            and all(value.get(k) is None or isinstance(value[k], str) for k in ("algo", "proto", "detail"))
+            and (value.get("channels") is None or _is_int(value["channels"]))
+            and value.get("confirmed") in (None, True, False))
+
+
+# field -> (check of a non-null value, what it must be)
+FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "run_id": (lambda v: isinstance(v, str), "a string"),
+    "cell": (lambda v: isinstance(v, str), "a string"),
+    "env": (_str_map, "an object of NAME: string values"),
+    "backend": (lambda v: isinstance(v, str), "a string"),
+    "op": (lambda v: isinstance(v, str), "a string"),
+    "mode": (lambda v: isinstance(v, str), "a string"),
+    "world_size": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "nnodes": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "bytes": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "dtype": (lambda v: isinstance(v, str), "a string"),
+    "iters": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "lat_us": (_lat, "an object of finite non-negative numbers (n an integer)"),
+    "samples_us": (lambda v: isinstance(v, list) and all(_finite_nonneg(x) for x in v),
+                   "a list of finite non-negative numbers"),
+    "algbw_gbps": (_finite_nonneg, "a finite non-negative number"),
+    "busbw_gbps": (_finite_nonneg, "a finite non-negative number"),
+    "correct": (lambda v: isinstance(v, bool), "true or false"),
+    "wrong": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "effective": (_effective, "an object with string algo/proto/detail, integer channels and "
+                              "boolean confirmed"),
+    "versions": (lambda v: isinstance(v, dict) and all(x is None or isinstance(x, str)
+                                                       for x in v.values()),
+                 "an object of version strings"),
+    "host": (lambda v: isinstance(v, str), "a string"),
+    "hosts": (_str_list, "a list of strings"),
+    "gpus": (_str_list, "a list of strings"),
+    "topology": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "status": (lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+    "error": (lambda v: isinstance(v, str), "a string"),
+    "time": (lambda v: isinstance(v, str), "a string"),
+    "round": (_is_int, "an integer"),
+    "label": (lambda v: isinstance(v, str), "a string"),
+    "rung": (_is_int, "an integer"),
+    "final": (lambda v: isinstance(v, bool), "true or false"),
+    "superseded": (lambda v: isinstance(v, bool), "true or false"),
+    "strategy": (lambda v: isinstance(v, str), "a string"),
+    "isolation": (lambda v: isinstance(v, str), "a string"),
+    "source_file": (lambda v: isinstance(v, str), "a string"),
+    "conf_files": (lambda v: isinstance(v, dict) and all(_str_map(x) for x in v.values()),
+                   "an object of path: {NAME: value}"),
+}
+
+
+def field_problem(record: dict) -> str | None:
+    """Why a decoded record cannot be used ('field X: ...'), or None when it can."""
+    for name, (check, expected) in FIELD_TYPES.items():
+        value = record.get(name)
+        if value is not None and not check(value):
+            shown = json.dumps(value, default=str)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return f"field {name} is {shown}, expected {expected}"
+    return None
 
 
 def cell_id(env: dict[str, str]) -> str:
@@ -115,8 +221,12 @@ def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterat
             else:
                 if not isinstance(record, dict) or "schema" not in record:
                     problem = "not a nccl-tune record"
-                elif not isinstance(record["schema"], int) or record["schema"] > SCHEMA:
+                elif not _is_int(record["schema"]) or record["schema"] < 1:
+                    problem = f"field schema is {json.dumps(record['schema'])}, expected a positive integer"
+                elif record["schema"] > SCHEMA:
                     problem = f"schema {record['schema']!r} is newer than this tool's {SCHEMA}"
+                else:
+                    problem = field_problem(record)
             if problem:
                 if warn:
                     warn(f"{path}:{number}: skipped: {problem}")
