@@ -185,11 +185,23 @@ def make_record(**fields) -> dict:
 
 
 def append_record(path: str, record: dict) -> None:
-    """Append one record as a line and flush it to disk before returning."""
+    """Append one record as a line and flush it to disk before returning.
+
+    A file whose last line is torn (a crash mid-write leaves no final newline) gets a
+    newline first, so the new record starts a line of its own instead of being glued to
+    the fragment (readers skip the fragment alone).
+    """
     line = json.dumps(record, separators=(",", ":"), default=str)
     try:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        with open(path, "a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                torn = handle.read(1) != b"\n"
+                handle.seek(0, os.SEEK_END)
+                if torn:
+                    handle.write(b"\n")
+            handle.write(line.encode("utf-8") + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:

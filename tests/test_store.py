@@ -129,3 +129,31 @@ def test_sweep_resume_skips_wrongly_typed_lines(tmp_path):
     sweeplib.run_rounds(engine, cells, rounds=1, seed=1)
     assert engine.stats.cells_reused == len(cells) and engine.stats.cells_measured == 0
     assert len(warnings) == len(BAD_LINES) + 1
+
+
+def test_append_after_a_torn_last_line_starts_a_new_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    store.append_record(str(path), _good())
+    with open(path, "a") as handle:
+        handle.write('{"schema": 1, "cell": "tr')  # a crash mid-write: no newline
+    store.append_record(str(path), _good(round=2))
+    warnings = []
+    assert [r["round"] for r in store.iter_records(str(path), warnings.append)] == [1, 2]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path}:2: skipped: not JSON")
+
+
+def test_sweep_resume_after_a_torn_line_loses_no_new_record(tmp_path):
+    path = tmp_path / "r.jsonl"
+    cells, land = _sim_results(path, rounds=1)
+    text = path.read_text()
+    path.write_text(text[:-40])  # the last record cut mid-line, as a crash leaves it
+    warnings = []
+    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", (NBYTES,), iters=50),
+                                  launch.Launcher(nproc=8), str(path), landscape=land,
+                                  warn=warnings.append)
+    sweeplib.run_rounds(engine, cells, rounds=2, seed=1)
+    assert engine.stats.cells_reused == len(cells) - 1
+    records = store.read_records([str(path)], warnings.append)
+    keys = [(r["cell"], r["round"]) for r in records]
+    assert sorted(keys) == sorted({(c.id, rnd) for c in cells for rnd in (1, 2)})
+    assert all("not JSON" in w for w in warnings)
