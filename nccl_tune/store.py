@@ -128,13 +128,17 @@ FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
 
 
 def field_problem(record: dict) -> str | None:
-    """Why a decoded record cannot be used ('field X: ...'), or None when it can."""
+    """Why a decoded record cannot be used ('field X is ..., expected ...'), or None."""
     for name, (check, expected) in FIELD_TYPES.items():
         value = record.get(name)
         if value is not None and not check(value):
             shown = json.dumps(value, default=str)
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             return f"field {name} is {shown}, expected {expected}"
+    p50 = (record.get("lat_us") or {}).get("p50")
+    if p50 is not None and p50 <= 0 and (record.get("status") or "ok") == "ok":
+        # Latency curves and bandwidths divide by it; zero is no measurement.
+        return f"field lat_us has p50 {p50}, expected a positive latency in an ok record"
     return None
 
 

@@ -37,6 +37,7 @@ BAD_FIELDS = [
     ("nnodes", 1.5), ("bytes", "abc"), ("bytes", 0), ("bytes", -4), ("dtype", 2), ("iters", -1),
     ("lat_us", "zz"), ("lat_us", {"p50": "zz"}), ("lat_us", {"p50": -1.0}),
     ("lat_us", {"p50": float("nan")}), ("lat_us", {"p50": float("inf")}), ("lat_us", {"n": 2.5}),
+    ("lat_us", {"p50": 0.0}),
     ("lat_us", {"cv": "x"}), ("samples_us", ["a"]), ("samples_us", "abc"),
     ("samples_us", [1.0, float("nan")]), ("algbw_gbps", "x"), ("busbw_gbps", -1),
     ("correct", "yes"), ("wrong", "3"), ("wrong", -1), ("effective", "Ring"),
@@ -57,6 +58,7 @@ def test_the_schema_table_covers_every_contract_field_readers_use():
 
 def test_a_good_record_and_nulls_pass():
     assert store.field_problem(_good()) is None
+    assert store.field_problem(_good(status="timeout", lat_us={"p50": 0.0})) is None
     assert store.field_problem(store.make_record(env={})) is None
     assert store.field_problem({name: None for name in store.FIELD_TYPES}) is None
 
