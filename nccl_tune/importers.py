@@ -40,8 +40,14 @@ def _latency(out: dict, iters: int | None) -> tuple[dict, str]:
 
 
 def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | None,
-                label: str | None, op: str | None, run_id: str) -> list[dict]:
-    """One record per row of a run (DESIGN.md section 3 via store.make_record)."""
+                label: str | None, op: str | None, run_id: str,
+                host: str | None = None) -> list[dict]:
+    """One record per row of a run (DESIGN.md section 3 via store.make_record).
+
+    `host` names the machine when the file does not (a pasted table): the report
+    compares results of one machine only, and tells files without a host apart by
+    `source_file`.
+    """
     cell_env = dict(run.env if env is None else env)
     nranks = len(run.gpus) or None
     the_op = op or run.op or infer_op(run.rows)
@@ -81,7 +87,9 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
             busbw_gbps=(out or {}).get("busbw_gbps"), correct=correct, wrong=wrong, effective=None,
             versions={"nccl": versions.get("nccl"), "torch": None, "cuda": None,
                       "nccl_tests": versions.get("nccl_tests")},
-            host=run.hosts[0] if run.hosts else None, gpus=run.gpus or None, topology=None,
+            host=host or (run.hosts[0] if run.hosts else None),
+            hosts=[host] if host else (sorted(set(run.hosts)) or None),
+            gpus=run.gpus or None, topology=None,
             status=status, error=error, round=run.number, label=label,
             latency_stat=stat, redop=row.get("redop"), root=row.get("root"),
             inplace=None if inplace is None else {k: inplace.get(k) for k in
@@ -109,7 +117,8 @@ def parse_env_option(text: str) -> dict[str, str]:
 
 
 def import_file(path: str, *, env: dict[str, str] | None = None, label: str | None = None,
-                op: str | None = None, run_id: str | None = None) -> tuple[list[dict], list[Run]]:
+                op: str | None = None, run_id: str | None = None,
+                host: str | None = None) -> tuple[list[dict], list[Run]]:
     """Records of one nccl-tests output file (text or -J JSON) and the runs found in it."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -121,5 +130,6 @@ def import_file(path: str, *, env: dict[str, str] | None = None, label: str | No
     run_id = run_id or store.new_run_id()
     records = []
     for run in runs:
-        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id)
+        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id,
+                               host=host)
     return records, runs

@@ -111,6 +111,10 @@ class SweepEngine:
         self.work_dir = out + ".work"
         self._launch_no = 0
         self._recorded: dict[tuple, dict] = {}
+        # Where this sweep's ranks ran (rank 0's records say): stamped on the records the
+        # engine writes itself for cells a launch did not finish, so the report lists a
+        # failure beside the cells measured on the same machine.
+        self._machine: dict = {}
         self._load_existing()
 
     # -- the results file
@@ -217,6 +221,7 @@ class SweepEngine:
                 if request is None or key in finished:
                     return  # records of a cell this launch was not asked for
                 finished.add(key)
+                self._note_machine(records)
                 if self._shared_comm_cell(request, launch_size):
                     confirmations.extend((r.get("effective") or {}).get("confirmed")
                                          for r in records if r.get("status") == "ok")
@@ -310,11 +315,19 @@ class SweepEngine:
                   for nbytes in self.options.sizes if nbytes not in have]
         return self._finish(request, partial + filler)
 
+    def _note_machine(self, records: list[dict]) -> None:
+        for record in records:
+            if record.get("status") == "ok" and record.get("host"):
+                self._machine = {k: record.get(k) for k in ("host", "hosts", "gpus", "mode")
+                                 if record.get(k) is not None}
+
     def _record(self, request: Request, nbytes: int, launch_size: int = 1, **fields) -> dict:
         world = self.launcher.world_size if self.launcher else None
+        machine = dict(self._machine)
+        machine.setdefault("mode", self.options.mode)  # the mode the ranks resolved, once known
         return store.make_record(
             run_id=self.run_id, cell=request.cell.id, env=dict(request.cell.env),
-            backend=self.options.backend, op=self.options.op, mode=self.options.mode,
+            backend=self.options.backend, op=self.options.op, **machine,
             world_size=world, nnodes=self.launcher.nnodes if self.launcher else None,
             bytes=nbytes, dtype=self.options.dtype, iters=request.iters or self.options.iters,
             round=request.round, **self._extra(request, launch_size), **fields)

@@ -126,6 +126,13 @@ def test_crash_mid_group_blames_one_cell_and_relaunches_the_rest(tmp_path):
     assert [status[c.id] for c in order] == ["ok", "ok", "failed", "ok", "ok", "failed", "ok"]
     assert "Segmentation fault" in next(r["error"] for r in records if r["cell"] == order[2].id)
     assert engine.stats.launches == 3 and engine.stats.relaunches == 2
+    # The engine's records of the crashed cells carry the machine and mode the ranks
+    # reported, so the report lists them in the same family as the cells that ran.
+    from nccl_tune import report
+
+    rows = report.summarize(records)
+    assert len({(s.machine, s.mode, s.dtype) for s in rows}) == 1
+    assert len(rows) == len(g.cells) * len(SIZES)
 
 
 def test_hang_mid_group_times_out_one_cell(tmp_path):

@@ -16,11 +16,15 @@ from nccl_tune.errors import NcclTuneError
 @click.option("--env", "env_text", metavar='"NCCL_A=x NCCL_B=y"',
               help="The settings the runs used (replaces what the files' headers say; '' = baseline).")
 @click.option("--label", help="A label stored in every record.")
+@click.option("--host", metavar="NAME",
+              help="The machine the runs ran on (replaces the hosts the files name). The report "
+                   "compares results of one machine only; files that name no host are compared "
+                   "only within themselves unless given the same --host.")
 @click.option("--op", type=click.Choice(["allreduce", "all_gather", "reduce_scatter"]),
               help="The collective, when the file does not say (else read or inferred).")
 @click.option("--out", required=True, help="Results file to append to (JSON Lines).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def import_nccl_tests(files, env_text, label, op, out, as_json):
+def import_nccl_tests(files, env_text, label, host, op, out, as_json):
     """Convert all_reduce_perf (all_gather, reduce_scatter) output into results records.
 
     One record per run and size (backend nccl-tests); the out-of-place time is the
@@ -31,7 +35,8 @@ def import_nccl_tests(files, env_text, label, op, out, as_json):
     run_id = store.new_run_id()
     parsed = []
     for path in files:  # read all first: a bad file aborts before anything is appended
-        records, runs = importers.import_file(path, env=env, label=label, op=op, run_id=run_id)
+        records, runs = importers.import_file(path, env=env, label=label, op=op, run_id=run_id,
+                                              host=host)
         parsed.append((path, records, runs))
     summary = []
     for path, records, runs in parsed:
