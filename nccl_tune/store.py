@@ -218,15 +218,20 @@ def append_records(path: str, records: Iterable[dict]) -> None:
         append_record(path, record)
 
 
-def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
-    """Yield the valid records of one file; report each skipped line through `warn`."""
+def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None
+                          ) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of the valid records of one file; skipped lines go to `warn`.
+
+    Lines are split at '\\n' only (as they are written), so numbers stay valid for
+    `mark_superseded`.
+    """
     try:
-        handle = open(path, encoding="utf-8", errors="replace")
+        handle = open(path, "rb")
     except OSError as exc:
         raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
     with handle:
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
+        for number, raw in enumerate(handle, start=1):
+            text = raw.decode("utf-8", errors="replace").strip()
             if not text:
                 continue
             problem = None
@@ -247,7 +252,64 @@ def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterat
                 if warn:
                     warn(f"{path}:{number}: skipped: {problem}")
                 continue
-            yield record
+            yield number, record
+
+
+def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
+    """Yield the valid records of one file; report each skipped line through `warn`."""
+    for _, record in iter_numbered_records(path, warn):
+        yield record
+
+
+def mark_superseded(path: str, line_numbers: Iterable[int], **marks) -> int:
+    """Mark the records on `line_numbers` `superseded: true, final: false` (plus `marks`).
+
+    The one exception to append-only: a resumed sweep that measures a failed cell again
+    keeps the failed records but takes them out of every verdict. The file is rewritten
+    atomically (a temporary file beside it, then a rename); every other line is kept
+    byte for byte, corrupt ones included. Returns how many records were marked.
+    """
+    wanted = set(line_numbers)
+    if not wanted:
+        return 0
+    try:
+        with open(path, "rb") as handle:
+            lines = handle.read().split(b"\n")
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    if lines and lines[-1] == b"":
+        lines.pop()  # the final newline
+    marked = 0
+    for index in sorted(wanted):
+        if not 1 <= index <= len(lines):
+            continue
+        try:
+            record = json.loads(lines[index - 1].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        record.update(superseded=True, final=False, **marks)
+        lines[index - 1] = json.dumps(record, separators=(",", ":"), default=str).encode("utf-8")
+        marked += 1
+    temp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(b"\n".join(lines) + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.chmod(temp, os.stat(path).st_mode & 0o7777)
+        except OSError:
+            pass
+        os.replace(temp, path)
+    except OSError as exc:
+        try:
+            os.remove(temp)
+        except OSError:
+            pass
+        raise NcclTuneError(f"cannot rewrite: {exc.strerror}", path=path) from None
+    return marked
 
 
 def read_records(paths: Iterable[str], warn: Callable[[str], None] | None = None) -> list[dict]:

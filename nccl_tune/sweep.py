@@ -21,6 +21,10 @@ How a batch runs (DESIGN.md sections 4-5):
   started, the cell it was measuring is recorded as timeout/failed with the last lines
   of output, and the cells it had not reached are launched again.
 - Ctrl-C kills the running launch; every cell already complete is in the file.
+- Resume: a (cell, round, rung) already recorded is not measured again, unless its
+  records say failed or timeout (a crash, a hang, a machine that went away): those are
+  measured again, and their old records are kept in the file marked `superseded: true,
+  final: false` (`retried_by`: the run id). `wrong` is a result, never retried.
 - The `sim` backend draws records from nccl_tune.simbackend instead of launching.
 
 Options, sizes, the launch environment, round orders and estimates live in
@@ -65,6 +69,7 @@ class SweepStats:
     reruns: int = 0  # process-isolated re-runs of unconfirmed cells
     cells_measured: int = 0
     cells_reused: int = 0  # already in the results file (resume)
+    retried: int = 0  # recorded as failed/timeout before, measured again (resume)
     failures: dict = field(default_factory=dict)  # status -> count of cells
     records_written: int = 0
     wall_s: float = 0.0
@@ -83,6 +88,9 @@ class SweepInterrupted(Exception):
 
 def _key(cell: str, round_, rung, nbytes) -> tuple:
     return (cell, round_, rung, nbytes)
+
+
+RETRIED_STATUSES = ("failed", "timeout")  # measured again on resume; `wrong` is a result
 
 
 class SweepEngine:
@@ -111,6 +119,8 @@ class SweepEngine:
         self.work_dir = out + ".work"
         self._launch_no = 0
         self._recorded: dict[tuple, dict] = {}
+        self._lines: dict[tuple, list[int]] = {}  # (cell, round, rung) -> its lines in the file
+        self._retry: set[tuple] = set()  # recorded as failed/timeout: measure again
         # Where this sweep's ranks ran (rank 0's records say): stamped on the records the
         # engine writes itself for cells a launch did not finish, so the report lists a
         # failure beside the cells measured on the same machine.
@@ -132,22 +142,50 @@ class SweepEngine:
     def _load_existing(self) -> None:
         if not os.path.exists(self.out):
             return
-        for record in store.iter_records(self.out, self.warn):
+        for number, record in store.iter_numbered_records(self.out, self.warn):
             if self._matches(record):
                 key = _key(record.get("cell"), record.get("round"), record.get("rung"),
                            record.get("bytes"))
                 self._recorded.setdefault(key, record)
+                self._lines.setdefault(key[:3], []).append(number)
+                if record.get("status") in RETRIED_STATUSES:
+                    self._retry.add(key[:3])
+        if self._retry:
+            self.warn(f"{self.out}: {len(self._retry)} recorded (cell, round) pair(s) failed or timed "
+                      "out: measured again when the sweep reaches them (the old records are kept, "
+                      "marked superseded)")
 
     def recorded_requests(self) -> set[tuple]:
-        """(cell, round, rung) of every request with a record in the file (resume)."""
-        return {key[:3] for key in self._recorded}
+        """(cell, round, rung) of every request with a record in the file (resume), less
+        those recorded as failed or timeout (they are measured again)."""
+        return {key[:3] for key in self._recorded} - self._retry
 
     def existing(self, request: Request) -> list[dict] | None:
-        """The request's records already in the file (every size), or None."""
+        """The request's records already in the file (every size), or None (measure it).
+
+        None too when they say failed or timeout: those are measured again on resume.
+        """
         rung = request.extra.get("rung")
+        if (request.cell.id, request.round, rung) in self._retry:
+            return None
         found = [self._recorded.get(_key(request.cell.id, request.round, rung, b))
                  for b in self.options.sizes]
         return found if all(found) else None
+
+    def _supersede(self, requests: list[Request]) -> None:
+        """Mark the failed/timeout records of `requests` superseded before measuring them again."""
+        pairs = [self._req_key(r) for r in requests if self._req_key(r) in self._retry]
+        if not pairs or (self.launcher is not None and not self.launcher.writes_records
+                         and self.options.backend != "sim"):
+            return
+        lines = [n for pair in pairs for n in self._lines.get(pair, [])]
+        store.mark_superseded(self.out, lines, retried_by=self.run_id)
+        for pair in pairs:
+            self._retry.discard(pair)
+            self._lines.pop(pair, None)
+            for key in [k for k in self._recorded if k[:3] == pair]:
+                del self._recorded[key]
+        self.stats.retried += len(pairs)
 
     def _write(self, records: list[dict]) -> list[dict]:
         if self.launcher is not None and not self.launcher.writes_records and \
@@ -184,6 +222,7 @@ class SweepEngine:
                 self.stats.cells_reused += 1
             else:
                 todo.append(request)
+        self._supersede(todo)
         try:
             for batch in self._batches(todo):
                 for req_key, records in self._run_batch(batch).items():

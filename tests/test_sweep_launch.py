@@ -174,3 +174,20 @@ def test_missing_launcher_fails_fast(tmp_path):
     assert {r["status"] for r in records} == {"failed"} and len(records) == len(g.cells) * len(SIZES)
     assert any("cannot start /no/such/torchrun" in r["error"] for r in records)
     assert (tmp_path / "r.jsonl.work").is_dir()  # failed launches keep their logs
+
+
+def test_resume_after_crashes_measures_the_crashed_cells_again(tmp_path):
+    g = _grid("NCCL_NTHREADS=256,default")
+    crashed = _engine(tmp_path, mode="crash", isolation="process")
+    sweeplib.run_rounds(crashed, g.cells, rounds=1, seed=0)
+    assert {r["status"] for r in _records(tmp_path)} == {"failed"}
+    working = _engine(tmp_path, isolation="process")
+    sweeplib.run_rounds(working, g.cells, rounds=1, seed=0)
+    assert working.stats.retried == 2 and working.stats.launches == 2
+    records = _records(tmp_path)
+    old = [r for r in records if r.get("superseded")]
+    new = [r for r in records if not r.get("superseded")]
+    assert len(old) == len(new) == 2 * len(SIZES)
+    assert {r["status"] for r in old} == {"failed"} and all(r["final"] is False for r in old)
+    assert {r["status"] for r in new} == {"ok"}
+    assert _left_alive(tmp_path) == []
