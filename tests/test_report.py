@@ -99,7 +99,7 @@ def test_report_text_lists_failures_and_flags(cli_runner, tmp_path):
     out = result.output
     assert "allreduce, 14336 B, world 8, backend nccl" in out
     assert "wrong    NCCL_PROTO=LL128 @ 14336 B: 1024 wrong elements" in out
-    assert "timeout  NCCL_ALGO=Tree @ 14336 B: launch timed out; last lines of output:" in out
+    assert "timeout  NCCL_ALGO=Tree @ 14336 B: launch timed out: NCCL WARN stuck" in out
     assert "! unverified" in out and "flagged '!'" in out
     assert "SIMULATED" not in out
 

@@ -296,3 +296,27 @@ def test_resume_measures_failed_and_timed_out_cells_again_but_not_wrong_ones(tmp
     third = _sim_engine(out)
     sweeplib.run_rounds(third, g.cells, rounds=2, seed=1)
     assert third.stats.retried == 0 and third.stats.cells_measured == 0
+
+
+def test_launch_error_text_leads_with_the_ranks_own_error():
+    tail = ["[rank1]: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
+            "microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
+            "microbench.allreduce: rank 0: lost contact with the other ranks (a peer closed its connection)",
+            "some trailing line"]
+    text = launch.LaunchOutcome("failed", 1, 1.0, tail, "/tmp/x.log").error_text()
+    assert text.splitlines()[0] == ("launch exited with code 1: microbench.allreduce: rank 1: failed: "
+                                    "RuntimeError: NCCL error in: x.cpp:1, unhandled system error")
+    assert text.splitlines()[1] == "(full output: /tmp/x.log) last lines of output:"
+    assert text.splitlines()[2:] == tail
+    assert launch.summarize_error(text) == text.splitlines()[0] + " (full output: /tmp/x.log)"
+    # Without an error-looking line: the last line; no output at all: said so.
+    plain = launch.LaunchOutcome("failed", 3, 1.0, ["step 1", "step 2"], "/tmp/y.log").error_text()
+    assert plain.splitlines()[0] == "launch exited with code 3: step 2"
+    assert launch.LaunchOutcome("timeout", None, 1.0, [], "/tmp/z.log").error_text() == (
+        "launch timed out (no output; full output: /tmp/z.log)")
+    # Records written before this format get the same one-line summary in reports.
+    old = "launch exited with code 3 (full output: /w/l.log); last lines of output:\n" + "\n".join(tail)
+    assert launch.summarize_error(old) == (
+        "launch exited with code 3: microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: "
+        "x.cpp:1, unhandled system error (full output: /w/l.log)")
+    assert launch.summarize_error("simulated: NCCL would fail") == "simulated: NCCL would fail"

@@ -191,3 +191,18 @@ def test_resume_after_crashes_measures_the_crashed_cells_again(tmp_path):
     assert {r["status"] for r in old} == {"failed"} and all(r["final"] is False for r in old)
     assert {r["status"] for r in new} == {"ok"}
     assert _left_alive(tmp_path) == []
+
+
+def test_a_ranks_error_leads_the_record_and_the_report(tmp_path, cli_runner):
+    from nccl_tune.cli import cli
+
+    engine = _engine(tmp_path, mode="rankerror", isolation="process")
+    sweeplib.run_rounds(engine, _grid("NCCL_NTHREADS=256").cells[:1], rounds=1, seed=0)
+    (record, _) = _records(tmp_path)
+    first, second = record["error"].splitlines()[:2]
+    assert first == ("launch exited with code 1: microbench.allreduce: rank 1: failed: RuntimeError: "
+                     "NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error")
+    log = second[len("(full output: "):second.index(")")]
+    assert second.startswith("(full output: ") and "[rank1]: Traceback" in open(log).read()
+    out = cli_runner.invoke(cli, ["report", str(tmp_path / "r.jsonl")]).output
+    assert f"@ 1024 B: {first} (full output: {log})" in out

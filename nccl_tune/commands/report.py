@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.launch import summarize_error
 from nccl_tune.report import ADJUSTMENTS, summarize
 
 SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
@@ -97,7 +98,7 @@ def _print_text(summaries, notes: list[str]) -> None:
     if bad:
         click.echo("\nFailed, timed-out and wrong cells (never candidates):")
         for s in bad:
-            firsts = list(dict.fromkeys(e.splitlines()[0] for e in s.errors if e.splitlines()))
+            firsts = list(dict.fromkeys(summarize_error(e) for e in s.errors if e.strip()))
             text = "; ".join(firsts[:3]) + (f"; and {len(firsts) - 3} more" if len(firsts) > 3 else "")
             click.echo(f"  {s.status:8s} {s.label} @ {s.bytes} B: {text}")
     flagged = sorted({s.label for s in summaries if observation_flag(s)})
@@ -125,7 +126,7 @@ def _write_csv(summaries) -> str:
             "confirmed": s.confirmed, "effective_algo": e.get("algo"),
             "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
             "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final,
-            "errors": " | ".join(x.splitlines()[0] for x in s.errors if x.splitlines())})
+            "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip())})
     return buffer.getvalue()
 
 
