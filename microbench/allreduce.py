@@ -69,6 +69,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Task counts that schedulers and MPI launchers give each process they start. Without
+# torchrun's RANK/WORLD_SIZE, every such task would measure a world of one on its own.
+SCHEDULER_WORLD_VARS = (("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"), ("SLURM_NTASKS", "SLURM_PROCID"),
+                        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"), ("PMI_SIZE", "PMI_RANK"))
+
+
+def scheduler_without_torchrun(environ) -> tuple[str, int, str | None] | None:
+    """(variable, task count, this task's index) when a scheduler or MPI launcher started
+    this process as one of several tasks but torchrun's RANK/WORLD_SIZE are unset; else None.
+
+    Mapping those variables onto torch.distributed is not done: it needs the address of
+    task 0's host (MASTER_ADDR), which SLURM gives only as a compressed node list and
+    Open MPI / PMI not at all. torchrun under the scheduler does this right.
+    """
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        return None
+    for size_var, rank_var in SCHEDULER_WORLD_VARS:
+        value = environ.get(size_var, "").strip()
+        if value.isdigit() and int(value) > 1:
+            return size_var, int(value), environ.get(rank_var)
+    return None
+
+
 def _standalone_env() -> None:
     """Outside torchrun: a world of one process on this host."""
     if "RANK" not in os.environ:
@@ -452,6 +475,16 @@ def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of every rank; returns the process exit code."""
     rank = int(os.environ.get("RANK", "0"))
+    scheduled = scheduler_without_torchrun(os.environ)
+    if scheduled:
+        variable, tasks, task = scheduled
+        if task in (None, "0"):  # one line, not one per task
+            _say(f"error: started as one of {tasks} tasks ({variable}={tasks}) without torchrun's "
+                 "RANK/WORLD_SIZE, so each task would measure a world of 1 alone; start torchrun "
+                 "under the scheduler, one per node: srun --ntasks-per-node 1 python -m "
+                 "torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d "
+                 f"--rdzv-endpoint HOST:PORT -m {PROG} ...")
+        return 2
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None

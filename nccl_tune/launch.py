@@ -7,8 +7,12 @@ Three launchers build an argv list (never a shell line):
 - multi-node: ``... --nnodes N --node-rank K --rdzv-backend static --rdzv-endpoint H:P``
   run once on every node with the same plan; static rendezvous pins global rank 0 to
   node rank 0, which is where records are written;
-- template: a scheduler line such as ``srun --ntasks-per-node 8 python -m {module} {args}``,
-  split with shlex, each placeholder replaced by argv elements: ``{module}``, ``{args}``
+- template: a scheduler line that starts torchrun on every node, such as ``srun
+  --ntasks-per-node 1 python -m torch.distributed.run --nnodes 2 --nproc-per-node 8
+  --rdzv-backend c10d --rdzv-endpoint node0:29500 -m {module} {args}`` (tasks started
+  without torchrun have no RANK/WORLD_SIZE: the microbench refuses to run in them, and
+  the engine fails records whose world is not the expected one), split with shlex,
+  each placeholder replaced by argv elements: ``{module}``, ``{args}``
   (the microbench arguments, one element each), ``{env}`` (KEY=VALUE elements of the
   launch's NCCL settings, for launchers that need them spelled out), ``{nproc}``,
   ``{nnodes}``. Every launcher passes the launch's environment to its child.
@@ -75,6 +79,12 @@ class Launcher:
     def world_size(self) -> int:
         """Ranks in the world (nproc per node x nodes)."""
         return self.nproc * self.nnodes
+
+    @property
+    def expected_world(self) -> int | None:
+        """The world the ranks must form: nproc x nnodes for torchrun; None for a template
+        (what it starts is the template's business, whatever --nproc says)."""
+        return None if self.template is not None else self.world_size
 
     @property
     def writes_records(self) -> bool:

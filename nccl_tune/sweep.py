@@ -416,7 +416,7 @@ class SweepEngine:
         completed: set[tuple] = set()
 
         def poll() -> None:
-            for record in reader.read_new():
+            for record in map(self._check_world, reader.read_new()):
                 key = (record.get("cell"), record.get("round"), record.get("rung"))
                 reader.by_cell.setdefault(key, []).append(record)
                 if key not in completed and self._complete(reader.by_cell[key]):
@@ -434,6 +434,19 @@ class SweepEngine:
             _remove(path)
         _remove_dir(self.work_dir)
         return outcome, partial
+
+    def _check_world(self, record: dict) -> dict:
+        """A record measured in another world than the launcher starts becomes failed (a
+        launcher that started ranks without torchrun measures worlds of one, say)."""
+        expected = self.launcher.expected_world if self.launcher else None
+        world = record.get("world_size")
+        if (expected is None or world is None or world == expected
+                or record.get("status") in ("failed", "timeout")):
+            return record
+        return {**record, "status": "failed", "correct": None, "error": (
+            f"world size mismatch: the ranks formed a world of {world}, but the launcher starts "
+            f"{expected} ({self.launcher.nproc} per node x {self.launcher.nnodes} node(s)); the "
+            "measurement does not describe the intended world")}
 
     def _complete(self, records: list[dict]) -> bool:
         sizes = {r.get("bytes") for r in records}

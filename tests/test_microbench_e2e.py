@@ -198,3 +198,36 @@ def test_failure_summary_names_silent_ranks():
     assert failure_summary(lines) == ("rank 1 exited with code -9 without a message; "
                                       "rank 0: lost contact with the other ranks (x)")
     assert failure_summary([]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variables,prints", [
+    ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, True),
+    ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2", "SLURM_PROCID": "1"}, False),
+    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}, True),
+    ({"PMI_SIZE": "2"}, True),
+])
+def test_scheduler_tasks_without_torchrun_are_refused(variables, prints):
+    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes",
+                             "1K", "--iters", "2", "--warmup", "0"], cwd=REPO_ROOT,
+                            env=subprocess_env(**variables), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    if prints:
+        assert len(lines) == 1 and "without torchrun's RANK/WORLD_SIZE" in lines[0]
+        assert "start torchrun under the scheduler" in lines[0] and "Traceback" not in result.stderr
+    else:
+        assert lines == []  # one line from task 0, not one per task
+
+
+@pytest.mark.slow
+def test_scheduler_variables_of_one_task_or_under_torchrun_are_fine():
+    from microbench.allreduce import scheduler_without_torchrun
+
+    assert scheduler_without_torchrun({"SLURM_NTASKS": "1"}) is None
+    assert scheduler_without_torchrun({"PMI_SIZE": "8", "RANK": "0", "WORLD_SIZE": "8"}) is None
+    assert scheduler_without_torchrun({"PMI_SIZE": "8", "PMI_RANK": "3"}) == ("PMI_SIZE", 8, "3")
+    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes",
+                             "1K", "--iters", "2", "--warmup", "0"], cwd=REPO_ROOT,
+                            env=subprocess_env(SLURM_NTASKS="1"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -206,3 +206,25 @@ def test_a_ranks_error_leads_the_record_and_the_report(tmp_path, cli_runner):
     assert second.startswith("(full output: ") and "[rank1]: Traceback" in open(log).read()
     out = cli_runner.invoke(cli, ["report", str(tmp_path / "r.jsonl")]).output
     assert f"@ 1024 B: {first} (full output: {log})" in out
+
+
+def test_records_of_another_world_than_the_launcher_starts_are_failed(tmp_path):
+    # A stand-in for `python -m torch.distributed.run --nproc-per-node 2 ...` whose ranks
+    # each measured alone (what tasks started without torchrun do): world 1, not 2.
+    standin = tmp_path / "python"
+    standin.write_text(f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[sys.argv.index('-m', 3) + 2:]\n"
+                       f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(FAKE)!r}, 'records', *args])\n")
+    standin.chmod(0o755)
+    env = subprocess_env(FAKE_WORLD="1")
+    launcher = launch.Launcher(nproc=2, python=str(standin))
+    assert launcher.expected_world == 2
+    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("gloo", SIZES, iters=5), launcher,
+                                  str(tmp_path / "r.jsonl"), timeout=30.0, base_env=env)
+    sweeplib.run_rounds(engine, _grid("NCCL_PROTO=LL").cells, rounds=1, seed=0)
+    records = _records(tmp_path)
+    assert len(records) == 2 * len(SIZES) and {r["status"] for r in records} == {"failed"}
+    assert all(r["error"].startswith("world size mismatch: the ranks formed a world of 1, but the "
+                                     "launcher starts 2 (2 per node x 1 node(s))") for r in records)
+    assert engine.stats.failures == {"failed": 2}
+    # A template's world is its own business: nothing to compare with.
+    assert launch.Launcher(nproc=2, template="srun {args}").expected_world is None
