@@ -475,6 +475,7 @@ def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of every rank; returns the process exit code."""
     rank = int(os.environ.get("RANK", "0"))
+    launched = "RANK" in os.environ  # under torchrun (a standalone run gets RANK below)
     scheduled = scheduler_without_torchrun(os.environ)
     if scheduled:
         variable, tasks, task = scheduled
@@ -493,8 +494,10 @@ def main(argv: list[str] | None = None) -> int:
         _standalone_env()
         bench = Bench(args, plan, env_process)
     except NcclTuneError as exc:
-        if rank == 0:
-            _say(f"error: {exc}")
+        # Every rank fails the same way before measuring: one line per node (its first
+        # rank), naming the rank under torchrun so a launcher can tell who said it.
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
     try:
         bench.start()

@@ -231,3 +231,76 @@ def test_scheduler_variables_of_one_task_or_under_torchrun_are_fine():
                              "1K", "--iters", "2", "--warmup", "0"], cwd=REPO_ROOT,
                             env=subprocess_env(SLURM_NTASKS="1"), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def _bench(*args: str, timeout: int = 120):
+    return subprocess.run([sys.executable, "-m", "nccl_tune", "bench", *args], cwd=REPO_ROOT,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mode", "graph"], "Error: --mode graph needs CUDA (torch.cuda.is_available() is False); use --mode eager"),
+    (["--backend", "nccl"], "Error: --backend nccl needs CUDA GPUs and a torch built with NCCL "
+                            "(torch.cuda.is_available() is False)"),
+])
+def test_bench_resolves_backend_and_mode_before_launching(args, message):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = _bench("--nproc", "2", *args)
+    assert result.returncode == 2
+    assert result.stderr.strip() == message and result.stdout == ""  # no torchrun box
+
+
+@pytest.mark.slow
+def test_bench_exits_2_with_the_ranks_reason_when_every_rank_refused(tmp_path):
+    result = _bench("--nproc", "2", "--master-port", str(_port()), "--plan", str(tmp_path / "missing.json"))
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"Error: rank 0: error: {tmp_path / 'missing.json'}: cannot read plan: No such file or directory"
+    assert "without a message" not in result.stderr and "ChildFailedError" not in result.stderr
+    assert "=" * 20 not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_refused_reason_needs_every_rank_to_exit_2():
+    from nccl_tune.commands.bench import refused_reason
+
+    said = ["microbench.allreduce: rank 0: error: bad plan\n"]
+    report = ["  rank      : 1 (local_rank: 1)\n", "  exitcode  : 2 (pid: 5)\n",
+              "  rank      : 0 (local_rank: 0)\n", "  exitcode  : 2 (pid: 4)\n"]
+    assert refused_reason(said + report) == "rank 0: error: bad plan"
+    assert refused_reason(said + report[:3] + ["  exitcode  : 1 (pid: 4)\n"]) is None
+    assert refused_reason(said) is None
+
+
+def test_bench_multinode_argv_and_checks():
+    from nccl_tune.commands.bench import torchrun_argv
+
+    assert torchrun_argv(8, 2, None, ["--sizes", "1K"], 1, "node0:29500")[3:] == [
+        "--nproc-per-node=8", "--nnodes=2", "--node-rank=1", "--rdzv-backend=static",
+        "--rdzv-endpoint=node0:29500", "-m", "microbench.allreduce", "--sizes", "1K"]
+    for args, message in ((["--nnodes", "2"], "--nnodes > 1 needs --rdzv-endpoint HOST:PORT"),
+                          (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"],
+                           "--node-rank: 2 is not in [0, 1]"),
+                          (["--nnodes", "2", "--rdzv-endpoint", "h"], "--rdzv-endpoint: 'h' is not HOST:PORT")):
+        result = _bench(*args, "--dry-run")
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_bench_two_nodes_by_rendezvous(tmp_path):
+    out = tmp_path / "r.jsonl"
+    common = ["--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{_port()}",
+              "--backend", "gloo", "--sizes", "1K", "--out", str(out), *FAST]
+    env = subprocess_env(OMP_NUM_THREADS="1")
+    bench = [sys.executable, "-m", "nccl_tune", "bench"]  # bench's own options come first
+    follower = subprocess.Popen([*bench, "--node-rank", "1", *common], cwd=REPO_ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    leader = subprocess.run([*bench, "--node-rank", "0", *common], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=180)
+    follower_out, _ = follower.communicate(timeout=120)
+    assert leader.returncode == 0, leader.stderr
+    assert follower.returncode == 0, follower_out
+    (record,) = _records(out)  # rank 0 (node 0) writes
+    _assert_valid(record, 2)
