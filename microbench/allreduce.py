@@ -46,7 +46,10 @@ class Fatal(Exception):
 
 
 def _say(text: str) -> None:
-    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+    # One write per line: ranks share torchrun's stderr pipe, and print's separate write of
+    # the newline would let two ranks' lines interleave into one.
+    sys.stderr.write(f"{PROG}: {text}\n")
+    sys.stderr.flush()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -121,6 +124,7 @@ class Bench:
         self.quiet_ok: bool | None = None
         self.failed_or_wrong = False
         self.current: dict = {}
+        self.conf_files: dict | None = None  # set in start(), from every rank
         # The bookkeeping group waits longer than a measured collective may take, so a rank
         # stuck in a collective times out there first and still joins the error exchange.
         # The watchdog bounds what no process-group timeout sees (a hung graph replay or
@@ -144,10 +148,11 @@ class Bench:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.control_timeout))
         gpu = torch.cuda.get_device_name(self.local_rank) if self.backend == "nccl" else None
         facts = [None] * self.world
-        dist.all_gather_object(facts, (socket.gethostname(), gpu))
+        dist.all_gather_object(facts, (socket.gethostname(), gpu, nccl_conf_files(os.environ)))
         self.hosts = [f[0] for f in facts]
         self.gpus = [f[1] for f in facts] if self.backend == "nccl" else None
         self.nnodes = len(set(self.hosts))
+        self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
         if self.backend == "nccl":
             version = torch.cuda.nccl.version()  # a tuple in torch 2.x, an int code before
@@ -237,7 +242,8 @@ class Bench:
             warmup=cell.warmup if cell.warmup is not None else a.warmup,
             graph_ops=a.graph_ops if self.mode == "graph" else None,
             versions=self.versions, gpus=self.gpus, round=cell.round, label=a.label,
-            env_process=self.env_process, hosts=sorted(set(self.hosts)), **extra, **fields)
+            env_process=self.env_process, hosts=sorted(set(self.hosts)),
+            conf_files=self.conf_files, **extra, **fields)
 
     def emit(self, record: dict) -> None:
         """Rank 0: append to --out (flushed), print the row or the JSON line."""
@@ -450,6 +456,29 @@ class Bench:
         return sum(check.count_wrong(out.float().cpu().numpy(), expected) for _, out in pairs)
 
 
+def nccl_conf_files(environ) -> dict[str, dict[str, str]]:
+    """The NCCL conf files this process's NCCL could read, path -> the NCCL_* they set.
+
+    NCCL takes any variable the environment does not set from them (DESIGN.md 5), so
+    every record says which exist: a setting may come from there, not from the cell.
+    """
+    return {path: {k: v for k, v in values.items() if k.startswith("NCCL_")}
+            for path, values in output.read_conf_files(environ).items()}
+
+
+def merge_conf_files(per_rank: list[tuple[str, dict]]) -> dict[str, dict[str, str]]:
+    """One mapping for the record: the ranks' conf files when all ranks see the same,
+    else every host's, keyed 'host:path' (another node's file is not this node's)."""
+    distinct = {json.dumps(conf, sort_keys=True) for _, conf in per_rank}
+    if len(distinct) <= 1:
+        return dict(per_rank[0][1]) if per_rank else {}
+    merged: dict[str, dict[str, str]] = {}
+    for host, conf in per_rank:
+        for path, values in conf.items():
+            merged[f"{host}:{path}"] = dict(values)
+    return merged
+
+
 def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
     """auto -> nccl with CUDA (else gloo); auto mode -> graph on CUDA, eager on CPU."""
     import torch
@@ -494,10 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         _standalone_env()
         bench = Bench(args, plan, env_process)
     except NcclTuneError as exc:
-        # Every rank fails the same way before measuring: one line per node (its first
-        # rank), naming the rank under torchrun so a launcher can tell who said it.
-        if os.environ.get("LOCAL_RANK", "0") == "0":
-            _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
+        # Under torchrun every rank says it, naming itself: torchrun may stop the others as
+        # soon as one exits, so no single rank can be relied on to be the one that speaks.
+        _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
     try:
         bench.start()

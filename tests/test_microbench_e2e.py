@@ -258,7 +258,10 @@ def test_bench_exits_2_with_the_ranks_reason_when_every_rank_refused(tmp_path):
     result = _bench("--nproc", "2", "--master-port", str(_port()), "--plan", str(tmp_path / "missing.json"))
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
-    assert last == f"Error: rank 0: error: {tmp_path / 'missing.json'}: cannot read plan: No such file or directory"
+    reason = f"error: {tmp_path / 'missing.json'}: cannot read plan: No such file or directory"
+    # torchrun may stop rank 1 before it speaks: then rank 0 alone said it.
+    assert last in (f"Error: rank 0: {reason} (rank 1 said the same)", f"Error: rank 0: {reason}",
+                    f"Error: rank 1: {reason}")
     assert "without a message" not in result.stderr and "ChildFailedError" not in result.stderr
     assert "=" * 20 not in result.stderr and "Traceback" not in result.stderr
 
@@ -266,10 +269,12 @@ def test_bench_exits_2_with_the_ranks_reason_when_every_rank_refused(tmp_path):
 def test_refused_reason_needs_every_rank_to_exit_2():
     from nccl_tune.commands.bench import refused_reason
 
-    said = ["microbench.allreduce: rank 0: error: bad plan\n"]
+    said = ["microbench.allreduce: rank 1: error: bad plan\n", "microbench.allreduce: rank 0: error: bad plan\n"]
     report = ["  rank      : 1 (local_rank: 1)\n", "  exitcode  : 2 (pid: 5)\n",
               "  rank      : 0 (local_rank: 0)\n", "  exitcode  : 2 (pid: 4)\n"]
-    assert refused_reason(said + report) == "rank 0: error: bad plan"
+    assert refused_reason(said + report) == "rank 0: error: bad plan (rank 1 said the same)"
+    stopped = report[:3] + ["  exitcode  : -15 (pid: 4)\n"]  # torchrun stopped rank 0 after rank 1 exited
+    assert refused_reason(said[:1] + stopped) == "rank 1: error: bad plan"
     assert refused_reason(said + report[:3] + ["  exitcode  : 1 (pid: 4)\n"]) is None
     assert refused_reason(said) is None
 
@@ -304,3 +309,31 @@ def test_bench_two_nodes_by_rendezvous(tmp_path):
     assert follower.returncode == 0, follower_out
     (record,) = _records(out)  # rank 0 (node 0) writes
     _assert_valid(record, 2)
+
+
+@pytest.mark.slow
+def test_records_name_the_nccl_conf_files(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").write_text("# site settings\nNCCL_PROTO=LL\nNCCL_SOCKET_IFNAME=eth0\nOTHER=1\n")
+    out = tmp_path / "r.jsonl"
+    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes", "1K",
+                             "--out", str(out), *FAST], cwd=REPO_ROOT, env=subprocess_env(HOME=str(home)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (record,) = _records(out)
+    from microbench.allreduce import nccl_conf_files
+
+    expected = nccl_conf_files({"HOME": str(home)})  # /etc/nccl.conf too, where it exists
+    assert record["conf_files"] == expected
+    assert expected[str(home / ".nccl.conf")] == {"NCCL_PROTO": "LL", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert f"# NCCL conf file {home / '.nccl.conf'}: NCCL_PROTO=LL" in result.stdout
+
+
+def test_conf_files_of_ranks_on_different_hosts_are_kept_apart():
+    from microbench.allreduce import merge_conf_files
+
+    same = {"/etc/nccl.conf": {"NCCL_PROTO": "LL"}}
+    assert merge_conf_files([("a", same), ("a", same), ("b", same)]) == same
+    assert merge_conf_files([("a", same), ("b", {})]) == {"a:/etc/nccl.conf": {"NCCL_PROTO": "LL"}}
+    assert merge_conf_files([("a", {})]) == {}

@@ -87,14 +87,31 @@ def failure_summary(lines: list[str]) -> str | None:
     return "; ".join(parts) or None
 
 
+_STOPPED_BY_AGENT = (-15, -9)  # SIGTERM, then SIGKILL: torchrun stopping the other ranks
+
+
 def refused_reason(lines: list[str]) -> str | None:
-    """The ranks' reason when every rank that torchrun reports exited 2 (the microbench
-    refused its options before measuring; one rank per node says why), else None."""
+    """The ranks' reason when every rank refused its options before measuring: torchrun
+    reports exit code 2 for each (or a rank it stopped after another had exited), else None.
+
+    Ranks that said the same are named once: 'rank 0: error: X (ranks 1, 2 said the same)'.
+    """
     exits = [int(m.group(1)) for m in map(_EXIT_RE.match, lines) if m]
-    if not exits or any(code != 2 for code in exits):
+    if 2 not in exits or any(code not in (2, *_STOPPED_BY_AGENT) for code in exits):
         return None
-    reasons = [line[len(_REASON_PREFIX):].strip() for line in lines if line.startswith(_REASON_PREFIX)]
-    return "; ".join(dict.fromkeys(reasons)) or None
+    said: dict[str, list[int]] = {}
+    for line in lines:
+        match = re.match(r"rank (\d+): (.*)$", line[len(_REASON_PREFIX):].strip()) \
+            if line.startswith(_REASON_PREFIX) else None
+        if match:
+            said.setdefault(match.group(2), []).append(int(match.group(1)))
+    parts = []
+    for text, ranks in said.items():
+        ranks = sorted(set(ranks))
+        others = ", ".join(map(str, ranks[1:]))
+        parts.append(f"rank {ranks[0]}: {text}" + (f" (rank{'s' if len(ranks) > 2 else ''} "
+                                                      f"{others} said the same)" if others else ""))
+    return "; ".join(parts) or None
 
 
 def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
