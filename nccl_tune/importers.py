@@ -61,6 +61,9 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
         (row["out"] or {}).get("wrong") or (row["in"] or {}).get("wrong") for row in run.rows)
     records = []
     for row in run.rows:
+        if row["size"] <= 0:  # NCCL does nothing for 0 elements: no message latency to compare
+            run.zero_byte_rows += 1
+            continue
         out, inplace = row["out"], row["in"]
         status, error, correct, wrong = "ok", None, None, None
         if out is None:
@@ -95,7 +98,7 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
             inplace=None if inplace is None else {k: inplace.get(k) for k in
                                                    ("time_us", "algbw_gbps", "busbw_gbps", "wrong")},
             run_failure=run.failure, env_plugin=run.env_plugin or None,
-            source_file=os.path.basename(path), source_line=row["line"],
+            source_file=os.path.basename(path), source_line=row["line"], source_entry=row.get("entry"),
             world_size_inferred=inferred and nranks is not None)
         records.append(record)
     return records
@@ -132,4 +135,12 @@ def import_file(path: str, *, env: dict[str, str] | None = None, label: str | No
     for run in runs:
         records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id,
                                host=host)
+    if not records:
+        raise NcclTuneError("only rows of 0 bytes: nothing to import", path=path)
+    for record in records:  # never write what a reader would skip
+        problem = store.field_problem(record)
+        if problem:
+            where = (f"results entry {record['source_entry']}: " if record.get("source_entry") else "")
+            raise NcclTuneError(f"{where}cannot import this row: {problem}", path=path,
+                                line=record.get("source_line"))
     return records, runs
