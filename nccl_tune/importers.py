@@ -61,7 +61,9 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
         (row["out"] or {}).get("wrong") or (row["in"] or {}).get("wrong") for row in run.rows)
     records = []
     for row in run.rows:
-        if row["size"] <= 0:  # NCCL does nothing for 0 elements: no message latency to compare
+        # NCCL does nothing for 0 elements (enqueue.cc taskAppend returns at once when
+        # count == 0): such a row times an empty call, not a message.
+        if row["size"] <= 0:
             run.zero_byte_rows += 1
             continue
         out, inplace = row["out"], row["in"]
