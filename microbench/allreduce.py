@@ -46,7 +46,10 @@ class Fatal(Exception):
 
 
 def _say(text: str) -> None:
-    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+    # One write per line: ranks share torchrun's stderr pipe, and print's separate write of
+    # the newline would let two ranks' lines interleave into one.
+    sys.stderr.write(f"{PROG}: {text}\n")
+    sys.stderr.flush()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -67,6 +70,29 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# Task counts that schedulers and MPI launchers give each process they start. Without
+# torchrun's RANK/WORLD_SIZE, every such task would measure a world of one on its own.
+SCHEDULER_WORLD_VARS = (("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"), ("SLURM_NTASKS", "SLURM_PROCID"),
+                        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"), ("PMI_SIZE", "PMI_RANK"))
+
+
+def scheduler_without_torchrun(environ) -> tuple[str, int, str | None] | None:
+    """(variable, task count, this task's index) when a scheduler or MPI launcher started
+    this process as one of several tasks but torchrun's RANK/WORLD_SIZE are unset; else None.
+
+    Mapping those variables onto torch.distributed is not done: it needs the address of
+    task 0's host (MASTER_ADDR), which SLURM gives only as a compressed node list and
+    Open MPI / PMI not at all. torchrun under the scheduler does this right.
+    """
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        return None
+    for size_var, rank_var in SCHEDULER_WORLD_VARS:
+        value = environ.get(size_var, "").strip()
+        if value.isdigit() and int(value) > 1:
+            return size_var, int(value), environ.get(rank_var)
+    return None
 
 
 def _standalone_env() -> None:
@@ -98,6 +124,7 @@ class Bench:
         self.quiet_ok: bool | None = None
         self.failed_or_wrong = False
         self.current: dict = {}
+        self.conf_files: dict | None = None  # set in start(), from every rank
         # The bookkeeping group waits longer than a measured collective may take, so a rank
         # stuck in a collective times out there first and still joins the error exchange.
         # The watchdog bounds what no process-group timeout sees (a hung graph replay or
@@ -121,10 +148,11 @@ class Bench:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.control_timeout))
         gpu = torch.cuda.get_device_name(self.local_rank) if self.backend == "nccl" else None
         facts = [None] * self.world
-        dist.all_gather_object(facts, (socket.gethostname(), gpu))
+        dist.all_gather_object(facts, (socket.gethostname(), gpu, nccl_conf_files(os.environ)))
         self.hosts = [f[0] for f in facts]
         self.gpus = [f[1] for f in facts] if self.backend == "nccl" else None
         self.nnodes = len(set(self.hosts))
+        self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
         if self.backend == "nccl":
             version = torch.cuda.nccl.version()  # a tuple in torch 2.x, an int code before
@@ -214,7 +242,8 @@ class Bench:
             warmup=cell.warmup if cell.warmup is not None else a.warmup,
             graph_ops=a.graph_ops if self.mode == "graph" else None,
             versions=self.versions, gpus=self.gpus, round=cell.round, label=a.label,
-            env_process=self.env_process, hosts=sorted(set(self.hosts)), **extra, **fields)
+            env_process=self.env_process, hosts=sorted(set(self.hosts)),
+            conf_files=self.conf_files, **extra, **fields)
 
     def emit(self, record: dict) -> None:
         """Rank 0: append to --out (flushed), print the row or the JSON line."""
@@ -427,6 +456,29 @@ class Bench:
         return sum(check.count_wrong(out.float().cpu().numpy(), expected) for _, out in pairs)
 
 
+def nccl_conf_files(environ) -> dict[str, dict[str, str]]:
+    """The NCCL conf files this process's NCCL could read, path -> the NCCL_* they set.
+
+    NCCL takes any variable the environment does not set from them (DESIGN.md 5), so
+    every record says which exist: a setting may come from there, not from the cell.
+    """
+    return {path: {k: v for k, v in values.items() if k.startswith("NCCL_")}
+            for path, values in output.read_conf_files(environ).items()}
+
+
+def merge_conf_files(per_rank: list[tuple[str, dict]]) -> dict[str, dict[str, str]]:
+    """One mapping for the record: the ranks' conf files when all ranks see the same,
+    else every host's, keyed 'host:path' (another node's file is not this node's)."""
+    distinct = {json.dumps(conf, sort_keys=True) for _, conf in per_rank}
+    if len(distinct) <= 1:
+        return dict(per_rank[0][1]) if per_rank else {}
+    merged: dict[str, dict[str, str]] = {}
+    for host, conf in per_rank:
+        for path, values in conf.items():
+            merged[f"{host}:{path}"] = dict(values)
+    return merged
+
+
 def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
     """auto -> nccl with CUDA (else gloo); auto mode -> graph on CUDA, eager on CPU."""
     import torch
@@ -452,6 +504,17 @@ def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of every rank; returns the process exit code."""
     rank = int(os.environ.get("RANK", "0"))
+    launched = "RANK" in os.environ  # under torchrun (a standalone run gets RANK below)
+    scheduled = scheduler_without_torchrun(os.environ)
+    if scheduled:
+        variable, tasks, task = scheduled
+        if task in (None, "0"):  # one line, not one per task
+            _say(f"error: started as one of {tasks} tasks ({variable}={tasks}) without torchrun's "
+                 "RANK/WORLD_SIZE, so each task would measure a world of 1 alone; start torchrun "
+                 "under the scheduler, one per node: srun --ntasks-per-node 1 python -m "
+                 "torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d "
+                 f"--rdzv-endpoint HOST:PORT -m {PROG} ...")
+        return 2
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None
@@ -460,8 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         _standalone_env()
         bench = Bench(args, plan, env_process)
     except NcclTuneError as exc:
-        if rank == 0:
-            _say(f"error: {exc}")
+        # Under torchrun every rank says it, naming itself: torchrun may stop the others as
+        # soon as one exits, so no single rank can be relied on to be the one that speaks.
+        _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
     try:
         bench.start()

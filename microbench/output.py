@@ -99,7 +99,9 @@ def read_conf_files(environ) -> dict[str, dict[str, str]]:
     NCCL applies them for any variable the environment does not set (DESIGN.md 5), so
     a run records them. Values are read as KEY=VALUE lines, '#' comments skipped.
     """
-    paths = [environ.get("NCCL_CONF_FILE"), os.path.expanduser("~/.nccl.conf"), "/etc/nccl.conf"]
+    home = environ.get("HOME")  # NCCL builds the user file's path from $HOME
+    user = os.path.join(home, ".nccl.conf") if home else os.path.expanduser("~/.nccl.conf")
+    paths = [environ.get("NCCL_CONF_FILE"), user, "/etc/nccl.conf"]
     out: dict[str, dict[str, str]] = {}
     for path in paths:
         if not path or path in out or not os.path.isfile(path):

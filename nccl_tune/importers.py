@@ -40,8 +40,14 @@ def _latency(out: dict, iters: int | None) -> tuple[dict, str]:
 
 
 def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | None,
-                label: str | None, op: str | None, run_id: str) -> list[dict]:
-    """One record per row of a run (DESIGN.md section 3 via store.make_record)."""
+                label: str | None, op: str | None, run_id: str,
+                host: str | None = None) -> list[dict]:
+    """One record per row of a run (DESIGN.md section 3 via store.make_record).
+
+    `host` names the machine when the file does not (a pasted table): the report
+    compares results of one machine only, and tells files without a host apart by
+    `source_file`.
+    """
     cell_env = dict(run.env if env is None else env)
     nranks = len(run.gpus) or None
     the_op = op or run.op or infer_op(run.rows)
@@ -55,6 +61,11 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
         (row["out"] or {}).get("wrong") or (row["in"] or {}).get("wrong") for row in run.rows)
     records = []
     for row in run.rows:
+        # NCCL does nothing for 0 elements (enqueue.cc taskAppend returns at once when
+        # count == 0): such a row times an empty call, not a message.
+        if row["size"] <= 0:
+            run.zero_byte_rows += 1
+            continue
         out, inplace = row["out"], row["in"]
         status, error, correct, wrong = "ok", None, None, None
         if out is None:
@@ -81,13 +92,15 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
             busbw_gbps=(out or {}).get("busbw_gbps"), correct=correct, wrong=wrong, effective=None,
             versions={"nccl": versions.get("nccl"), "torch": None, "cuda": None,
                       "nccl_tests": versions.get("nccl_tests")},
-            host=run.hosts[0] if run.hosts else None, gpus=run.gpus or None, topology=None,
+            host=host or (run.hosts[0] if run.hosts else None),
+            hosts=[host] if host else (sorted(set(run.hosts)) or None),
+            gpus=run.gpus or None, topology=None,
             status=status, error=error, round=run.number, label=label,
             latency_stat=stat, redop=row.get("redop"), root=row.get("root"),
             inplace=None if inplace is None else {k: inplace.get(k) for k in
                                                    ("time_us", "algbw_gbps", "busbw_gbps", "wrong")},
             run_failure=run.failure, env_plugin=run.env_plugin or None,
-            source_file=os.path.basename(path), source_line=row["line"],
+            source_file=os.path.basename(path), source_line=row["line"], source_entry=row.get("entry"),
             world_size_inferred=inferred and nranks is not None)
         records.append(record)
     return records
@@ -109,7 +122,8 @@ def parse_env_option(text: str) -> dict[str, str]:
 
 
 def import_file(path: str, *, env: dict[str, str] | None = None, label: str | None = None,
-                op: str | None = None, run_id: str | None = None) -> tuple[list[dict], list[Run]]:
+                op: str | None = None, run_id: str | None = None,
+                host: str | None = None) -> tuple[list[dict], list[Run]]:
     """Records of one nccl-tests output file (text or -J JSON) and the runs found in it."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -121,5 +135,14 @@ def import_file(path: str, *, env: dict[str, str] | None = None, label: str | No
     run_id = run_id or store.new_run_id()
     records = []
     for run in runs:
-        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id)
+        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id,
+                               host=host)
+    if not records:
+        raise NcclTuneError("only rows of 0 bytes: nothing to import", path=path)
+    for record in records:  # never write what a reader would skip
+        problem = store.field_problem(record)
+        if problem:
+            where = (f"results entry {record['source_entry']}: " if record.get("source_entry") else "")
+            raise NcclTuneError(f"{where}cannot import this row: {problem}", path=path,
+                                line=record.get("source_line"))
     return records, runs

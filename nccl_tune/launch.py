@@ -7,8 +7,12 @@ Three launchers build an argv list (never a shell line):
 - multi-node: ``... --nnodes N --node-rank K --rdzv-backend static --rdzv-endpoint H:P``
   run once on every node with the same plan; static rendezvous pins global rank 0 to
   node rank 0, which is where records are written;
-- template: a scheduler line such as ``srun --ntasks-per-node 8 python -m {module} {args}``,
-  split with shlex, each placeholder replaced by argv elements: ``{module}``, ``{args}``
+- template: a scheduler line that starts torchrun on every node, such as ``srun
+  --ntasks-per-node 1 python -m torch.distributed.run --nnodes 2 --nproc-per-node 8
+  --rdzv-backend c10d --rdzv-endpoint node0:29500 -m {module} {args}`` (tasks started
+  without torchrun have no RANK/WORLD_SIZE: the microbench refuses to run in them, and
+  the engine fails records whose world is not the expected one), split with shlex,
+  each placeholder replaced by argv elements: ``{module}``, ``{args}``
   (the microbench arguments, one element each), ``{env}`` (KEY=VALUE elements of the
   launch's NCCL settings, for launchers that need them spelled out), ``{nproc}``,
   ``{nnodes}``. Every launcher passes the launch's environment to its child.
@@ -75,6 +79,12 @@ class Launcher:
     def world_size(self) -> int:
         """Ranks in the world (nproc per node x nodes)."""
         return self.nproc * self.nnodes
+
+    @property
+    def expected_world(self) -> int | None:
+        """The world the ranks must form: nproc x nnodes for torchrun; None for a template
+        (what it starts is the template's business, whatever --nproc says)."""
+        return None if self.template is not None else self.world_size
 
     @property
     def writes_records(self) -> bool:
@@ -251,13 +261,70 @@ class LaunchOutcome:
     log_path: str
 
     def error_text(self) -> str:
-        """What went wrong, with the last lines of output (for a record's `error`)."""
+        """What went wrong, for a record's `error`: first line what happened and the most
+        telling line of output (a rank's error, see `key_error_line`), then where the full
+        output is and its last lines."""
         what = {"timeout": "launch timed out", "interrupted": "interrupted",
-                "failed": f"launch exited with code {self.returncode}"}.get(self.status, "ok")
-        where = f" (full output: {self.log_path})" if self.log_path else ""
+                "failed": f"launch exited with code {self.returncode}"}.get(
+                    self.status, f"launch exited with code {self.returncode}")
+        key = key_error_line(self.tail)
+        if key is None and self.status == "failed" and self.tail:
+            key = self.tail[-1].strip()
+        head = f"{what}: {key}" if key else what
+        where = f"full output: {self.log_path}" if self.log_path else ""
         tail = "\n".join(self.tail[-TAIL_LINES:])
-        return (f"{what}{where}; last lines of output:\n{tail}" if tail
-                else f"{what} (no output){where}")
+        if not tail:
+            return f"{head} (no output" + (f"; {where})" if where else ")")
+        return f"{head}\n" + (f"({where}) " if where else "") + f"last lines of output:\n{tail}"
+
+
+_ERRORISH_RE = re.compile(r"Error|Exception|\berror\b|\bfailed\b|FAILED|timed out|\btimeout\b|"
+                          r"Segmentation fault|Killed|Aborted|core dumped|NCCL WARN")
+_RANK_RE = re.compile(r"\brank\s*\d+\b", re.IGNORECASE)
+# A rank reporting that another one went away: a consequence, not the cause.
+_CONSEQUENCE_RE = re.compile(r"lost contact|closed (its|the) connection|Connection reset|"
+                             r"connection closed by peer|another rank", re.IGNORECASE)
+KEY_LINE_MAX = 300
+
+
+def key_error_line(lines: list[str]) -> str | None:
+    """The line of a launch's output that says best what went wrong, or None.
+
+    The last error line that names a rank (the microbench's "rank N: failed: ..." or
+    torchrun's "[rankN]: RuntimeError: ..."), a rank's own failure before one that only
+    saw another rank go away; else the last error-looking line of any kind.
+    """
+    errorish = [line.strip() for line in lines if _ERRORISH_RE.search(line)]
+    ranked = [line for line in errorish if _RANK_RE.search(line)]
+    causes = [line for line in ranked if not _CONSEQUENCE_RE.search(line)]
+    pick = (causes or ranked or errorish or [None])[-1]
+    if pick and len(pick) > KEY_LINE_MAX:
+        pick = pick[:KEY_LINE_MAX - 3] + "..."
+    return pick
+
+
+_OLD_HEAD_RE = re.compile(r"^(?P<what>launch timed out|launch exited with code -?\d+|interrupted)"
+                          r"(?: \(full output: (?P<path>.+?)\))?; last lines of output:$")
+_WHERE_RE = re.compile(r"^\(full output: (?P<path>.+?)\) last lines of output:$")
+
+
+def summarize_error(text: str) -> str:
+    """One line for a record's `error`: its first line (for a launch failure, what happened
+    and the telling line of output) plus where the full output is, when it says.
+
+    Records written before launch errors led with the telling line (``launch exited with
+    code 3 (full output: P); last lines of output:`` and the lines) get the same summary.
+    """
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    old = _OLD_HEAD_RE.match(lines[0].strip())
+    if old:
+        key = key_error_line(lines[1:]) or (lines[-1].strip() if len(lines) > 1 else None)
+        head = old.group("what") + (f": {key}" if key else "")
+        return head + (f" (full output: {old.group('path')})" if old.group("path") else "")
+    where = next((m.group("path") for m in map(_WHERE_RE.match, (x.strip() for x in lines[1:2])) if m), None)
+    return lines[0].strip() + (f" (full output: {where})" if where else "")
 
 
 _AGENT_LOG_RE = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ torch/distributed/")

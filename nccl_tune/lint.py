@@ -4,7 +4,9 @@ Rules (severity):
 
 - error: a malformed line (profile.parse_line says why); an invalid value for a
   catalogued variable (settings.check_value); an inline `# comment` after a value
-  (bash drops it, docker and systemd keep it in the value).
+  (bash drops it, docker and systemd keep it in the value); a value bash would execute
+  or redirect when the profile is sourced (`$(`, backticks, `;`, `&`, `|`, `<`, `>`
+  unquoted; `$(` and backticks inside double quotes).
 - warning: an NCCL_* name neither the catalogue nor the installed libnccl knows (libnccl's
   own strings list every variable it reads), with a did-you-mean; an NCCL-looking name in
   the wrong case (NCCL's getenv is case-sensitive); any NCCL_PROTO that enables LL128 (it
@@ -157,7 +159,10 @@ def lint_text(text: str, path: str = "<text>", known: KnownNames | None = None) 
                                     "inline comment: bash drops it but docker and systemd keep "
                                     "'#...' in the value; put comments on their own line"))
             continue
-        if line.quoted:
+        danger = shell_danger(value, _quote_char(line.raw) if line.quoted else None)
+        if danger:
+            findings.append(Finding(path, number, key, ERROR, danger))
+        elif line.quoted:
             findings.append(Finding(path, number, key, WARNING,
                                     "quoted value: bash and systemd drop the quotes, docker "
                                     "--env-file keeps them; write it without quotes"))
@@ -170,6 +175,40 @@ def lint_text(text: str, path: str = "<text>", known: KnownNames | None = None) 
                                     "trailing blanks: docker --env-file keeps them in the value"))
         findings += _value_findings(path, number, key, value, version)
     return findings
+
+
+# What bash does with a value when a profile is sourced (`set -a; . f.env`).
+_RUNS = (("$(", "command substitution '$('"), ("`", "a backtick (command substitution)"))
+_ENDS = ((";", "';'"), ("&", "'&'"), ("|", "'|'"))
+_REDIRECTS = (("<", "'<'"), (">", "'>'"))
+
+
+def _quote_char(raw: str) -> str | None:
+    value = raw.split("=", 1)[1].strip() if "=" in raw else ""
+    return value[:1] if value[:1] in ("'", '"') else None
+
+
+def shell_danger(value: str, quote: str | None = None) -> str | None:
+    """Why bash would run or redirect something when sourcing `NAME=value`, or None.
+
+    Unquoted, `$(`, backticks, `;`, `&`, `|`, `<` and `>` run commands, end the
+    assignment or redirect; inside double quotes only `$(` and backticks still run;
+    single quotes keep everything literal. (docker --env-file and systemd would keep the
+    text, so the same profile would also mean different things to each.)
+    """
+    if quote == "'":
+        return None
+    found = [(what, "run a command") for token, what in _RUNS if token in value]
+    if quote is None:
+        found += [(what, "end the assignment and run the rest as a command")
+                  for token, what in _ENDS if token in value]
+        found += [(what, "redirect input or output") for token, what in _REDIRECTS if token in value]
+    if not found:
+        return None
+    actions = list(dict.fromkeys(action for _, action in found))
+    return (f"value {value!r} holds {', '.join(what for what, _ in found)}: bash would "
+            f"{' and '.join(actions)} when the profile is sourced (set -a; . FILE); a profile "
+            "value must be plain text")
 
 
 def lint_env(env: dict[str, str], source: str = "<environment>",

@@ -33,6 +33,7 @@ turns them into results records. Errors name the file and line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class Run:
     rows: list[dict] = field(default_factory=list)
     out_of_bounds: int | None = None
     failure: str | None = None
+    zero_byte_rows: int = 0  # rows of 0 bytes, left out by the importer
 
 
 def _strip_tag(line: str) -> tuple[str, bool]:
@@ -415,39 +417,67 @@ def _json_objects(text: str, path: str) -> list[dict]:
     return objects
 
 
-def _json_block(data) -> dict | None:
+def _json_number(value, what: str, path: str, where: str) -> float | None:
+    """A number field of a results entry: None when null or absent, an error otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise NcclTuneError(f"{where}: '{what}' is {json.dumps(value)}, not a non-negative number",
+                            path=path)
+    return float(value)
+
+
+def _json_block(data, path: str, where: str) -> dict | None:
+    """An out_of_place / in_place object -> time, bandwidths, #wrong; None when absent."""
+    if data is None:
+        return None
     if not isinstance(data, dict):
+        raise NcclTuneError(f"{where} is {json.dumps(data)[:40]}, not an object", path=path)
+    key = "time" if "time" in data else "cpu_time"
+    time_us = _json_number(data.get(key), key, path, where)
+    if time_us is None:
         return None
-    time_us = data.get("time", data.get("cpu_time"))
-    if not isinstance(time_us, (int, float)):
-        return None
-    wrong = data.get("nwrong")
-    return {"time_us": float(time_us), "algbw_gbps": _float(data.get("alg_bw")),
-            "busbw_gbps": _float(data.get("bus_bw")), "checked": wrong is not None,
-            "wrong": int(wrong) if isinstance(wrong, (int, float)) else None}
+    wrong = _json_number(data.get("nwrong"), "nwrong", path, where)
+    return {"time_us": time_us, "algbw_gbps": _json_number(data.get("alg_bw"), "alg_bw", path, where),
+            "busbw_gbps": _json_number(data.get("bus_bw"), "bus_bw", path, where),
+            "checked": wrong is not None, "wrong": int(wrong) if wrong is not None else None}
 
 
-def _float(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
+def _json_field(obj: dict, key: str, kind: type, path: str, what: str = "the run"):
+    """obj[key] when it has the type nccl-tests writes (None when absent or null)."""
+    value = obj.get(key)
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is int):
+        raise NcclTuneError(f"{what}'s '{key}' is {json.dumps(value)[:40]}, not a JSON "
+                            f"{_JSON_KIND[kind]}: not nccl-tests -J output", path=path)
+    return value
+
+
+_JSON_KIND = {list: "list", dict: "object", str: "string", int: "integer"}
 
 
 def parse_json(text: str, path: str) -> tuple[list[Run], dict]:
-    """Runs of a `-J` JSON file (one object per run; concatenated objects allowed)."""
+    """Runs of a `-J` JSON file (one object per run; concatenated objects allowed).
+
+    A field of the wrong type (a non-numeric time, an `env` that is not a list, ...) is
+    an error naming the file and the results entry, never a silently failed row.
+    """
     runs, versions = [], {"nccl": None, "nccl_tests": None}
     for index, obj in enumerate(_json_objects(text, path), start=1):
         run = Run(index)
-        args = obj.get("args") or []
+        args = _json_field(obj, "args", list, path) or []
         run.op = op_from_test_name(str(args[0])) if args else None
-        config = obj.get("config") or {}
+        config = _json_field(obj, "config", dict, path) or {}
         run.iters = config.get("iterations") if isinstance(config.get("iterations"), int) else None
         run.warmup = config.get("warmup_iters") if isinstance(config.get("warmup_iters"), int) else None
         run.graph = bool(config.get("graph")) if config.get("graph") is not None else None
-        devices = obj.get("devices") or config.get("devices") or []  # util.cu nests it in config
+        devices = (_json_field(obj, "devices", list, path)  # util.cu nests it in config
+                   or _json_field(config, "devices", list, path, "the run's config") or [])
         for device in devices:
             if isinstance(device, dict):
                 run.hosts.append(str(device.get("hostname")))
                 run.gpus.append(str(device.get("device_info")))
-        for item in obj.get("env") or []:
+        for item in _json_field(obj, "env", list, path) or []:
             if isinstance(item, str) and "=" in item:
                 name, value = item.split("=", 1)
                 if name.startswith("NCCL_") and not name.startswith(INSTRUMENTATION_PREFIXES):
@@ -457,25 +487,38 @@ def parse_json(text: str, path: str) -> tuple[list[Run], dict]:
         oob = obj.get("out_of_bounds")
         if isinstance(oob, dict) and isinstance(oob.get("count"), int):
             run.out_of_bounds = oob["count"]
-        errors = [e for e in obj.get("errors") or [] if isinstance(e, str) and e]
+        errors = [e for e in _json_field(obj, "errors", list, path) or [] if isinstance(e, str) and e]
         run.failure = errors[0] if errors else None
-        for position, result in enumerate(obj.get("results") or [], start=1):
-            if not isinstance(result, dict) or not isinstance(result.get("size"), int):
-                raise NcclTuneError(f"results entry {position} has no integer 'size'", path=path)
-            out = _json_block(result.get("out_of_place"))
-            per_iter = result.get("out_of_place_per_iter")
-            if out is not None and isinstance(per_iter, dict):
-                out["per_iter"] = {k: per_iter.get(k) for k in
-                                   ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us",
-                                    "stdev_us", "cv_pct")}
-                times = per_iter.get("times_us")
-                out["samples_us"] = [float(t) for t in times if isinstance(t, (int, float))] \
-                    if isinstance(times, list) else None
+        results = obj.get("results")
+        if not isinstance(results, list):
+            raise NcclTuneError(f"'results' is {json.dumps(results)[:40]}, not a list: not nccl-tests "
+                                "-J output", path=path)
+        for position, result in enumerate(results, start=1):
+            where = f"results entry {position}"
+            if not isinstance(result, dict) or not isinstance(result.get("size"), int) \
+                    or isinstance(result.get("size"), bool):
+                raise NcclTuneError(f"{where} has no integer 'size'", path=path)
+            if result["size"] < 0:
+                raise NcclTuneError(f"{where}: 'size' is {result['size']}, not a byte count", path=path)
+            for key, kind in (("type", str), ("redop", str), ("actual_iterations", int)):
+                _json_field(result, key, kind, path, where)
+            out = _json_block(result.get("out_of_place"), path, f"{where} out_of_place")
+            per_iter = _json_field(result, "out_of_place_per_iter", dict, path, where)
+            if out is not None and per_iter is not None:
+                out["per_iter"] = {k: _json_number(per_iter.get(k), k, path, f"{where} out_of_place_per_iter")
+                                   for k in ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us",
+                                             "stdev_us", "cv_pct")}
+                times = _json_field(per_iter, "times_us", list, path, f"{where} out_of_place_per_iter")
+                out["samples_us"] = None if times is None else [
+                    _json_number(t, "times_us", path, f"{where} out_of_place_per_iter") for t in times]
+                if out["samples_us"] is not None and None in out["samples_us"]:
+                    raise NcclTuneError(f"{where} out_of_place_per_iter: 'times_us' holds a null", path=path)
             root = str(result.get("root", "")).strip()
-            run.rows.append({"line": None, "size": result["size"], "count": result.get("count"),
-                             "type": result.get("type"), "redop": result.get("redop"),
+            run.rows.append({"line": None, "entry": position, "size": result["size"],
+                             "count": result.get("count"), "type": result.get("type"),
+                             "redop": result.get("redop"),
                              "root": int(root) if re.match(r"^-?\d+$", root) else None,
-                             "out": out, "in": _json_block(result.get("in_place")),
+                             "out": out, "in": _json_block(result.get("in_place"), path, f"{where} in_place"),
                              "failure": None, "truncated": out is None,
                              "iters": result.get("actual_iterations")})
         runs.append(run)

@@ -1,8 +1,15 @@
 """From results records to per-(cell, size) summaries with intervals and verdicts.
 
-One summary per cell, collective, message size, world and backend: the median over
-rounds of each round's p50, a 95% interval, and the difference to the baseline cell
-measured under the same conditions with its own interval and a verdict.
+One summary per cell, collective, message size, world, backend, mode, dtype and machine:
+the median over rounds of each round's p50, a 95% interval, and the difference to the
+baseline cell measured under the same conditions with its own interval and a verdict.
+
+The machine (`machine_identity`): the hosts a record was measured on, the GPU models and
+the topology as recorded; records of nccl-tests output whose file names no host (a
+pasted table) are told apart by the file they were imported from. So results of
+different machines (an A40 box with P2P disabled and a DGX H100, say) are never merged
+into one baseline, while a sweep's own records (one host, several rounds, resumed or
+not) stay together.
 
 Interval basis: with at least `MIN_ROUNDS_FOR_ROUND_CI` rounds, rounds are the unit:
 Student-t intervals over per-round p50s, differences paired by round when both cells
@@ -65,6 +72,9 @@ class CellSizeSummary:
     samples_us: list[float] = field(default_factory=list, repr=False)
     p_value: float | None = None  # the difference to the baseline, unadjusted
     p_adjusted: float | None = None  # adjusted across the family (see module doc)
+    mode: str | None = None  # graph | eager | None (nccl-tests without the graph line)
+    dtype: str | None = None
+    machine: str | None = None  # where it was measured, in words (see machine_identity)
 
     @property
     def label(self) -> str:
@@ -80,9 +90,75 @@ class CellSizeSummary:
         return out
 
 
-def _key(record: dict) -> tuple:
+def _hosts(record: dict) -> tuple[str, ...]:
+    hosts = record.get("hosts")
+    if isinstance(hosts, list) and hosts:
+        return tuple(sorted({str(h) for h in hosts}))
+    return (record["host"],) if record.get("host") else ()
+
+
+def _gpu_models(record: dict) -> tuple[str, ...]:
+    gpus = record.get("gpus")
+    return tuple(sorted({str(g) for g in gpus if g})) if isinstance(gpus, list) else ()
+
+
+def _topology(record: dict) -> str | None:
+    topo = record.get("topology")
+    if isinstance(topo, dict):
+        topo = topo.get("kind")
+    return str(topo) if topo else None
+
+
+def machine_identity(record: dict, known_gpus: dict | None = None) -> tuple:
+    """What tells the machine of a record apart: (hosts, GPU models, topology), or the
+    source file for nccl-tests output that names no host.
+
+    `known_gpus` maps (hosts, topology) to the GPU models seen with them: a record that
+    lacks GPU names (a failed cell's filler record, say) joins the one set of models
+    recorded for its host, so a failure is listed beside the cells that ran.
+    """
+    hosts, topo = _hosts(record), _topology(record)
+    if not hosts and record.get("backend") == "nccl-tests" and record.get("source_file"):
+        return ("file", record["source_file"])
+    gpus = _gpu_models(record)
+    if not gpus and known_gpus is not None:
+        seen = known_gpus.get((hosts, topo), set())
+        if len(seen) == 1:
+            gpus = next(iter(seen))
+    return ("machine", hosts, gpus, topo)
+
+
+def describe_machine(identity: tuple) -> str:
+    """A machine identity in words: 'file X' or 'host h1 (NVIDIA H100), topology nvlink'."""
+    if identity[0] == "file":
+        return f"file {identity[1]}"
+    _, hosts, gpus, topo = identity
+    if not hosts:
+        text = "host unknown"
+    elif len(hosts) > 3:
+        text = f"hosts {', '.join(hosts[:3])} and {len(hosts) - 3} more"
+    else:
+        text = ("host " if len(hosts) == 1 else "hosts ") + ", ".join(hosts)
+    if gpus:
+        text += f" ({', '.join(gpus)})"
+    if topo:
+        text += f", topology {topo}"
+    return text
+
+
+def _known_gpus(records: list[dict]) -> dict:
+    known: dict[tuple, set] = {}
+    for r in records:
+        gpus = _gpu_models(r)
+        if gpus:
+            known.setdefault((_hosts(r), _topology(r)), set()).add(gpus)
+    return known
+
+
+def _key(record: dict, known_gpus: dict | None = None) -> tuple:
     return (record.get("op") or "allreduce", int(record.get("bytes") or 0),
-            record.get("world_size"), record.get("nnodes"), record.get("backend"))
+            record.get("world_size"), record.get("nnodes"), record.get("backend"),
+            record.get("mode"), record.get("dtype"), machine_identity(record, known_gpus))
 
 
 def _status(records: list[dict]) -> str:
@@ -159,7 +235,9 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
         world_size=first.get("world_size"), backend=first.get("backend"),
         status=_status(records), n_rounds=len(rounds), round_p50s=p50s, p50_us=p50,
         ci_us=ci, ci_basis=basis, confirmed=confirmed, effective=effective, errors=errors,
-        final=all(r.get("final", True) is not False for r in records), samples_us=samples)
+        final=all(r.get("final", True) is not False for r in records), samples_us=samples,
+        mode=first.get("mode"), dtype=first.get("dtype"),
+        machine=describe_machine(machine_identity(first, _known_gpus(records))))
 
 
 def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict],
@@ -229,23 +307,30 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
     Only final records are compared (see module doc); groups made only of non-final
     records come back with `final=False` and no verdict. Verdicts are adjusted for the
     number of cells compared at each size (`adjust`: "bh", "bonferroni" or "none").
-    Order: by op, world, backend, bytes, then baseline first and cells by p50.
+    Records are compared only within one (op, size, world, nodes, backend, mode, dtype,
+    machine) family (see module doc). Order: by op, world, backend, machine, mode,
+    dtype, bytes, then baseline first and cells by p50.
     """
+    kept = [r for r in records if not r.get("superseded")]
+    known = _known_gpus(kept)
     groups: dict[tuple, dict[str, list[dict]]] = {}
-    for r in records:
-        if r.get("superseded"):
-            continue
+    for r in kept:
         final = r.get("final", True) is not False
         cell = (r.get("cell") or BASELINE) + ("" if final else "\x00pruned")
-        groups.setdefault(_key(r), {}).setdefault(cell, []).append(r)
+        groups.setdefault(_key(r, known), {}).setdefault(cell, []).append(r)
     out: list[CellSizeSummary] = []
-    for key in sorted(groups, key=lambda k: (k[0], k[2] or 0, str(k[4]), k[1])):
+    order = lambda k: (k[0], k[2] or 0, str(k[4]), describe_machine(k[7]), str(k[5]), str(k[6]), k[1])  # noqa: E731
+    for key in sorted(groups, key=order):
         cells = groups[key]
+        machine = describe_machine(key[7])
         base_records = cells.get(BASELINE)
         base = summarize_group(base_records, confidence, seed) if base_records else None
+        if base is not None:
+            base.machine = machine
         rows, compared = [], []
         for cell_key, recs in cells.items():
             summary = base if cell_key == BASELINE else summarize_group(recs, confidence, seed)
+            summary.machine = machine
             if (cell_key != BASELINE and summary.final and base is not None
                     and summary.status == "ok" and base.status == "ok" and summary.p50_us is not None):
                 delta = _delta(summary, base, recs, base_records, confidence, seed)

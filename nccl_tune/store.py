@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import time
@@ -30,6 +31,115 @@ FIELDS = (
     "error", "time", "round", "label",
 )
 LAT_KEYS = ("min", "p10", "p50", "p90", "p99", "max", "mean", "cv", "n")
+
+
+# ---------------------------------------------------------------- field types
+#
+# What a reader may assume of a record's fields. A line whose JSON is valid but whose
+# fields have other types (a hand edit, another tool's output, a bug elsewhere) is
+# skipped like a corrupt line: readers (report, recommend, sweep resume, validate)
+# index, hash and compute with these values. Every field may also be absent or null.
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite_nonneg(value) -> bool:
+    return _is_number(value) and math.isfinite(value) and value >= 0
+
+
+def _str_map(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in value.items())
+
+
+def _str_list(value) -> bool:
+    return isinstance(value, list) and all(v is None or isinstance(v, str) for v in value)
+
+
+def _lat(value) -> bool:
+    if not isinstance(value, dict):
+        return False
+    for key in LAT_KEYS:
+        item = value.get(key)
+        if item is None:
+            continue
+        if key == "n" and not (_is_int(item) and item >= 0):
+            return False
+        if key != "n" and not _finite_nonneg(item):
+            return False
+    return True
+
+
+def _effective(value) -> bool:
+    return (isinstance(value, dict)
+            and all(value.get(k) is None or isinstance(value[k], str) for k in ("algo", "proto", "detail"))
+            and (value.get("channels") is None or _is_int(value["channels"]))
+            and value.get("confirmed") in (None, True, False))
+
+
+# field -> (check of a non-null value, what it must be)
+FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "run_id": (lambda v: isinstance(v, str), "a string"),
+    "cell": (lambda v: isinstance(v, str), "a string"),
+    "env": (_str_map, "an object of NAME: string values"),
+    "backend": (lambda v: isinstance(v, str), "a string"),
+    "op": (lambda v: isinstance(v, str), "a string"),
+    "mode": (lambda v: isinstance(v, str), "a string"),
+    "world_size": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "nnodes": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "bytes": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "dtype": (lambda v: isinstance(v, str), "a string"),
+    "iters": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "lat_us": (_lat, "an object of finite non-negative numbers (n an integer)"),
+    "samples_us": (lambda v: isinstance(v, list) and all(_finite_nonneg(x) for x in v),
+                   "a list of finite non-negative numbers"),
+    "algbw_gbps": (_finite_nonneg, "a finite non-negative number"),
+    "busbw_gbps": (_finite_nonneg, "a finite non-negative number"),
+    "correct": (lambda v: isinstance(v, bool), "true or false"),
+    "wrong": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "effective": (_effective, "an object with string algo/proto/detail, integer channels and "
+                              "boolean confirmed"),
+    "versions": (lambda v: isinstance(v, dict) and all(x is None or isinstance(x, str)
+                                                       for x in v.values()),
+                 "an object of version strings"),
+    "host": (lambda v: isinstance(v, str), "a string"),
+    "hosts": (_str_list, "a list of strings"),
+    "gpus": (_str_list, "a list of strings"),
+    "topology": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "status": (lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+    "error": (lambda v: isinstance(v, str), "a string"),
+    "time": (lambda v: isinstance(v, str), "a string"),
+    "round": (_is_int, "an integer"),
+    "label": (lambda v: isinstance(v, str), "a string"),
+    "rung": (_is_int, "an integer"),
+    "final": (lambda v: isinstance(v, bool), "true or false"),
+    "superseded": (lambda v: isinstance(v, bool), "true or false"),
+    "strategy": (lambda v: isinstance(v, str), "a string"),
+    "isolation": (lambda v: isinstance(v, str), "a string"),
+    "source_file": (lambda v: isinstance(v, str), "a string"),
+    "conf_files": (lambda v: isinstance(v, dict) and all(_str_map(x) for x in v.values()),
+                   "an object of path: {NAME: value}"),
+}
+
+
+def field_problem(record: dict) -> str | None:
+    """Why a decoded record cannot be used ('field X is ..., expected ...'), or None."""
+    for name, (check, expected) in FIELD_TYPES.items():
+        value = record.get(name)
+        if value is not None and not check(value):
+            shown = json.dumps(value, default=str)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return f"field {name} is {shown}, expected {expected}"
+    p50 = (record.get("lat_us") or {}).get("p50")
+    if p50 is not None and p50 <= 0 and (record.get("status") or "ok") == "ok":
+        # Latency curves and bandwidths divide by it; zero is no measurement.
+        return f"field lat_us has p50 {p50}, expected a positive latency in an ok record"
+    return None
 
 
 def cell_id(env: dict[str, str]) -> str:
@@ -79,11 +189,23 @@ def make_record(**fields) -> dict:
 
 
 def append_record(path: str, record: dict) -> None:
-    """Append one record as a line and flush it to disk before returning."""
+    """Append one record as a line and flush it to disk before returning.
+
+    A file whose last line is torn (a crash mid-write leaves no final newline) gets a
+    newline first, so the new record starts a line of its own instead of being glued to
+    the fragment (readers skip the fragment alone).
+    """
     line = json.dumps(record, separators=(",", ":"), default=str)
     try:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        with open(path, "a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                torn = handle.read(1) != b"\n"
+                handle.seek(0, os.SEEK_END)
+                if torn:
+                    handle.write(b"\n")
+            handle.write(line.encode("utf-8") + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:
@@ -96,15 +218,20 @@ def append_records(path: str, records: Iterable[dict]) -> None:
         append_record(path, record)
 
 
-def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
-    """Yield the valid records of one file; report each skipped line through `warn`."""
+def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None
+                          ) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of the valid records of one file; skipped lines go to `warn`.
+
+    Lines are split at '\\n' only (as they are written), so numbers stay valid for
+    `mark_superseded`.
+    """
     try:
-        handle = open(path, encoding="utf-8", errors="replace")
+        handle = open(path, "rb")
     except OSError as exc:
         raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
     with handle:
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
+        for number, raw in enumerate(handle, start=1):
+            text = raw.decode("utf-8", errors="replace").strip()
             if not text:
                 continue
             problem = None
@@ -115,13 +242,74 @@ def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterat
             else:
                 if not isinstance(record, dict) or "schema" not in record:
                     problem = "not a nccl-tune record"
-                elif not isinstance(record["schema"], int) or record["schema"] > SCHEMA:
+                elif not _is_int(record["schema"]) or record["schema"] < 1:
+                    problem = f"field schema is {json.dumps(record['schema'])}, expected a positive integer"
+                elif record["schema"] > SCHEMA:
                     problem = f"schema {record['schema']!r} is newer than this tool's {SCHEMA}"
+                else:
+                    problem = field_problem(record)
             if problem:
                 if warn:
                     warn(f"{path}:{number}: skipped: {problem}")
                 continue
-            yield record
+            yield number, record
+
+
+def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
+    """Yield the valid records of one file; report each skipped line through `warn`."""
+    for _, record in iter_numbered_records(path, warn):
+        yield record
+
+
+def mark_superseded(path: str, line_numbers: Iterable[int], **marks) -> int:
+    """Mark the records on `line_numbers` `superseded: true, final: false` (plus `marks`).
+
+    The one exception to append-only: a resumed sweep that measures a failed cell again
+    keeps the failed records but takes them out of every verdict. The file is rewritten
+    atomically (a temporary file beside it, then a rename); every other line is kept
+    byte for byte, corrupt ones included. Returns how many records were marked.
+    """
+    wanted = set(line_numbers)
+    if not wanted:
+        return 0
+    try:
+        with open(path, "rb") as handle:
+            lines = handle.read().split(b"\n")
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    if lines and lines[-1] == b"":
+        lines.pop()  # the final newline
+    marked = 0
+    for index in sorted(wanted):
+        if not 1 <= index <= len(lines):
+            continue
+        try:
+            record = json.loads(lines[index - 1].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        record.update(superseded=True, final=False, **marks)
+        lines[index - 1] = json.dumps(record, separators=(",", ":"), default=str).encode("utf-8")
+        marked += 1
+    temp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(b"\n".join(lines) + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.chmod(temp, os.stat(path).st_mode & 0o7777)
+        except OSError:
+            pass
+        os.replace(temp, path)
+    except OSError as exc:
+        try:
+            os.remove(temp)
+        except OSError:
+            pass
+        raise NcclTuneError(f"cannot rewrite: {exc.strerror}", path=path) from None
+    return marked
 
 
 def read_records(paths: Iterable[str], warn: Callable[[str], None] | None = None) -> list[dict]:

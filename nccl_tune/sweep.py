@@ -21,6 +21,10 @@ How a batch runs (DESIGN.md sections 4-5):
   started, the cell it was measuring is recorded as timeout/failed with the last lines
   of output, and the cells it had not reached are launched again.
 - Ctrl-C kills the running launch; every cell already complete is in the file.
+- Resume: a (cell, round, rung) already recorded is not measured again, unless its
+  records say failed or timeout (a crash, a hang, a machine that went away): those are
+  measured again, and their old records are kept in the file marked `superseded: true,
+  final: false` (`retried_by`: the run id). `wrong` is a result, never retried.
 - The `sim` backend draws records from nccl_tune.simbackend instead of launching.
 
 Options, sizes, the launch environment, round orders and estimates live in
@@ -65,6 +69,7 @@ class SweepStats:
     reruns: int = 0  # process-isolated re-runs of unconfirmed cells
     cells_measured: int = 0
     cells_reused: int = 0  # already in the results file (resume)
+    retried: int = 0  # recorded as failed/timeout before, measured again (resume)
     failures: dict = field(default_factory=dict)  # status -> count of cells
     records_written: int = 0
     wall_s: float = 0.0
@@ -83,6 +88,9 @@ class SweepInterrupted(Exception):
 
 def _key(cell: str, round_, rung, nbytes) -> tuple:
     return (cell, round_, rung, nbytes)
+
+
+RETRIED_STATUSES = ("failed", "timeout")  # measured again on resume; `wrong` is a result
 
 
 class SweepEngine:
@@ -111,6 +119,12 @@ class SweepEngine:
         self.work_dir = out + ".work"
         self._launch_no = 0
         self._recorded: dict[tuple, dict] = {}
+        self._lines: dict[tuple, list[int]] = {}  # (cell, round, rung) -> its lines in the file
+        self._retry: set[tuple] = set()  # recorded as failed/timeout: measure again
+        # Where this sweep's ranks ran (rank 0's records say): stamped on the records the
+        # engine writes itself for cells a launch did not finish, so the report lists a
+        # failure beside the cells measured on the same machine.
+        self._machine: dict = {}
         self._load_existing()
 
     # -- the results file
@@ -128,22 +142,50 @@ class SweepEngine:
     def _load_existing(self) -> None:
         if not os.path.exists(self.out):
             return
-        for record in store.iter_records(self.out, self.warn):
+        for number, record in store.iter_numbered_records(self.out, self.warn):
             if self._matches(record):
                 key = _key(record.get("cell"), record.get("round"), record.get("rung"),
                            record.get("bytes"))
                 self._recorded.setdefault(key, record)
+                self._lines.setdefault(key[:3], []).append(number)
+                if record.get("status") in RETRIED_STATUSES:
+                    self._retry.add(key[:3])
+        if self._retry:
+            self.warn(f"{self.out}: {len(self._retry)} recorded (cell, round) pair(s) failed or timed "
+                      "out: measured again when the sweep reaches them (the old records are kept, "
+                      "marked superseded)")
 
     def recorded_requests(self) -> set[tuple]:
-        """(cell, round, rung) of every request with a record in the file (resume)."""
-        return {key[:3] for key in self._recorded}
+        """(cell, round, rung) of every request with a record in the file (resume), less
+        those recorded as failed or timeout (they are measured again)."""
+        return {key[:3] for key in self._recorded} - self._retry
 
     def existing(self, request: Request) -> list[dict] | None:
-        """The request's records already in the file (every size), or None."""
+        """The request's records already in the file (every size), or None (measure it).
+
+        None too when they say failed or timeout: those are measured again on resume.
+        """
         rung = request.extra.get("rung")
+        if (request.cell.id, request.round, rung) in self._retry:
+            return None
         found = [self._recorded.get(_key(request.cell.id, request.round, rung, b))
                  for b in self.options.sizes]
         return found if all(found) else None
+
+    def _supersede(self, requests: list[Request]) -> None:
+        """Mark the failed/timeout records of `requests` superseded before measuring them again."""
+        pairs = [self._req_key(r) for r in requests if self._req_key(r) in self._retry]
+        if not pairs or (self.launcher is not None and not self.launcher.writes_records
+                         and self.options.backend != "sim"):
+            return
+        lines = [n for pair in pairs for n in self._lines.get(pair, [])]
+        store.mark_superseded(self.out, lines, retried_by=self.run_id)
+        for pair in pairs:
+            self._retry.discard(pair)
+            self._lines.pop(pair, None)
+            for key in [k for k in self._recorded if k[:3] == pair]:
+                del self._recorded[key]
+        self.stats.retried += len(pairs)
 
     def _write(self, records: list[dict]) -> list[dict]:
         if self.launcher is not None and not self.launcher.writes_records and \
@@ -180,6 +222,7 @@ class SweepEngine:
                 self.stats.cells_reused += 1
             else:
                 todo.append(request)
+        self._supersede(todo)
         try:
             for batch in self._batches(todo):
                 for req_key, records in self._run_batch(batch).items():
@@ -217,6 +260,7 @@ class SweepEngine:
                 if request is None or key in finished:
                     return  # records of a cell this launch was not asked for
                 finished.add(key)
+                self._note_machine(records)
                 if self._shared_comm_cell(request, launch_size):
                     confirmations.extend((r.get("effective") or {}).get("confirmed")
                                          for r in records if r.get("status") == "ok")
@@ -310,11 +354,19 @@ class SweepEngine:
                   for nbytes in self.options.sizes if nbytes not in have]
         return self._finish(request, partial + filler)
 
+    def _note_machine(self, records: list[dict]) -> None:
+        for record in records:
+            if record.get("status") == "ok" and record.get("host"):
+                self._machine = {k: record.get(k) for k in ("host", "hosts", "gpus", "mode")
+                                 if record.get(k) is not None}
+
     def _record(self, request: Request, nbytes: int, launch_size: int = 1, **fields) -> dict:
         world = self.launcher.world_size if self.launcher else None
+        machine = dict(self._machine)
+        machine.setdefault("mode", self.options.mode)  # the mode the ranks resolved, once known
         return store.make_record(
             run_id=self.run_id, cell=request.cell.id, env=dict(request.cell.env),
-            backend=self.options.backend, op=self.options.op, mode=self.options.mode,
+            backend=self.options.backend, op=self.options.op, **machine,
             world_size=world, nnodes=self.launcher.nnodes if self.launcher else None,
             bytes=nbytes, dtype=self.options.dtype, iters=request.iters or self.options.iters,
             round=request.round, **self._extra(request, launch_size), **fields)
@@ -364,7 +416,7 @@ class SweepEngine:
         completed: set[tuple] = set()
 
         def poll() -> None:
-            for record in reader.read_new():
+            for record in map(self._check_world, reader.read_new()):
                 key = (record.get("cell"), record.get("round"), record.get("rung"))
                 reader.by_cell.setdefault(key, []).append(record)
                 if key not in completed and self._complete(reader.by_cell[key]):
@@ -382,6 +434,19 @@ class SweepEngine:
             _remove(path)
         _remove_dir(self.work_dir)
         return outcome, partial
+
+    def _check_world(self, record: dict) -> dict:
+        """A record measured in another world than the launcher starts becomes failed (a
+        launcher that started ranks without torchrun measures worlds of one, say)."""
+        expected = self.launcher.expected_world if self.launcher else None
+        world = record.get("world_size")
+        if (expected is None or world is None or world == expected
+                or record.get("status") in ("failed", "timeout")):
+            return record
+        return {**record, "status": "failed", "correct": None, "error": (
+            f"world size mismatch: the ranks formed a world of {world}, but the launcher starts "
+            f"{expected} ({self.launcher.nproc} per node x {self.launcher.nnodes} node(s)); the "
+            "measurement does not describe the intended world")}
 
     def _complete(self, records: list[dict]) -> bool:
         sizes = {r.get("bytes") for r in records}

@@ -19,13 +19,24 @@ pytestmark = pytest.mark.slow
 
 PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_NTHREADS": "512"}
 
-# Starts a grandchild whose environment lost NCCL_ALGO and changed NCCL_NTHREADS (what a
-# launcher that overwrites variables does), prints its pid, then waits to be killed.
+# The checked process starts a worker whose environment lost NCCL_ALGO and changed
+# NCCL_NTHREADS (what a launcher that overwrites variables does); the worker starts a
+# child of its own (a TP worker's helper), which inherits the worker's environment. The
+# parent prints "worker_pid grandchild_pid", then waits to be killed.
+WORKER = """
+import subprocess, sys, time
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(grandchild.pid, flush=True)
+try:
+    time.sleep(120)
+finally:
+    grandchild.kill()
+"""
 PARENT = """
 import os, subprocess, sys, time
 env = dict(os.environ); env.pop("NCCL_ALGO"); env["NCCL_NTHREADS"] = "256"
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
-print(child.pid, flush=True)
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], env=env, stdout=subprocess.PIPE, text=True)
+print(child.pid, child.stdout.readline().strip(), flush=True)
 try:
     time.sleep(120)
 finally:
@@ -35,17 +46,18 @@ finally:
 
 @pytest.fixture
 def server():
-    """A process tree: parent with the full profile (+ NCCL_DEBUG), one grandchild-style worker."""
+    """A process tree: parent with the full profile (+ NCCL_DEBUG), its worker, the worker's child."""
     env = subprocess_env(NCCL_PROTO="LL", NCCL_ALGO="Ring", NCCL_NTHREADS="512", NCCL_DEBUG="WARN")
-    proc = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
-    worker = int(proc.stdout.readline())
-    yield proc.pid, worker
+    proc = subprocess.Popen([sys.executable, "-c", PARENT, WORKER], stdout=subprocess.PIPE, text=True, env=env)
+    worker, grandchild = map(int, proc.stdout.readline().split())
+    yield proc.pid, worker, grandchild
     proc.terminate()
     proc.wait(timeout=30)
-    try:  # SIGTERM skips the parent's finally: the worker is ours to stop
-        os.kill(worker, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for pid in (worker, grandchild):  # SIGTERM skips the finally blocks: ours to stop
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture
@@ -56,7 +68,7 @@ def profile_file(tmp_path):
 
 
 def test_match_and_extra(server):
-    pid, _ = server
+    pid, _, _ = server
     (root,) = procenv.check_processes(PROFILE, pid)
     assert root.ok and root.pid == pid
     assert [v.status for v in root.variables] == ["ok", "ok", "ok"]
@@ -65,7 +77,7 @@ def test_match_and_extra(server):
 
 
 def test_missing_and_different(server):
-    pid, _ = server
+    pid, _, _ = server
     wanted = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216"}
     (root,) = procenv.check_processes(wanted, pid)
     assert not root.ok
@@ -73,28 +85,31 @@ def test_missing_and_different(server):
         ("NCCL_PROTO", "different", "LL"), ("NCCL_ALGO", "ok", "Ring"), ("NCCL_BUFFSIZE", "missing", None)]
 
 
-def test_tree_finds_the_grandchild(server):
-    pid, worker = server
+def test_tree_finds_the_child_and_the_grandchild(server):
+    pid, worker, grandchild = server
     results = procenv.check_processes(PROFILE, pid, tree=True)
-    assert [r.pid for r in results] == [pid, worker]
-    child = results[1]
-    assert child.ppid == pid and not child.ok
-    assert {v.name: (v.status, v.actual) for v in child.variables} == {
-        "NCCL_PROTO": ("ok", "LL"), "NCCL_ALGO": ("missing", None), "NCCL_NTHREADS": ("different", "256")}
-    assert worker in procenv.descendants(pid)
+    assert [r.pid for r in results] == [pid, worker, grandchild]
+    child, grand = results[1], results[2]
+    assert child.ppid == pid and grand.ppid == worker  # two levels below the checked pid
+    for found in (child, grand):
+        assert not found.ok
+        assert {v.name: (v.status, v.actual) for v in found.variables} == {
+            "NCCL_PROTO": ("ok", "LL"), "NCCL_ALGO": ("missing", None), "NCCL_NTHREADS": ("different", "256")}
+    assert procenv.descendants(pid) == [worker, grandchild]
 
 
 def test_cli_exit_codes_and_json(server, profile_file, cli_runner):
-    pid, worker = server
+    pid, worker, grandchild = server
     ok = cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid)])
     assert ok.exit_code == 0, ok.output
     tree = cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid), "--tree"])
     assert tree.exit_code == 1
     assert f"pid {worker}: NCCL_ALGO missing (profile: Ring)" in tree.output
     assert f"pid {worker}: NCCL_NTHREADS different: process 256, profile 512" in tree.output
+    assert f"pid {grandchild}: NCCL_ALGO missing (profile: Ring)" in tree.output
     data = json.loads(cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid),
                                               "--tree", "--json"]).stdout)
-    assert [(d["pid"], d["ok"]) for d in data] == [(pid, True), (worker, False)]
+    assert [(d["pid"], d["ok"]) for d in data] == [(pid, True), (worker, False), (grandchild, False)]
     assert data[0]["extra"] == {"NCCL_DEBUG": "WARN"}
 
 
@@ -115,7 +130,7 @@ def test_compare_env_is_pure():
 
 
 def test_unreadable_descendant_is_reported_not_fatal(server, monkeypatch):
-    pid, worker = server
+    pid, worker, _ = server
     real = procenv.read_environ
 
     def deny_worker(p):
@@ -125,7 +140,7 @@ def test_unreadable_descendant_is_reported_not_fatal(server, monkeypatch):
 
     monkeypatch.setattr(procenv, "read_environ", deny_worker)
     results = procenv.check_processes(PROFILE, pid, tree=True)
-    assert [r.ok for r in results] == [True, False]
+    assert [r.ok for r in results] == [True, False, False]
     assert "Permission denied" in results[1].error and results[1].variables == []
     monkeypatch.setattr(procenv, "read_environ", lambda p: deny_worker(worker))
     with pytest.raises(NcclTuneError) as info:

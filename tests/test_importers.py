@@ -63,8 +63,9 @@ def test_real_fixture_facts(real_fixtures):
 
 def test_interleaved_debug_log(real_fixtures):
     path = real_fixtures / "nccl_debug" / "nccl2.12.7_efa_2node_nccltests_interleaved_eks.txt"
-    records, _ = importers.import_file(str(path))
-    assert len(records) == 31  # two zero-byte rows + 29 sizes, 4 B .. 1 GiB
+    records, runs = importers.import_file(str(path))
+    assert len(records) == 29  # 29 sizes, 4 B .. 1 GiB; the two zero-byte rows left out
+    assert runs[0].zero_byte_rows == 2 and all(r["bytes"] > 0 for r in records)
     assert records[0]["env"] == {"NCCL_SHM_DISABLE": "0"}  # "set by environment to 0."
     assert records[0]["env_plugin"] == {"NCCL_PROTO": "simple"}  # aws-ofi-nccl set it, not the user
     assert records[0]["versions"]["nccl"] == "2.12.7"
@@ -217,3 +218,73 @@ def test_cli_bad_file_exit_2_and_nothing_written(cli_runner, tmp_path):
     assert result.exit_code == 2
     assert "garbage_row.txt:3:" in result.output and "Traceback" not in result.output
     assert not out.exists()  # every file is read before anything is written
+
+
+# ---------------------------------------------------------------- checked input
+
+def test_env_option_is_linted(cli_runner, tmp_path):
+    out = tmp_path / "r.jsonl"
+    bad = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"),
+                                  "--env", "NCCL_PROTO=LLX NCCL_ALGO=Ring", "--out", str(out)])
+    assert bad.exit_code == 2 and not out.exists()
+    assert bad.output.strip() == ("Error: --env: NCCL_PROTO: invalid value: unknown protocol 'LLX' "
+                                  "(known: LL, LL128, Simple)")
+    warned = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"),
+                                     "--env", "NCCL_PROTOO=LL NCCL_P2P_LEVEL=sys", "--out", str(out)])
+    assert warned.exit_code == 0, warned.output
+    assert "warning: --env: NCCL_PROTOO: unknown to the catalogue" in warned.stderr
+    assert "warning: --env: NCCL_P2P_LEVEL: 'sys' is in the wrong case" in warned.stderr
+    assert len(store.read_records([str(out)])) == 2
+
+
+def _json_variant(tmp_path, edit):
+    data = json.loads((OWN / "json_per_iter.json").read_text())
+    edit(data)
+    path = tmp_path / "variant.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["results"][0]["out_of_place"].update(time="x"),
+     "results entry 1 out_of_place: 'time' is \"x\", not a non-negative number"),
+    (lambda d: d["results"][1]["in_place"].update(bus_bw=[1]),
+     "results entry 2 in_place: 'bus_bw' is [1], not a non-negative number"),
+    (lambda d: d["results"][0]["out_of_place"].update(time=-3.0),
+     "results entry 1 out_of_place: 'time' is -3.0, not a non-negative number"),
+    (lambda d: d["results"][0]["out_of_place"].update(nwrong="0"),
+     "results entry 1 out_of_place: 'nwrong' is \"0\", not a non-negative number"),
+    (lambda d: d["results"][0]["out_of_place_per_iter"].update(times_us=["a"]),
+     "results entry 1 out_of_place_per_iter: 'times_us' is \"a\", not a non-negative number"),
+    (lambda d: d["results"][0].update(out_of_place="fast"), "results entry 1 out_of_place is \"fast\", not an object"),
+    (lambda d: d["results"][0].update(type=4), "results entry 1's 'type' is 4, not a JSON string"),
+    (lambda d: d["results"][0].update(actual_iterations="5"), "results entry 1's 'actual_iterations' is \"5\""),
+    (lambda d: d["results"][0].update(size=-8), "results entry 1: 'size' is -8, not a byte count"),
+    (lambda d: d.update(env=5), "the run's 'env' is 5, not a JSON list: not nccl-tests -J output"),
+    (lambda d: d.update(args={"a": 1}), "the run's 'args' is {\"a\": 1}, not a JSON list"),
+    (lambda d: d.update(config=[]), "the run's 'config' is [], not a JSON object"),
+    (lambda d: d.update(errors="boom"), "the run's 'errors' is \"boom\", not a JSON list"),
+    (lambda d: d.update(results=5), "'results' is 5, not a list: not nccl-tests -J output"),
+    (lambda d: d.update(results={"size": 8}), "'results' is {\"size\": 8}, not a list"),
+])
+def test_json_fields_of_the_wrong_type_are_errors(tmp_path, cli_runner, edit, message):
+    path = _json_variant(tmp_path, edit)
+    with pytest.raises(NcclTuneError, match=None) as info:
+        importers.import_file(str(path))
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["import-nccl-tests", str(path), "--out", str(out)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_zero_byte_rows_are_left_out_and_said(tmp_path, cli_runner):
+    path = _json_variant(tmp_path, lambda d: d["results"][0].update(size=0, count=0))
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["import-nccl-tests", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1 row(s) of 0 bytes left out" in result.output
+    assert [r["bytes"] for r in store.read_records([str(out)])] == [28672]
+    only_zero = _json_variant(tmp_path, lambda d: d.update(results=[{**d["results"][0], "size": 0}]))
+    with pytest.raises(NcclTuneError, match="only rows of 0 bytes"):
+        importers.import_file(str(only_zero))

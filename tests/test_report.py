@@ -99,7 +99,7 @@ def test_report_text_lists_failures_and_flags(cli_runner, tmp_path):
     out = result.output
     assert "allreduce, 14336 B, world 8, backend nccl" in out
     assert "wrong    NCCL_PROTO=LL128 @ 14336 B: 1024 wrong elements" in out
-    assert "timeout  NCCL_ALGO=Tree @ 14336 B: launch timed out; last lines of output:" in out
+    assert "timeout  NCCL_ALGO=Tree @ 14336 B: launch timed out: NCCL WARN stuck" in out
     assert "! unverified" in out and "flagged '!'" in out
     assert "SIMULATED" not in out
 
@@ -184,3 +184,77 @@ def test_plot_without_matplotlib_says_so(cli_runner, tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     result = cli_runner.invoke(cli, ["report", str(_mixed(tmp_path)), "--plot", str(tmp_path / "x.png")])
     assert result.exit_code == 2 and "--plot needs matplotlib: pip install 'nccl-tune[plot]'" in result.output
+
+
+# ---------------------------------------------------------------- comparison families
+
+def test_records_of_two_machines_mode_or_dtype_are_never_compared():
+    records = []
+    for host, gpu, base, cell in (("box-a", "NVIDIA A40", 80.0, 60.0), ("box-b", "NVIDIA H100", 20.0, 25.0)):
+        records += [_record({}, r, base, host=host, hosts=[host], gpus=[gpu] * 8) for r in (1, 2, 3)]
+        records += [_record({"NCCL_PROTO": "LL"}, r, cell, host=host, hosts=[host], gpus=[gpu] * 8)
+                    for r in (1, 2, 3)]
+    rows = report.summarize(records)
+    assert [(s.machine, s.cell == store.BASELINE) for s in rows] == [
+        ("host box-a (NVIDIA A40)", True), ("host box-a (NVIDIA A40)", False),
+        ("host box-b (NVIDIA H100)", True), ("host box-b (NVIDIA H100)", False)]
+    assert [s.verdict for s in rows if s.cell != store.BASELINE] == ["faster", "slower"]
+    assert rows[0].p50_us == pytest.approx(80.0, rel=0.01)  # not a blend of the two machines
+    same_host = [_record({}, r, 50.0, mode="graph", dtype="bf16") for r in (1, 2, 3)]
+    same_host += [_record({}, r, 70.0, mode="eager", dtype="bf16") for r in (1, 2, 3)]
+    same_host += [_record({}, r, 90.0, mode="graph", dtype="fp32") for r in (1, 2, 3)]
+    rows = report.summarize(same_host)
+    assert sorted((s.mode, s.dtype, round(s.p50_us)) for s in rows) == [
+        ("eager", "bf16", 70), ("graph", "bf16", 50), ("graph", "fp32", 90)]
+
+
+def test_a_sweeps_records_with_a_failed_filler_stay_one_family():
+    ok = [_record(env, r, 50.0, host="h", hosts=["h"], gpus=["G"] * 8, mode="graph", dtype="bf16")
+          for env in ({}, {"NCCL_PROTO": "LL"}) for r in (1, 2, 3)]
+    # The engine's own record for a crashed cell: no GPU names (no rank reported any).
+    filler = _record({"NCCL_ALGO": "Tree"}, 2, 1.0, host="h", status="failed", mode="graph",
+                     dtype="bf16", error="launch exited with code 3")
+    rows = report.summarize(ok + [filler])
+    assert {s.machine for s in rows} == {"host h (G)"} and len(rows) == 3
+    assert {s.status for s in rows} == {"ok", "failed"}
+
+
+def test_imported_files_of_two_machines_are_reported_apart(cli_runner, tmp_path, real_fixtures):
+    folder = real_fixtures / "nccl_tests"
+    a40 = folder / "a40_4gpu_sys_boundary_p2p_disabled_table_only.txt"
+    dgx = folder / "dgx_h100_4gpu_nvswitch_table_only.txt"
+    out = tmp_path / "r.jsonl"
+    assert cli_runner.invoke(cli, ["import-nccl-tests", str(a40), str(dgx), "--out", str(out)]).exit_code == 0
+    rows = json.loads(cli_runner.invoke(cli, ["report", str(out), "--json"]).stdout)
+    assert len(rows) == 8 and all(r["n_rounds"] == 1 for r in rows)
+    at_1g = sorted((r["machine"], r["p50_us"]) for r in rows if r["bytes"] == 1073741824)
+    assert at_1g == [(f"file {a40.name}", 1121937.0), (f"file {dgx.name}", 4367.9)]
+    text = cli_runner.invoke(cli, ["report", str(out)]).output
+    assert f"allreduce, 1073741824 B, world 4, backend nccl-tests, float; file {a40.name}" in text
+    assert f"; file {dgx.name}" in text
+    # The same machine named at import (--host): files are compared with each other.
+    both = tmp_path / "both.jsonl"
+    for env in ("", "NCCL_PROTO=LL"):
+        result = cli_runner.invoke(cli, ["import-nccl-tests", str(a40), "--env", env, "--host", "box",
+                                         "--out", str(both)])
+        assert result.exit_code == 0, result.output
+    rows = json.loads(cli_runner.invoke(cli, ["report", str(both), "--json"]).stdout)
+    assert {r["machine"] for r in rows} == {"host box"}
+    assert all(r["delta_us"] == 0.0 for r in rows if r["cell"] != store.BASELINE)
+
+
+def test_imported_rank_lines_name_the_machine(real_fixtures):
+    from nccl_tune import importers
+
+    records, _ = importers.import_file(str(real_fixtures / "nccl_tests" / "oke_a100_2node_nccl2.25.txt"))
+    (row,) = [s for s in report.summarize(records) if s.bytes == records[0]["bytes"]]
+    assert row.machine.startswith("hosts ") and "NVIDIA A100" in row.machine
+
+
+def test_report_csv_and_json_carry_the_context(cli_runner, tmp_path):
+    path = str(_mixed(tmp_path))
+    rows = json.loads(cli_runner.invoke(cli, ["report", path, "--json"]).stdout)
+    assert all("machine" in r and "mode" in r and "dtype" in r for r in rows)
+    text = cli_runner.invoke(cli, ["report", path, "--csv"]).stdout
+    first = next(csv.DictReader(io.StringIO(text)))
+    assert first["machine"].startswith("host ")

@@ -253,3 +253,70 @@ def test_strategy_interface_measures_requests_with_iters_and_extra(tmp_path):
     assert len(engine.measure(rung1)) == 2 * len(SIZES)  # same round, another rung: measured
     assert len(engine.measure(requests)) == len(records)  # already recorded: returned as found
     assert engine.stats.cells_reused == len(g.cells)
+
+
+def test_resume_measures_failed_and_timed_out_cells_again_but_not_wrong_ones(tmp_path):
+    out = tmp_path / "r.jsonl"
+    g = _grid("NCCL_PROTO=LL,Simple")
+    failed, wrong = [c.id for c in g.cells if c.env][:2]
+    import dataclasses
+
+    broken = dataclasses.replace(simbackend.make_landscape("nccl", "pcie-shm", seed=3),
+                                 broken={failed: "failed", wrong: "wrong"})
+    sweeplib.run_rounds(_sim_engine(out, land=broken), g.cells, rounds=2, seed=1)
+    lines = out.read_text().splitlines()
+    # A timed-out record (the sim has none): the baseline of round 2, every size.
+    timed_out = [json.dumps({**json.loads(line), "status": "timeout", "error": "launch timed out"})
+                 if (json.loads(line)["cell"], json.loads(line)["round"]) == ("baseline", 2) else line
+                 for line in lines]
+    out.write_text("\n".join(timed_out) + "\n")
+    warnings = []
+    again = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", SIZES, iters=100), launch.Launcher(nproc=8),
+                                 str(out), landscape=simbackend.make_landscape("nccl", "pcie-shm", seed=3),
+                                 warn=warnings.append)
+    assert len(warnings) == 1 and "3 recorded (cell, round) pair(s) failed or timed out" in warnings[0]
+    assert len(again.recorded_requests()) == len(g.cells) * 2 - 3
+    sweeplib.run_rounds(again, g.cells, rounds=2, seed=1)
+    assert again.stats.retried == 3 and again.stats.cells_measured == 3
+    assert again.stats.cells_reused == len(g.cells) * 2 - 3
+    records = store.read_records([str(out)])
+    old = [r for r in records if r.get("superseded")]
+    assert len(old) == 3 * len(SIZES)  # nothing lost
+    assert all(r["final"] is False and r["retried_by"] == again.run_id for r in old)
+    assert {(r["cell"], r["status"]) for r in old} == {(failed, "failed"), ("baseline", "timeout")}
+    current = [r for r in records if not r.get("superseded")]
+    keys = [(r["cell"], r["round"], r["bytes"]) for r in current]
+    assert len(keys) == len(set(keys)) == len(g.cells) * 2 * len(SIZES)
+    status = {(r["cell"], r["round"]): r["status"] for r in current}
+    assert status[(failed, 1)] == status[(failed, 2)] == status[("baseline", 2)] == "ok"
+    assert status[(wrong, 1)] == status[(wrong, 2)] == "wrong"  # a result, not retried
+    rows = {s.cell: s for s in report.summarize(records) if s.bytes == SIZES[0]}
+    assert rows[failed].status == "ok" and rows[failed].n_rounds == 2
+    # A third run finds nothing left to retry.
+    third = _sim_engine(out)
+    sweeplib.run_rounds(third, g.cells, rounds=2, seed=1)
+    assert third.stats.retried == 0 and third.stats.cells_measured == 0
+
+
+def test_launch_error_text_leads_with_the_ranks_own_error():
+    tail = ["[rank1]: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
+            "microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
+            "microbench.allreduce: rank 0: lost contact with the other ranks (a peer closed its connection)",
+            "some trailing line"]
+    text = launch.LaunchOutcome("failed", 1, 1.0, tail, "/tmp/x.log").error_text()
+    assert text.splitlines()[0] == ("launch exited with code 1: microbench.allreduce: rank 1: failed: "
+                                    "RuntimeError: NCCL error in: x.cpp:1, unhandled system error")
+    assert text.splitlines()[1] == "(full output: /tmp/x.log) last lines of output:"
+    assert text.splitlines()[2:] == tail
+    assert launch.summarize_error(text) == text.splitlines()[0] + " (full output: /tmp/x.log)"
+    # Without an error-looking line: the last line; no output at all: said so.
+    plain = launch.LaunchOutcome("failed", 3, 1.0, ["step 1", "step 2"], "/tmp/y.log").error_text()
+    assert plain.splitlines()[0] == "launch exited with code 3: step 2"
+    assert launch.LaunchOutcome("timeout", None, 1.0, [], "/tmp/z.log").error_text() == (
+        "launch timed out (no output; full output: /tmp/z.log)")
+    # Records written before this format get the same one-line summary in reports.
+    old = "launch exited with code 3 (full output: /w/l.log); last lines of output:\n" + "\n".join(tail)
+    assert launch.summarize_error(old) == (
+        "launch exited with code 3: microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: "
+        "x.cpp:1, unhandled system error (full output: /w/l.log)")
+    assert launch.summarize_error("simulated: NCCL would fail") == "simulated: NCCL would fail"

@@ -126,6 +126,13 @@ def test_crash_mid_group_blames_one_cell_and_relaunches_the_rest(tmp_path):
     assert [status[c.id] for c in order] == ["ok", "ok", "failed", "ok", "ok", "failed", "ok"]
     assert "Segmentation fault" in next(r["error"] for r in records if r["cell"] == order[2].id)
     assert engine.stats.launches == 3 and engine.stats.relaunches == 2
+    # The engine's records of the crashed cells carry the machine and mode the ranks
+    # reported, so the report lists them in the same family as the cells that ran.
+    from nccl_tune import report
+
+    rows = report.summarize(records)
+    assert len({(s.machine, s.mode, s.dtype) for s in rows}) == 1
+    assert len(rows) == len(g.cells) * len(SIZES)
 
 
 def test_hang_mid_group_times_out_one_cell(tmp_path):
@@ -167,3 +174,57 @@ def test_missing_launcher_fails_fast(tmp_path):
     assert {r["status"] for r in records} == {"failed"} and len(records) == len(g.cells) * len(SIZES)
     assert any("cannot start /no/such/torchrun" in r["error"] for r in records)
     assert (tmp_path / "r.jsonl.work").is_dir()  # failed launches keep their logs
+
+
+def test_resume_after_crashes_measures_the_crashed_cells_again(tmp_path):
+    g = _grid("NCCL_NTHREADS=256,default")
+    crashed = _engine(tmp_path, mode="crash", isolation="process")
+    sweeplib.run_rounds(crashed, g.cells, rounds=1, seed=0)
+    assert {r["status"] for r in _records(tmp_path)} == {"failed"}
+    working = _engine(tmp_path, isolation="process")
+    sweeplib.run_rounds(working, g.cells, rounds=1, seed=0)
+    assert working.stats.retried == 2 and working.stats.launches == 2
+    records = _records(tmp_path)
+    old = [r for r in records if r.get("superseded")]
+    new = [r for r in records if not r.get("superseded")]
+    assert len(old) == len(new) == 2 * len(SIZES)
+    assert {r["status"] for r in old} == {"failed"} and all(r["final"] is False for r in old)
+    assert {r["status"] for r in new} == {"ok"}
+    assert _left_alive(tmp_path) == []
+
+
+def test_a_ranks_error_leads_the_record_and_the_report(tmp_path, cli_runner):
+    from nccl_tune.cli import cli
+
+    engine = _engine(tmp_path, mode="rankerror", isolation="process")
+    sweeplib.run_rounds(engine, _grid("NCCL_NTHREADS=256").cells[:1], rounds=1, seed=0)
+    (record, _) = _records(tmp_path)
+    first, second = record["error"].splitlines()[:2]
+    assert first == ("launch exited with code 1: microbench.allreduce: rank 1: failed: RuntimeError: "
+                     "NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error")
+    log = second[len("(full output: "):second.index(")")]
+    assert second.startswith("(full output: ") and "[rank1]: Traceback" in open(log).read()
+    out = cli_runner.invoke(cli, ["report", str(tmp_path / "r.jsonl")]).output
+    assert f"@ 1024 B: {first} (full output: {log})" in out
+
+
+def test_records_of_another_world_than_the_launcher_starts_are_failed(tmp_path):
+    # A stand-in for `python -m torch.distributed.run --nproc-per-node 2 ...` whose ranks
+    # each measured alone (what tasks started without torchrun do): world 1, not 2.
+    standin = tmp_path / "python"
+    standin.write_text(f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[sys.argv.index('-m', 3) + 2:]\n"
+                       f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(FAKE)!r}, 'records', *args])\n")
+    standin.chmod(0o755)
+    env = subprocess_env(FAKE_WORLD="1")
+    launcher = launch.Launcher(nproc=2, python=str(standin))
+    assert launcher.expected_world == 2
+    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("gloo", SIZES, iters=5), launcher,
+                                  str(tmp_path / "r.jsonl"), timeout=30.0, base_env=env)
+    sweeplib.run_rounds(engine, _grid("NCCL_PROTO=LL").cells, rounds=1, seed=0)
+    records = _records(tmp_path)
+    assert len(records) == 2 * len(SIZES) and {r["status"] for r in records} == {"failed"}
+    assert all(r["error"].startswith("world size mismatch: the ranks formed a world of 1, but the "
+                                     "launcher starts 2 (2 per node x 1 node(s))") for r in records)
+    assert engine.stats.failures == {"failed": 2}
+    # A template's world is its own business: nothing to compare with.
+    assert launch.Launcher(nproc=2, template="srun {args}").expected_world is None

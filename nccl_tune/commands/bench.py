@@ -1,10 +1,13 @@
 """`nccl-tune bench`: run `torchrun -m microbench.allreduce` for people who don't want to type it.
 
-Every option after bench's own (--nproc, --nnodes, --master-port, --dry-run) goes to
-microbench.allreduce unchanged; they are checked here first (same parser, no torch
-import), so a bad option is one line and exit 2 before anything starts. The launch is
-an argv list (no shell). Output streams through; when the run fails, the last line is
-the microbench's own one-line reason (rank and cause), not torchrun's traceback.
+Every option after bench's own (--nproc, --nnodes, --node-rank, --rdzv-endpoint,
+--master-port, --dry-run) goes to microbench.allreduce unchanged; they are checked here
+first (same parser), and the backend and mode are resolved here too (torch is imported
+for that, as the ranks would), so a bad option or a mode this machine cannot run is one
+line and exit 2 before anything starts. The launch is an argv list (no shell). Output
+streams through; when the run fails, the last line is the microbench's own one-line
+reason (rank and cause), not torchrun's traceback; when every rank refused its options
+(exit 2), bench exits 2 with their reason.
 """
 
 from __future__ import annotations
@@ -21,10 +24,19 @@ from nccl_tune.errors import NcclTuneError
 _REASON_PREFIX = "microbench.allreduce: "
 
 
-def torchrun_argv(nproc: int, nnodes: int, master_port: int | None, args: list[str]) -> list[str]:
-    """The torchrun command line (this interpreter's torch.distributed.run)."""
+def torchrun_argv(nproc: int, nnodes: int, master_port: int | None, args: list[str],
+                  node_rank: int = 0, rdzv_endpoint: str | None = None) -> list[str]:
+    """The torchrun command line (this interpreter's torch.distributed.run).
+
+    With `rdzv_endpoint` (multi-node): torchrun's static rendezvous at node 0's HOST:PORT,
+    as `nccl-tune sweep` launches it, which pins global rank 0 (the one that writes
+    --out) to node rank 0. Run the same command on every node with its --node-rank.
+    """
     argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
-    if nnodes == 1 and master_port is None:
+    if rdzv_endpoint is not None:
+        argv += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=static",
+                 f"--rdzv-endpoint={rdzv_endpoint}"]
+    elif nnodes == 1 and master_port is None:
         argv.append("--standalone")
     else:
         argv.append(f"--nnodes={nnodes}")
@@ -75,24 +87,73 @@ def failure_summary(lines: list[str]) -> str | None:
     return "; ".join(parts) or None
 
 
-def _stream(argv: list[str]) -> tuple[int, str | None]:
-    """Run `argv`: stdout passes through; stderr too, less torchrun's own Python traceback."""
+_STOPPED_BY_AGENT = (-15, -9)  # SIGTERM, then SIGKILL: torchrun stopping the other ranks
+
+
+def refused_reason(lines: list[str]) -> str | None:
+    """The ranks' reason when every rank refused its options before measuring: torchrun
+    reports exit code 2 for each (or a rank it stopped after another had exited), else None.
+
+    Ranks that said the same are named once: 'rank 0: error: X (ranks 1, 2 said the same)'.
+    """
+    exits = [int(m.group(1)) for m in map(_EXIT_RE.match, lines) if m]
+    if 2 not in exits or any(code not in (2, *_STOPPED_BY_AGENT) for code in exits):
+        return None
+    said: dict[str, list[int]] = {}
+    for line in lines:
+        match = re.match(r"rank (\d+): (.*)$", line[len(_REASON_PREFIX):].strip()) \
+            if line.startswith(_REASON_PREFIX) else None
+        if match:
+            said.setdefault(match.group(2), []).append(int(match.group(1)))
+    parts = []
+    for text, ranks in said.items():
+        ranks = sorted(set(ranks))
+        others = ", ".join(map(str, ranks[1:]))
+        parts.append(f"rank {ranks[0]}: {text}" + (f" (rank{'s' if len(ranks) > 2 else ''} "
+                                                      f"{others} said the same)" if others else ""))
+    return "; ".join(parts) or None
+
+
+def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
+    """Run `argv`: stdout passes through; stderr too, less torchrun's own noise (its agent's
+    log lines, its Python traceback and its failure box: bench's last line says it all).
+
+    Returns (exit code, one-line reason or None, True when every rank refused with exit 2).
+    """
+    from nccl_tune.launch import _AGENT_LOG_RE
+
     kept: list[str] = []
     # torchrun sets OMP_NUM_THREADS=1 itself when unset, with a banner; same value, no banner.
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    in_traceback = False
+    state = "normal"  # | "traceback" | "box" (the ===== failure summary)
+    held: list[str] = []  # a traceback, shown at its end unless it is torchrun's own
     with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, bufsize=1, env=env) as proc:
         assert proc.stderr is not None
         for line in proc.stderr:
             kept.append(line)
-            if line.startswith("Traceback (most recent call last):"):
-                in_traceback = True
-            if not in_traceback:
-                sys.stderr.write(line)
-            elif "ChildFailedError" in line:
-                in_traceback = False
+            rule = line.strip().startswith("=" * 20)
+            if state == "normal" and line.startswith("Traceback (most recent call last):"):
+                state, held = "traceback", [line]
+                continue
+            if state == "normal" and rule:
+                state = "box"
+                continue
+            if state == "normal":
+                if not _AGENT_LOG_RE.match(line.strip()):
+                    sys.stderr.write(line)
+            elif state == "traceback":
+                held.append(line)
+                if not line[:1].isspace():  # the exception line after the indented frames
+                    state = "normal"
+                    if "ChildFailedError" not in line:  # a rank's own traceback: show it
+                        sys.stderr.writelines(held)
+            elif state == "box" and rule:
+                state = "normal"
         code = proc.wait()
-    return code, failure_summary(kept) if code else None
+    if not code:
+        return code, None, False
+    refused = refused_reason(kept)
+    return code, refused or failure_summary(kept), refused is not None
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
@@ -100,27 +161,43 @@ def _stream(argv: list[str]) -> tuple[int, str | None]:
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (GPUs) per node.")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Nodes (multi-node needs torchrun's rendezvous settings in the environment).")
+              help="Nodes; with more than one, run the same command on every node with its "
+                   "--node-rank and node 0's --rdzv-endpoint.")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+              help="This node's rank (multi-node); node 0 hosts rank 0, which writes --out.")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT",
+              help="Node 0's address for torchrun's rendezvous (multi-node).")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=None,
-              help="Rendezvous port (default: --standalone on one node).")
+              help="Rendezvous port on one node (default: --standalone).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def bench(nproc: int, nnodes: int, master_port: int | None, dry_run: bool, args: tuple[str, ...]) -> None:
+def bench(nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None, master_port: int | None,
+          dry_run: bool, args: tuple[str, ...]) -> None:
     """Measure small-message collective latency: torchrun -m microbench.allreduce.
 
     Example: nccl-tune bench --nproc 8 --tokens 1,2,4 --out results.jsonl
     """
     from microbench.options import parse_args
 
-    parse_args(list(args))  # raises NcclTuneError: one line, exit 2
-    argv = torchrun_argv(nproc, nnodes, master_port, list(args))
+    from nccl_tune.launch import Launcher
+
+    options = parse_args(list(args))  # raises NcclTuneError: one line, exit 2
+    if rdzv_endpoint is not None and master_port is not None:
+        raise click.UsageError("--master-port is for one node; with --rdzv-endpoint give HOST:PORT there")
+    Launcher(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)  # checks
+    argv = torchrun_argv(nproc, nnodes, master_port, list(args), node_rank, rdzv_endpoint)
     if dry_run:
         click.echo(" ".join(argv))
         return
+    from microbench.allreduce import resolve_backend_mode
+
+    resolve_backend_mode(options.backend, options.mode)  # what every rank would refuse, said once
     try:
-        code, reason = _stream(argv)
+        code, reason, refused = _stream(argv)
     except OSError as exc:
         raise NcclTuneError(f"cannot start torchrun: {exc.strerror}") from None
+    if refused:
+        raise NcclTuneError(reason)
     if code != 0:
         raise click.ClickException(
             f"torchrun exited with code {code}" + (f": {reason}" if reason else ""))

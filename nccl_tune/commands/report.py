@@ -11,11 +11,13 @@ from tabulate import tabulate
 
 from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.launch import summarize_error
 from nccl_tune.report import ADJUSTMENTS, summarize
 
 SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
 GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
-CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "status", "n_rounds",
+CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",
+              "machine", "status", "n_rounds",
               "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
               "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
               "effective_proto", "effective_channels", "flag", "simulated", "final", "errors")
@@ -60,18 +62,28 @@ def _effective(s) -> str:
     return text + (f" ch{e['channels']}" if e.get("channels") else "")
 
 
+def _group(s) -> tuple:
+    return (s.op, s.world_size, s.backend, s.machine, s.mode, s.dtype, s.bytes)
+
+
+def group_title(s) -> str:
+    """The heading of one comparison family: what was measured, how, and where."""
+    how = ", ".join(x for x in (f"mode {s.mode}" if s.mode else None, s.dtype) if x)
+    title = f"{s.op}, {s.bytes} B, world {s.world_size}, backend {s.backend}"
+    title += (f", {how}" if how else "") + (f"; {s.machine}" if s.machine else "")
+    return title + (" (SIMULATED)" if s.backend == "sim" else "")
+
+
 def _print_text(summaries, notes: list[str]) -> None:
     for note in notes:
         click.echo(note)
     keys = []
     for s in summaries:
-        key = (s.op, s.world_size, s.backend, s.bytes)
-        if key not in keys:
-            keys.append(key)
-    for op, world, backend, nbytes in keys:
-        rows = [s for s in summaries if (s.op, s.world_size, s.backend, s.bytes) == (op, world, backend, nbytes)]
-        title = f"\n{op}, {nbytes} B, world {world}, backend {backend}"
-        click.echo(title + (" (SIMULATED)" if backend == "sim" else ""))
+        if _group(s) not in keys:
+            keys.append(_group(s))
+    for key in keys:
+        rows = [s for s in summaries if _group(s) == key]
+        click.echo("\n" + group_title(rows[0]))
         table = []
         for s in rows:
             verdict = (s.status if s.status != "ok" else s.verdict or
@@ -86,7 +98,7 @@ def _print_text(summaries, notes: list[str]) -> None:
     if bad:
         click.echo("\nFailed, timed-out and wrong cells (never candidates):")
         for s in bad:
-            firsts = list(dict.fromkeys(e.splitlines()[0] for e in s.errors if e.splitlines()))
+            firsts = list(dict.fromkeys(summarize_error(e) for e in s.errors if e.strip()))
             text = "; ".join(firsts[:3]) + (f"; and {len(firsts) - 3} more" if len(firsts) > 3 else "")
             click.echo(f"  {s.status:8s} {s.label} @ {s.bytes} B: {text}")
     flagged = sorted({s.label for s in summaries if observation_flag(s)})
@@ -104,6 +116,7 @@ def _write_csv(summaries) -> str:
         writer.writerow({
             "cell": s.cell, "label": s.label, "env": " ".join(f"{k}={v}" for k, v in s.env.items()),
             "op": s.op, "bytes": s.bytes, "world_size": s.world_size, "backend": s.backend,
+            "mode": s.mode, "dtype": s.dtype, "machine": s.machine,
             "status": s.status, "n_rounds": s.n_rounds, "p50_us": s.p50_us,
             "ci_lo_us": s.ci_us[0] if s.ci_us else None, "ci_hi_us": s.ci_us[1] if s.ci_us else None,
             "ci_basis": s.ci_basis, "delta_us": s.delta_us,
@@ -113,7 +126,7 @@ def _write_csv(summaries) -> str:
             "confirmed": s.confirmed, "effective_algo": e.get("algo"),
             "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
             "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final,
-            "errors": " | ".join(x.splitlines()[0] for x in s.errors if x.splitlines())})
+            "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip())})
     return buffer.getvalue()
 
 
@@ -131,9 +144,14 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
     curves: dict[tuple, list] = {}
     for s in summaries:
         if s.status == "ok" and s.final and s.p50_us and s.bytes > 0:
-            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend), []).append(s)
+            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend, s.machine, s.mode,
+                               s.dtype), []).append(s)
     if not curves:
         raise NcclTuneError("--plot: no successful final measurements to plot")
+    contexts = {k[2:] for k in curves}
+    if len(contexts) > 1:  # several machines or set-ups: say which line is which
+        curves = {(k[0], f"{k[1]} [{k[5]}, {k[6]}, {k[7]}, world {k[3]}]", *k[2:]): v
+                  for k, v in curves.items()}
     ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
     labelled = set(ranked[:8]) | {k for k in curves if k[0] == store.BASELINE}
     fig, ax = plt.subplots(figsize=(9, 6))
