@@ -477,7 +477,9 @@ def _print_summary(s: dict) -> None:
     failed = ", ".join(f"{n} {status}" for status, n in sorted(s["failures"].items())) or "none"
     rows = [["cells measured", s["cells_measured"]], ["cells already recorded", s["already_recorded"]],
             ["launches", s["launches"]], ["relaunches after a failure", s["relaunches"]],
-            ["re-runs alone (unconfirmed)", s["reruns"]], ["records written", s["records_written"]],
+            ["re-runs alone (unconfirmed)", s["reruns"]],
+            ["failed cells measured again (resume)", s.get("retried", 0)],
+            ["records written", s["records_written"]],
             ["failed cells", failed], ["wall time", f"{s['wall_s']:.1f} s"]]
     click.echo(tabulate(rows, tablefmt="plain"))
     for note in s["notes"]:
