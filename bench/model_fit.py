@@ -18,6 +18,12 @@ really spent (measured cycle - compute-only cycle). Target: within 15%.
 Approximation, stated: a draft forward after a rejection carries the few pending tokens
 at once; the prediction counts every draft allreduce at one token's size.
 
+The microbench runs in eager mode with `--ops-per-sample 10`: ten collectives back to
+back per timed sample, as graph mode times ten per replay. One aligned collective per
+sample would add the barrier's exit skew between ranks to every sample (on a loaded
+2-core VM, one scheduler wake-up: milliseconds), which the loop, whose collectives follow
+each other with compute in between, does not pay.
+
     python bench/model_fit.py            # two sizes, about a minute on 2 cores
     python bench/model_fit.py --json
 
@@ -52,7 +58,8 @@ LOOP_COMMON = ["--steps", "2", "--new-tokens", "48", "--runs", "3", "--warmup-to
                "--backend", "gloo", "--device", "cpu", "--json"]
 LOOP_KEYS = ("backend", "world_size", "layers", "hidden", "steps", "accept_len", "tok_s",
              "draft_ms", "verify_ms", "other_ms", "cycles", "allreduces")
-MICRO_ITERS = "300"
+MICRO_ITERS = "100"
+MICRO_OPS_PER_SAMPLE = "10"  # see the module doc
 
 
 class Missing(Exception):
@@ -119,7 +126,8 @@ def run_microbench(sizes: list[int]) -> dict[int, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "micro.jsonl")
         torchrun("microbench.allreduce", ["--sizes", ",".join(map(str, sizes)), "--dtype", "fp32",
-                                          "--backend", "gloo", "--iters", MICRO_ITERS, "--out", out])
+                                          "--backend", "gloo", "--iters", MICRO_ITERS,
+                                          "--ops-per-sample", MICRO_OPS_PER_SAMPLE, "--out", out])
         from nccl_tune import store
 
         records = store.read_records([out])

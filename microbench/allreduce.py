@@ -178,7 +178,7 @@ class Bench:
                 notes.append(f"note: your {name}={value} is replaced while verifying")
         return {"run_id": self.run_id, "world_size": self.world, "nnodes": self.nnodes,
                 "hosts": self.hosts, "backend": self.backend, "mode": self.mode, "op": a.op,
-                "dtype": a.dtype, "warmup": a.warmup, "iters": a.iters, "graph_ops": a.graph_ops,
+                "dtype": a.dtype, "warmup": a.warmup, "iters": a.iters, "graph_ops": a.graph_ops, "ops_per_sample": a.ops_per_sample,
                 "versions": self.versions, "env_process": self.env_process,
                 "conf_files": output.read_conf_files(os.environ), "gpus": self.gpus,
                 "verify_note": note, "notes": notes}
@@ -241,6 +241,7 @@ class Bench:
             count=nbytes // self.elem, dtype=a.dtype, iters=cell.iters or a.iters,
             warmup=cell.warmup if cell.warmup is not None else a.warmup,
             graph_ops=a.graph_ops if self.mode == "graph" else None,
+            ops_per_sample=a.ops_per_sample if self.mode != "graph" else a.graph_ops,
             versions=self.versions, gpus=self.gpus, round=cell.round, label=a.label,
             env_process=self.env_process, hosts=sorted(set(self.hosts)),
             conf_files=self.conf_files, **extra, **fields)
@@ -425,7 +426,7 @@ class Bench:
                 self.quiet_ok = quiet
             try:
                 timer = timing.cuda_eager if self.device.type == "cuda" else timing.cpu_eager
-                samples = timer(op, align, iters, beat)
+                samples = timer(op, align, iters, beat, a.ops_per_sample)
             finally:
                 if quiet:
                     self.capture.loud()

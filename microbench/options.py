@@ -279,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"timed iterations (default {DEFAULT_ITERS})")
     p.add_argument("--graph-ops", type=int, default=10,
                    help="collectives captured per CUDA graph replay (default 10)")
+    p.add_argument("--ops-per-sample", type=int, default=1,
+                   help="eager mode: collectives run back to back per timed sample, which "
+                        "is then divided by them, as graph mode does per replay (default 1: "
+                        "one aligned collective per sample)")
     p.add_argument("--check", dest="check", action="store_true", default=True,
                    help="check results after timing (default)")
     p.add_argument("--no-check", dest="check", action="store_false")
@@ -306,7 +310,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     args.dtype = canonical_dtype(args.dtype)
     args.sizes_bytes = resolve_sizes(args.sizes, args.tokens, args.hidden, args.dtype)
-    for name in ("warmup", "iters", "graph_ops"):
+    for name in ("warmup", "iters", "graph_ops", "ops_per_sample"):
         value = getattr(args, name)
         low = 0 if name == "warmup" else 1
         if value < low:

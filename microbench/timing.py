@@ -30,22 +30,25 @@ Op = Callable[[], object]
 
 
 def cpu_eager(op: Op, align: Callable[[], object], iters: int,
-              beat: Callable[[], object] = lambda: None) -> list[float]:
-    """Wall-clock microseconds of `iters` aligned calls of a blocking `op`."""
+              beat: Callable[[], object] = lambda: None, per_sample: int = 1) -> list[float]:
+    """Wall-clock microseconds per call: `iters` samples, each `per_sample` calls of a
+    blocking `op` run back to back after one alignment, divided by `per_sample`."""
     clock = time.perf_counter
     out = [0.0] * iters
     for i in range(iters):
         beat()
         align()
         start = clock()
-        op()
-        out[i] = (clock() - start) * 1e6
+        for _ in range(per_sample):
+            op()
+        out[i] = (clock() - start) * 1e6 / per_sample
     return out
 
 
 def cuda_eager(op: Op, align: Callable[[], object], iters: int,
-               beat: Callable[[], object] = lambda: None) -> list[float]:
-    """CUDA-event microseconds of `iters` aligned collectives on the current stream."""
+               beat: Callable[[], object] = lambda: None, per_sample: int = 1) -> list[float]:
+    """CUDA-event microseconds per collective: `iters` samples, each `per_sample`
+    collectives enqueued back to back after one alignment, divided by `per_sample`."""
     import torch
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -54,10 +57,11 @@ def cuda_eager(op: Op, align: Callable[[], object], iters: int,
         beat()
         align()
         starts[i].record()
-        op()
+        for _ in range(per_sample):
+            op()
         ends[i].record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+    return [s.elapsed_time(e) * 1000.0 / per_sample for s, e in zip(starts, ends)]
 
 
 def capture_graph(ops: Sequence[Op]):

@@ -70,13 +70,16 @@ def test_world2_tokens_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_world4_end_to_end_with_json(tmp_path):
     out = tmp_path / "r.jsonl"
-    result = torchrun(4, "--sizes", "1K,14336", "--json", "--out", str(out), *FAST)
+    result = torchrun(4, "--sizes", "1K,14336", "--json", "--out", str(out), "--ops-per-sample", "3",
+                      *FAST)
     assert result.returncode == 0, result.stderr
     printed = [json.loads(line) for line in result.stdout.splitlines()]
     stored = _records(out)
     assert [r["bytes"] for r in printed] == [r["bytes"] for r in stored] == [1024, 14336]
+    assert "ops-per-sample 3" in result.stderr
     for record in stored:
         _assert_valid(record, 4)
+        assert record["ops_per_sample"] == 3
         assert record["busbw_gbps"] == pytest.approx(record["algbw_gbps"] * 1.5)  # 2(n-1)/n at n=4
     assert "# world 4 rank(s)" in result.stderr  # header goes to stderr with --json
 
