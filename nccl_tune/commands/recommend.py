@@ -12,7 +12,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune import costmodel, export, model, recommendation, specdec, store
-from nccl_tune.commands.spec_plan import SGLANG_CONVENTION_HELP, SGLANG_RATE_HELP, VLLM_RATE_HELP
+from nccl_tune.commands.spec_plan import acceptance_options
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
@@ -259,14 +259,7 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
               help="Decode tok/s (per sequence) with NCCL's defaults, to project tok/s.")
 @click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
-@click.option("--accept-len", help="Accept length L@K, bonus token included (SGLang accept len, "
-                                   "vLLM mean acceptance length) measured at K steps.")
-@click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
-@click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
-@click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP)
-@click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
-              default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP)
-@click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP)
+@acceptance_options
 @click.option("--draft-ms", type=click.FloatRange(min=0), help="Draft step time (ms) with NCCL's defaults.")
 @click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
                                   "(T = tokens per sequence, k+1).")

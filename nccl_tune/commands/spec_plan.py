@@ -15,19 +15,30 @@ VLLM_RATE_HELP = ("vLLM's draft acceptance rate R@K (accepted / drafted tokens) 
                   "tokens; accept length = 1 + R x K.")
 
 
+def acceptance_options(command):
+    """The acceptance options spec-plan and recommend share (at most one may be given)."""
+    options = [
+        click.option("--accept-len", help="Accept length L@K, bonus token included (SGLang accept "
+                                          "len, vLLM mean acceptance length), measured at K draft steps."),
+        click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability."),
+        click.option("--accept-per-pos",
+                     help="Per-position acceptance p1,p2,... (vLLM's per-position rates)."),
+        click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP),
+        click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
+                     default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP),
+        click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command("spec-plan")
 @click.option("--verify-ms", required=True,
               help="Verify forward time: V (flat in tokens) or V1,V2,...@T1,T2,... measured at T "
                    "tokens per sequence (k+1); linear between points, extrapolated (marked) beyond.")
 @click.option("--draft-ms", type=click.FloatRange(min=0), required=True, help="Time of one draft step (ms).")
-@click.option("--accept-len", help="Accept length L@K, bonus token included (SGLang accept len, "
-                                   "vLLM mean acceptance length), measured at K draft steps.")
-@click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability.")
-@click.option("--accept-per-pos", help="Per-position acceptance p1,p2,... (vLLM's per-position rates).")
-@click.option("--sglang-accept-rate", help=SGLANG_RATE_HELP)
-@click.option("--sglang-rate-convention", type=click.Choice(list(specdec.SGLANG_CONVENTION_WORDS)),
-              default=specdec.SGLANG_RATE_DRAFTS, show_default=True, help=SGLANG_CONVENTION_HELP)
-@click.option("--vllm-acceptance-rate", help=VLLM_RATE_HELP)
+@acceptance_options
 @click.option("--steps", default="1-10", show_default=True, help="Step counts to compare, e.g. 1-10 or 2,4,6.")
 @click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Per-cycle time outside draft and verify (sampling, scheduling).")
