@@ -45,10 +45,9 @@ def cpu_eager(op: Op, align: Callable[[], object], iters: int,
     return out
 
 
-def cuda_eager(op: Op, align: Callable[[], object], iters: int,
-               beat: Callable[[], object] = lambda: None, per_sample: int = 1) -> list[float]:
-    """CUDA-event microseconds per collective: `iters` samples, each `per_sample`
-    collectives enqueued back to back after one alignment, divided by `per_sample`."""
+def _cuda_timed(run: Op, divisor: int, align: Callable[[], object], iters: int,
+                beat: Callable[[], object]) -> list[float]:
+    """CUDA-event microseconds of `iters` aligned calls of `run`, each divided by `divisor`."""
     import torch
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -57,11 +56,21 @@ def cuda_eager(op: Op, align: Callable[[], object], iters: int,
         beat()
         align()
         starts[i].record()
-        for _ in range(per_sample):
-            op()
+        run()
         ends[i].record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1000.0 / per_sample for s, e in zip(starts, ends)]
+    return [s.elapsed_time(e) * 1000.0 / divisor for s, e in zip(starts, ends)]
+
+
+def cuda_eager(op: Op, align: Callable[[], object], iters: int,
+               beat: Callable[[], object] = lambda: None, per_sample: int = 1) -> list[float]:
+    """CUDA-event microseconds per collective: `iters` samples, each `per_sample`
+    collectives enqueued back to back after one alignment, divided by `per_sample`."""
+    def run() -> None:
+        for _ in range(per_sample):
+            op()
+
+    return _cuda_timed(run, per_sample, align, iters, beat)
 
 
 def capture_graph(ops: Sequence[Op]):
@@ -90,18 +99,7 @@ def capture_graph(ops: Sequence[Op]):
 def cuda_graph(graph, ops_per_replay: int, align: Callable[[], object], iters: int,
                beat: Callable[[], object] = lambda: None) -> list[float]:
     """Per-op microseconds of `iters` aligned replays: replay time / ops_per_replay."""
-    import torch
-
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        beat()
-        align()
-        starts[i].record()
-        graph.replay()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1000.0 / ops_per_replay for s, e in zip(starts, ends)]
+    return _cuda_timed(graph.replay, ops_per_replay, align, iters, beat)
 
 
 class Watchdog:

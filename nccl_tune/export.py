@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from nccl_tune import costmodel, profile, settings, store, tuner
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.model import positive_bytes, positive_latency
 from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow, default_model_sizes,
                                       lint_problems)
 from nccl_tune.store import cell_label
@@ -198,7 +197,7 @@ def tuner_points(analysis: Analysis, topology_name: str,
     level = _rule_confidence(analysis)
     by_size = {s.bytes: s for s in analysis.summaries
                if s.cell == row.cell and s.final and s.status == "ok"
-               and positive_bytes(s.bytes) and positive_latency(s.p50_us)}
+               and s.p50_us is not None}
     base_sizes = {s.bytes for s in analysis.summaries if s.cell == store.BASELINE and s.final}
     origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
                                     "modelled_channels": [], "not faster": []}

@@ -72,12 +72,10 @@ class GridSpec:
         return GridSpec(axes, self.cells + other.cells, self.sources + other.sources)
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One point of the grid: the NCCL_* variables it sets (the baseline sets none)."""
+class _NamedByEnv:
+    """Id and label derived from an `env` mapping (cells and dropped cells alike)."""
 
     env: dict[str, str]
-    notes: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -88,6 +86,14 @@ class Cell:
     def label(self) -> str:
         """The settings in words."""
         return cell_label(self.env)
+
+
+@dataclass(frozen=True)
+class Cell(_NamedByEnv):
+    """One point of the grid: the NCCL_* variables it sets (the baseline sets none)."""
+
+    env: dict[str, str]
+    notes: tuple[str, ...] = ()
 
     @property
     def process_env(self) -> dict[str, str]:
@@ -106,22 +112,12 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Dropped:
-    """A cell removed before running, and why."""
+class Dropped(_NamedByEnv):
+    """A cell removed before running, and why (`id` is the one it would have had)."""
 
     env: dict[str, str]
     reason: str
     kind: str  # "lint" | "topology" | "duplicate"
-
-    @property
-    def id(self) -> str:
-        """The id the cell would have had."""
-        return cell_id(self.env)
-
-    @property
-    def label(self) -> str:
-        """The settings in words."""
-        return cell_label(self.env)
 
 
 @dataclass

@@ -172,43 +172,26 @@ class SavingEstimate:
         return self.ci_ms is not None and (self.ci_ms[0] > 0 or self.ci_ms[1] < 0)
 
 
-def positive_latency(value) -> float | None:
-    """`value` as a float when it is a finite, positive latency, else None.
-
-    Imported nccl-tests tables start at 0 bytes (a 0.3 us "latency" of nothing), and a
-    hand-edited or foreign record may carry NaN, 0, a string or a bool: none of those can
-    sit on a log-log curve, so every reader of points filters through this.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) and value > 0 else None
-
-
-def positive_bytes(value) -> int | None:
-    """`value` as an int when it is a positive whole message size, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if not math.isfinite(value) or value <= 0 or int(value) != value:
-        return None
-    return int(value)
-
-
 def _round_of(record: dict) -> int:
     value = record.get("round")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _ok_points(records: Iterable[dict]) -> Iterable[tuple[dict, int, float]]:
-    """(record, bytes, p50) for ok records with a positive size and a finite positive p50."""
+    """(record, bytes, p50) for ok records that pass the results reader's field rules
+    (store.field_problem: a positive size, a finite positive p50) and have both.
+
+    Imported nccl-tests tables start at 0 bytes, and hand-made records may carry NaN or
+    strings: the same rule that makes the reader skip them keeps them off every curve.
+    """
+    from nccl_tune.store import field_problem
+
     for r in records:
-        if (r.get("status") or "ok") != "ok":
+        if (r.get("status") or "ok") != "ok" or field_problem(r) is not None:
             continue
-        lat = r.get("lat_us")
-        nbytes = positive_bytes(r.get("bytes"))
-        p50 = positive_latency(lat.get("p50")) if isinstance(lat, dict) else None
+        nbytes, p50 = r.get("bytes"), (r.get("lat_us") or {}).get("p50")
         if nbytes is not None and p50 is not None:
-            yield r, nbytes, p50
+            yield r, int(nbytes), float(p50)
 
 
 def round_points(records: Iterable[dict]) -> dict[int, dict[int, float]]:
@@ -220,16 +203,10 @@ def round_points(records: Iterable[dict]) -> dict[int, dict[int, float]]:
 
 
 def pooled_samples(records: Iterable[dict]) -> dict[int, list[float]]:
-    """bytes -> pooled per-iteration samples (the p50 alone where a record has none).
-
-    Samples that are not finite positive latencies are dropped.
-    """
+    """bytes -> pooled per-iteration samples (the p50 alone where a record has none)."""
     out: dict[int, list[float]] = {}
     for r, nbytes, p50 in _ok_points(records):
-        raw = r.get("samples_us")
-        values = [v for v in (positive_latency(x) for x in raw) if v is not None] \
-            if isinstance(raw, list) else []
-        out.setdefault(nbytes, []).extend(values or [p50])
+        out.setdefault(nbytes, []).extend([float(x) for x in r.get("samples_us") or []] or [p50])
     return out
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from nccl_tune import costmodel, settings, stats
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import (LatencyCurve, MIN_ROUNDS, OutOfRangeError, SavingEstimate,
-                             estimate_saving, positive_bytes, positive_latency, projected_tok_s,
+                             estimate_saving, projected_tok_s,
                              projected_tok_s_interval)
 from nccl_tune.store import BASELINE, cell_label
 
@@ -385,7 +385,7 @@ def unfinished_search_message(subset: list[dict], nbytes: int, collectives: int,
 def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapolate: bool) -> None:
     points = [(s.bytes, s.p50_us) for s in summaries
               if s.cell == row.cell and s.final == row.final and s.status == "ok"
-              and positive_bytes(s.bytes) and positive_latency(s.p50_us)]
+              and s.p50_us is not None]
     if not points:
         return
     row.curve = LatencyCurve.from_points(points, label=row.label)

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from nccl_tune import stats
+from nccl_tune import stats, store
 from nccl_tune.store import BASELINE, cell_label
 
 MIN_ROUNDS_FOR_ROUND_CI = 3
@@ -311,7 +311,9 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
     machine) family (see module doc). Order: by op, world, backend, machine, mode,
     dtype, bytes, then baseline first and cells by p50.
     """
-    kept = [r for r in records if not r.get("superseded")]
+    # The reader's field rules (store.field_problem) also guard records handed over in
+    # memory, so nothing downstream needs its own checks of sizes and latencies.
+    kept = [r for r in records if not r.get("superseded") and store.field_problem(r) is None]
     known = _known_gpus(kept)
     groups: dict[tuple, dict[str, list[dict]]] = {}
     for r in kept:

@@ -12,7 +12,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune import costmodel, export, model, recommendation, specdec, store
-from nccl_tune.commands.spec_plan import acceptance_options
+from nccl_tune.commands.spec_plan import acceptance_options, parse_plan_inputs, parse_verify
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
@@ -299,18 +299,11 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         raise click.BadParameter("no collectives per token", param_hint="--collectives-per-layer")
     steps = acceptance = verify_points = None
     if spec_steps:
-        try:
-            steps = specdec.parse_steps(spec_steps, "--spec-steps")
-            acceptance = specdec.acceptance_from_options(
-                accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
-                sglang_rate_convention)
-            if verify_ms:
-                verify_points = specdec.verify_from_option(verify_ms, "--verify-ms")
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        if acceptance.max_k is not None and steps[-1] > acceptance.max_k:
-            raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; "
-                                   f"--spec-steps goes to {steps[-1]}")
+        steps, acceptance = parse_plan_inputs(
+            spec_steps, "--spec-steps", accept_len, accept_rate, accept_per_pos,
+            sglang_accept_rate, vllm_acceptance_rate, sglang_rate_convention)
+        if verify_ms:
+            verify_points = parse_verify(verify_ms)
     topo_name, topo_note = resolve_topology(topology)
     extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
     if results:

@@ -33,6 +33,30 @@ def acceptance_options(command):
     return command
 
 
+def parse_plan_inputs(steps: str, steps_option: str, accept_len, accept_rate, accept_per_pos,
+                      sglang_accept_rate, vllm_acceptance_rate, sglang_rate_convention):
+    """(step counts, acceptance) from the shared options; click.UsageError naming the option."""
+    try:
+        step_list = specdec.parse_steps(steps, steps_option)
+        acceptance = specdec.acceptance_from_options(
+            accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
+            sglang_rate_convention)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if acceptance.max_k is not None and step_list[-1] > acceptance.max_k:
+        raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; "
+                               f"{steps_option} goes to {step_list[-1]}")
+    return step_list, acceptance
+
+
+def parse_verify(verify_ms: str):
+    """--verify-ms as specdec verify points; click.UsageError naming the option."""
+    try:
+        return specdec.verify_from_option(verify_ms, "--verify-ms")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command("spec-plan")
 @click.option("--verify-ms", required=True,
               help="Verify forward time: V (flat in tokens) or V1,V2,...@T1,T2,... measured at T "
@@ -53,17 +77,10 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
     + verify(k+1) + other; tok/s = 1000 x tau / cycle. k = 0 is plain decoding.
     """
-    try:
-        step_list = specdec.parse_steps(steps, "--steps")
-        acceptance = specdec.acceptance_from_options(
-            accept_len, accept_rate, accept_per_pos, sglang_accept_rate, vllm_acceptance_rate,
-            sglang_rate_convention)
-        verify = specdec.verify_from_option(verify_ms, "--verify-ms")
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    if acceptance.max_k is not None and step_list[-1] > acceptance.max_k:
-        raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; --steps goes "
-                               f"to {step_list[-1]}")
+    step_list, acceptance = parse_plan_inputs(
+        steps, "--steps", accept_len, accept_rate, accept_per_pos, sglang_accept_rate,
+        vllm_acceptance_rate, sglang_rate_convention)
+    verify = parse_verify(verify_ms)
     # model.py's contract: beyond what was measured, refuse unless asked, then say so.
     beyond = [k for k in [0, *step_list] if verify.extrapolated(k + 1)]
     if beyond and not extrapolate:
