@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -36,6 +35,7 @@ from typing import Callable
 
 from nccl_tune import model, stats, store
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.launch import AGENT_LOG_RE, without_launcher_noise
 
 HELPS, HURTS, NO_DIFFERENCE = "helps", "hurts", "no significant difference"
 RESERVED_MODEL_ARGS = ("--steps", "--runs", "--new-tokens", "--json", "--warmup-tokens",
@@ -122,14 +122,11 @@ def check_loop_args(args: list[str], nproc: int, steps: list[int]) -> None:
                             f"{config.layers}")
 
 
-_AGENT_LINE_RE = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ torch/distributed/")
-
-
 def _ranks_part(lines: list[str]) -> list[str]:
     """The lines before torchrun's own failure report (its agent's log lines and its
     ChildFailedError traceback come after what the ranks printed)."""
     for i, line in enumerate(lines):
-        if _AGENT_LINE_RE.match(line.strip()):
+        if AGENT_LOG_RE.match(line.strip()):
             return lines[:i]
         if line.startswith("Traceback (most recent call last)"):
             frames = []
@@ -146,8 +143,6 @@ def last_error_line(stderr: str, stdout: str = "") -> str | None:
     """The ranks' own last words: the last meaningful line a failed launch printed
     before torchrun's failure report, its banner and log lines removed
     (nccl_tune.launch.without_launcher_noise)."""
-    from nccl_tune.launch import without_launcher_noise
-
     for text in (stderr, stdout):
         lines = [line.rstrip() for line in text.splitlines() if line.strip()]
         kept = [line for line in without_launcher_noise(_ranks_part(lines))

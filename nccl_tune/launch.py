@@ -327,7 +327,10 @@ def summarize_error(text: str) -> str:
     return lines[0].strip() + (f" (full output: {where})" if where else "")
 
 
-_AGENT_LOG_RE = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ torch/distributed/")
+# torchrun's agent log lines: glog prefix, then the source path, which torch prints
+# relative to the import root ("torch/distributed/...") or with the directory above it
+# ("site-packages/torch/distributed/...") depending on the install.
+AGENT_LOG_RE = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ (?:\S*/)?torch/distributed/")
 
 
 def without_launcher_noise(lines: list[str]) -> list[str]:
@@ -355,7 +358,7 @@ def without_launcher_noise(lines: list[str]) -> list[str]:
         if text.startswith("=" * 20):
             skipping = "summary"
             continue
-        if (_AGENT_LOG_RE.match(text) or set(text) == {"*"} or text.startswith("Setting OMP_NUM_THREADS")):
+        if (AGENT_LOG_RE.match(text) or set(text) == {"*"} or text.startswith("Setting OMP_NUM_THREADS")):
             continue
         out.append(line)
     return out

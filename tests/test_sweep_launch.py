@@ -158,6 +158,9 @@ def test_torchrun_boilerplate_is_left_out_of_errors(tmp_path):
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
         "=" * 60, "microbench.allreduce FAILED", "-" * 60, "Failures:", "  exitcode  : 2", "=" * 60]) + "\n")
     assert launch.tail_lines(str(log)) == ["rank 1: the real reason"]
+    prefixed = tmp_path / "prefixed.log"
+    prefixed.write_text(log.read_text().replace(" 42 torch/distributed/", " 42 site-packages/torch/distributed/"))
+    assert launch.tail_lines(str(prefixed)) == ["rank 1: the real reason"]
     plain = tmp_path / "plain.log"
     plain.write_text("".join(f"line {i}\n" for i in range(40)))
     assert launch.tail_lines(str(plain)) == [f"line {i}" for i in range(20, 40)]

@@ -343,6 +343,11 @@ def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_fil
     assert lib.last_error_line(TORCHRUN_FAILURE) == "RuntimeError: the rank's own words"
     assert lib.last_error_line("spec_loop: KV cache full\n" + TORCHRUN_FAILURE.split(
         "RuntimeError: the rank's own words\n")[1]) == "spec_loop: KV cache full"
+    # torch installed outside a virtual environment prints its agent's source path with
+    # the directory above (seen in CI: "... 7676 site-packages/torch/distributed/...")
+    prefixed = TORCHRUN_FAILURE.replace(" 19877 torch/distributed/", " 19877 site-packages/torch/distributed/")
+    assert prefixed != TORCHRUN_FAILURE
+    assert lib.last_error_line(prefixed) == "RuntimeError: the rank's own words"
     monkeypatch.setattr(lib, "_run_group", lambda argv, env, timeout: (1, "", TORCHRUN_FAILURE))
     out = tmp_path / "o.jsonl"
     res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--steps", "0",
