@@ -120,7 +120,7 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
 
     Returns (exit code, one-line reason or None, True when every rank refused with exit 2).
     """
-    from nccl_tune.launch import _AGENT_LOG_RE
+    from nccl_tune.launch import AGENT_LOG_RE
 
     kept: list[str] = []
     # torchrun sets OMP_NUM_THREADS=1 itself when unset, with a banner; same value, no banner.
@@ -139,7 +139,7 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
                 state = "box"
                 continue
             if state == "normal":
-                if not _AGENT_LOG_RE.match(line.strip()):
+                if not AGENT_LOG_RE.match(line.strip()):
                     sys.stderr.write(line)
             elif state == "traceback":
                 held.append(line)
