@@ -4,27 +4,36 @@ For two model sizes, on gloo at world 2 (CPU), this runs:
 
 1. the built-in TP speculative decode loop (`integration.spec_loop`, issue "Integration")
    as it is, and again with `--skip-allreduce` (compute only: every allreduce a no-op);
-2. the allreduce microbench (`microbench.allreduce`) at the loop's message sizes.
+2. the allreduce microbench (`microbench.allreduce`) at the loop's message sizes, with
+   `--gap-us` set to the loop's mean compute between two allreduces (from the
+   compute-only run) and `--ops-per-sample 10`.
 
 Then it predicts, per decode cycle (k draft steps + one verify of k+1 tokens):
 
     collectives = k x per_draft_forward x lat(decode bytes)
                   + per_target_forward x lat(verify bytes)          (nccl_tune.model)
-    cycle       = compute-only cycle + collectives
+    cycle       = compute-only cycle + straggler wait + collectives
 
-and compares with the loop's measured cycle, and with the collectives time the loop
-really spent (measured cycle - compute-only cycle). Target: within 15%.
+and compares with what the loop measured: its cycle, and the time its collectives took
+from the last rank's arrival until all were done (every rank's host stamps,
+integration.commtime). The straggler wait (ranks waiting for the slowest one's compute)
+is estimated from the compute-only run's per-rank segments, as in the bulk-synchronous
+model; the loop's own figure is printed beside it. Target: within 15%.
+
+Why this way, on this kind of machine: gloo's latency on a small VM is mostly scheduler
+wake-ups, and how long a wake-up takes depends on what the core did before (busy or
+idle). Collectives timed back to back, or each after a barrier, see other wake-ups than
+the loop's collectives, which come after compute; the difference of two loop runs
+(full minus compute-only) also charges the collectives with the compute's skew between
+ranks and with compute slowed by the communication threads. `--gap-us` gives the
+microbench the loop's rhythm, and the last-arrival time on both sides leaves the
+ranks' compute imbalance out of the collective's cost. The difference of the two loop
+runs is still printed, for comparison.
 
 Approximation, stated: a draft forward after a rejection carries the few pending tokens
 at once; the prediction counts every draft allreduce at one token's size.
 
-The microbench runs in eager mode with `--ops-per-sample 10`: ten collectives back to
-back per timed sample, as graph mode times ten per replay. One aligned collective per
-sample would add the barrier's exit skew between ranks to every sample (on a loaded
-2-core VM, one scheduler wake-up: milliseconds), which the loop, whose collectives follow
-each other with compute in between, does not pay.
-
-    python bench/model_fit.py            # two sizes, about a minute on 2 cores
+    python bench/model_fit.py            # two sizes, 5 repeats: about 5 minutes on 2 cores
     python bench/model_fit.py --json
 
 Exit codes: 0 all within target, 1 outside target, 2 a part is missing or failed.
@@ -57,9 +66,9 @@ SIZES = [  # (name, spec_loop size options)
 LOOP_COMMON = ["--steps", "2", "--new-tokens", "48", "--runs", "3", "--warmup-tokens", "8",
                "--backend", "gloo", "--device", "cpu", "--json"]
 LOOP_KEYS = ("backend", "world_size", "layers", "hidden", "steps", "accept_len", "tok_s",
-             "draft_ms", "verify_ms", "other_ms", "cycles", "allreduces")
+             "draft_ms", "verify_ms", "other_ms", "cycles", "allreduces", "comm_split")
 MICRO_ITERS = "100"
-MICRO_OPS_PER_SAMPLE = "10"  # see the module doc
+MICRO_OPS_PER_SAMPLE = "10"  # ten gapped collectives per aligned sample, see the module doc
 
 
 class Missing(Exception):
@@ -121,13 +130,15 @@ def run_loop(size_args: list[str], skip: bool) -> dict:
     return record
 
 
-def run_microbench(sizes: list[int]) -> dict[int, dict]:
-    """lat_us summary per size from the microbench's records, gloo at world 2."""
+def run_microbench(sizes: list[int], gap_us: float) -> dict[int, dict]:
+    """lat_us summary per size from the microbench's records, gloo at world 2, with
+    `gap_us` of busy compute before each collective."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "micro.jsonl")
         torchrun("microbench.allreduce", ["--sizes", ",".join(map(str, sizes)), "--dtype", "fp32",
                                           "--backend", "gloo", "--iters", MICRO_ITERS,
-                                          "--ops-per-sample", MICRO_OPS_PER_SAMPLE, "--out", out])
+                                          "--ops-per-sample", MICRO_OPS_PER_SAMPLE,
+                                          "--gap-us", f"{gap_us:.1f}", "--out", out])
         from nccl_tune import store
 
         records = store.read_records([out])
@@ -136,6 +147,11 @@ def run_microbench(sizes: list[int]) -> dict[int, dict]:
     if set(lat) != set(sizes):
         raise RuntimeError(f"microbench measured {sorted(lat)}, expected {sorted(sizes)}")
     return lat
+
+
+def compute_gap_us(compute: dict) -> float:
+    """Mean compute between two allreduces of the loop, from its compute-only run (us)."""
+    return 1000.0 * cycle_ms(compute) / compute["allreduces"]["per_cycle_counted"]
 
 
 def cycle_ms(record: dict) -> float:
@@ -156,14 +172,19 @@ def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
     draft_comm = k * ar["per_draft_forward"] * curve.at(decode_b) / 1000.0
     verify_comm = ar["per_target_forward"] * curve.at(verify_b) / 1000.0
     predicted_comm = draft_comm + verify_comm
-    measured_comm = cycle_ms(full) - cycle_ms(compute)
-    predicted_cycle = cycle_ms(compute) + predicted_comm
+    # the loop's own split of its collectives (integration.commtime): last arrival -> done
+    measured_comm = full["comm_split"]["collective_ms"]
+    # compute only, plus the wait for the slowest rank had the ranks synchronised
+    straggler = compute["comm_split"]["straggler_ms"]
+    predicted_cycle = cycle_ms(compute) + straggler + predicted_comm
     return {
         "layers": full["layers"], "hidden": full["hidden"], "steps": k,
         "decode_bytes": decode_b, "verify_bytes": verify_b,
         "lat_mean_us": {str(b): v for b, v in sorted(lat.items())},
         "allreduces_per_cycle": k * ar["per_draft_forward"] + ar["per_target_forward"],
         "compute_cycle_ms": cycle_ms(compute),
+        "predicted_straggler_ms": straggler, "measured_straggler_ms": full["comm_split"]["straggler_ms"],
+        "difference_comm_ms": cycle_ms(full) - cycle_ms(compute),
         "predicted_comm_ms": predicted_comm, "measured_comm_ms": measured_comm,
         "comm_error": (predicted_comm - measured_comm) / measured_comm if measured_comm > 0 else None,
         "predicted_verify_ms": compute["verify_ms"] + verify_comm, "measured_verify_ms": full["verify_ms"],
@@ -179,18 +200,25 @@ def measure_size(size_args: list[str], repeats: int) -> dict:
 
     Interleaving spreads slow phases of a shared machine over all three alike.
     """
-    fulls, computes, micros = [], [], []
+    fulls, computes, micros, gaps = [], [], [], []
     for _ in range(repeats):
         fulls.append(run_loop(size_args, skip=False))
         computes.append(run_loop(size_args, skip=True))
         ar = fulls[-1]["allreduces"]
-        micros.append(run_microbench(sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])})))
+        gaps.append(compute_gap_us(computes[-1]))
+        micros.append(run_microbench(sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])}),
+                                     gaps[-1]))
     full, compute = dict(fulls[-1]), dict(computes[-1])
     for key in ("draft_ms", "verify_ms", "other_ms"):
         full[key] = statistics.median(r[key] for r in fulls)
         compute[key] = statistics.median(r[key] for r in computes)
+    full["comm_split"] = {k: statistics.median(r["comm_split"][k] for r in fulls)
+                          for k in ("collective_ms", "straggler_ms", "in_collective_ms")}
+    compute["comm_split"] = {"straggler_ms": statistics.median(r["comm_split"]["straggler_ms"]
+                                                               for r in computes)}
     lat = {b: statistics.median(m[b]["mean"] for m in micros) for b in micros[0]}
     row = predict(full, compute, lat)
+    row["gap_us"] = [round(g, 1) for g in gaps]
     # The same prediction within each repeat (its own loop runs and microbench): on a
     # shared machine the state drifts between repeats, so these show how far it moves.
     row["per_repeat_comm_error"] = [
@@ -222,6 +250,9 @@ def render(rows: list[dict]) -> str:
         lines.append(f"{r['name']}: {r['allreduces_per_cycle']} allreduces per cycle (k={r['steps']}), "
                      f"{r['decode_bytes']} B decode / {r['verify_bytes']} B verify; compute-only cycle "
                      f"{r['compute_cycle_ms']:.3f} ms; accept len {r['accept_len']:.2f}")
+        lines.append(f"  microbench gap {r['gap_us']} us; straggler wait ms/cycle predicted "
+                     f"{r['predicted_straggler_ms']:.3f}, measured {r['measured_straggler_ms']:.3f}; "
+                     f"full minus compute-only cycle {r['difference_comm_ms']:.3f} ms")
         errors = ", ".join(_pct(e) for e in r["per_repeat_comm_error"])
         lines.append(f"  comm error within each repeat: {errors}")
         sp = r["spread"]
@@ -237,7 +268,9 @@ def _pct(value) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="loop runs per size and variant")
+    # Five: single repeats on a 2-core VM scatter by +-30% (printed per repeat); the median
+    # of five is what the target is judged on.
+    parser.add_argument("--repeats", type=int, default=5, help="loop runs per size and variant")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:

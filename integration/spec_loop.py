@@ -16,8 +16,10 @@ forward runs, so the per-token model can predict the time NCCL settings save.
 NCCL on CUDA GPUs, gloo on CPU. In float64 (the CPU default) the arithmetic is exact
 (see tp_model), so speculative output equals plain greedy output bit for bit;
 `--check-greedy` runs plain decoding as well and reports `matches_greedy`.
-`--skip-allreduce` replaces every allreduce with a no-op to time compute alone; the
-tokens are then wrong and the output says `tokens_valid: false`.
+`--skip-allreduce` replaces every allreduce with a no-op to time compute alone; every
+rank then holds rank 0's shards, so the ranks still take the same decisions (their
+calls line up, see integration.commtime), but the tokens are wrong and the output says
+`tokens_valid: false`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import sys
 import time
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.distributed as dist
 
+from integration import commtime
 from integration.tp_model import (DTYPE_NAMES, DTYPES, Collective, ModelShape, TPTransformer,
                                   build_models)
 
@@ -81,6 +85,7 @@ class RunStats:
     other_s: list[float] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # accept length per cycle (with bonus)
     allreduces_per_cycle: list[int] = field(default_factory=list)
+    call_range: tuple[int, int] = (0, 0)  # the decode cycles' allreduce calls, first..end-1
 
     @property
     def cycles(self) -> int:
@@ -116,6 +121,7 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
     pending = [seq[-1]]
     stats = RunStats(tokens=[], produced=0, decode_s=0.0)
     start = time.perf_counter()
+    first_call = collective.count
     while len(seq) - len(prompt) < new_tokens:
         count0 = collective.count
         t0 = time.perf_counter()
@@ -144,6 +150,7 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
         stats.accepted.append(len(new))
         stats.allreduces_per_cycle.append(collective.count - count0)
     stats.decode_s = time.perf_counter() - start
+    stats.call_range = (first_call, collective.count)
     stats.produced = len(seq) - len(prompt) - 1
     stats.tokens = seq[len(prompt):len(prompt) + new_tokens]
     return stats
@@ -235,11 +242,17 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
     round r runs every configuration once, so drift in the machine's load hits all
     configurations alike instead of whichever ran last. One record per configuration."""
     setups = []
+    stamp = world > 1 and device.type == "cpu"  # gloo on CPU: calls are synchronous on the host
     for config in configs:
-        collective = Collective(group if world > 1 else None, skip=config.skip_allreduce)
+        collective = Collective(group if world > 1 else None, skip=config.skip_allreduce,
+                                stamp=stamp)
         shape = ModelShape(config.layers, config.hidden, config.heads, config.vocab, config.ffn)
+        # Compute only: every rank holds rank 0's shards, so the ranks' (unsummed, wrong)
+        # outputs agree, they take the same decisions and their calls line up one to one
+        # as in a real run (same shapes, so the same compute).
+        shard = 0 if config.skip_allreduce else rank
         target, draft = build_models(shape, config.draft_layers, config.draft_noise, config.seed,
-                                     rank, world, DTYPES[config.dtype], device, collective,
+                                     shard, world, DTYPES[config.dtype], device, collective,
                                      share_embedding=config.draft_embedding == "shared",
                                      residual_scale=config.residual_scale)
         setups.append((config, collective, target, draft, prompt_tokens(config)))
@@ -258,8 +271,10 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
             if config.check_greedy and not config.skip_allreduce:
                 greedy[i] = generate(target, draft, prompt, 0, config.new_tokens, collective).tokens
     records = []
-    for i, (config, *_rest) in enumerate(setups):
+    for i, (config, collective, *_rest) in enumerate(setups):
         record = summarize(config, runs[i], world, backend, device, greedy[i])
+        record["comm_split"], record["comm_split_note"] = _comm_split(
+            config, collective, runs[i], group, world, device)
         if world > 1:  # every rank must have taken the same decisions
             gathered: list = [None] * world
             dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"]), group=group)
@@ -267,6 +282,28 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
             record["nccl_env_same_on_all_ranks"] = all(g[1] == gathered[0][1] for g in gathered)
         records.append(record)
     return records
+
+
+def _comm_split(config: LoopConfig, collective: Collective, runs: list[RunStats], group,
+                world: int, device: torch.device) -> tuple[dict | None, str | None]:
+    """Every rank's call stamps split into collective time and arrival skew (or, compute
+    only, the skew a synchronised run would have): integration.commtime. Collective over
+    the group: every rank must call it. (None, why) where host stamps cannot tell."""
+    if world < 2:
+        return None, "one rank: no collective to split"
+    if device.type != "cpu":
+        return None, "collectives run asynchronously on the GPU: host stamps cannot time them"
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, (socket.gethostname(), collective.stamps), group=group)
+    if len({host for host, _ in gathered}) > 1:
+        return None, "ranks on several hosts: their clocks cannot be compared"
+    stamps = [s for _, s in gathered]
+    split = commtime.straggler_estimate if config.skip_allreduce else commtime.synchronised_split
+    total = sum(r.cycles for r in runs)
+    if not total:
+        return None, "no decode cycles"
+    parts = [(split(stamps, *r.call_range, r.cycles), r.cycles) for r in runs if r.cycles]
+    return {key: sum(p[key] * n for p, n in parts) / total for key in parts[0][0]}, None
 
 
 def measure(config: LoopConfig, group, rank: int, world: int, backend: str,
@@ -389,6 +426,15 @@ def _print_text(record: dict) -> None:
     print(f"  allreduces: {a['per_target_forward']} per target forward, {a['per_draft_forward']} "
           f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')}); "
           f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify")
+    split = record.get("comm_split")
+    if split and "collective_ms" in split:
+        print(f"  per cycle (all ranks' host clocks): collectives {split['collective_ms']:.3f} ms "
+              f"from last arrival to done, waiting for the slowest rank's compute "
+              f"{split['straggler_ms']:.3f} ms; {split['in_collective_ms']:.3f} ms inside "
+              f"collectives per rank")
+    elif split:
+        print(f"  per cycle: ranks would wait {split['straggler_ms']:.3f} ms for the slowest "
+              f"had they synchronised at each allreduce")
     if not record["tokens_valid"]:
         print("  allreduces skipped: compute-only timing, tokens are not valid")
     if record["matches_greedy"] is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -92,20 +93,26 @@ class Collective:
     without communication can be measured.
     """
 
-    def __init__(self, group=None, skip: bool = False):
+    def __init__(self, group=None, skip: bool = False, stamp: bool = False):
         self.group = group
         self.skip = skip
         self.count = 0
         self.elements = 0
+        # (enter, exit) host times per call, for integration.commtime; only meaningful
+        # where the collective is synchronous on the host (gloo on CPU)
+        self.stamps: list[tuple[float, float]] | None = [] if stamp else None
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum `tensor` over ranks in place (unless skipped) and count the call."""
         self.count += 1
         self.elements += tensor.numel()
+        enter = time.perf_counter() if self.stamps is not None else 0.0
         if not self.skip and self.group is not None:
             import torch.distributed as dist
 
             dist.all_reduce(tensor, group=self.group)
+        if self.stamps is not None:
+            self.stamps.append((enter, time.perf_counter()))
         return tensor
 
 

@@ -116,6 +116,9 @@ class Bench:
         self.verify = self.backend == "nccl" if args.verify is None else args.verify
         if self.verify and self.backend != "nccl":
             raise NcclTuneError("--verify-effective needs the NCCL backend (gloo has no NCCL log)")
+        if args.gap_us and self.backend != "gloo":
+            raise NcclTuneError("--gap-us times collectives by host stamps, which only gloo on "
+                                "CPU completes on the host; on GPUs use --mode graph")
         self.torch_dtype = getattr(torch, options.DTYPES[args.dtype][0])
         self.elem, self.max_exact = options.DTYPES[args.dtype][1:]
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
@@ -152,6 +155,9 @@ class Bench:
         self.hosts = [f[0] for f in facts]
         self.gpus = [f[1] for f in facts] if self.backend == "nccl" else None
         self.nnodes = len(set(self.hosts))
+        if self.args.gap_us and self.nnodes > 1:
+            raise NcclTuneError("--gap-us compares every rank's host clock, so every rank must "
+                                f"run on one host (these run on {self.nnodes})")
         self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
         if self.backend == "nccl":
@@ -179,7 +185,7 @@ class Bench:
         return {"run_id": self.run_id, "world_size": self.world, "nnodes": self.nnodes,
                 "hosts": self.hosts, "backend": self.backend, "mode": self.mode, "op": a.op,
                 "dtype": a.dtype, "warmup": a.warmup, "iters": a.iters, "graph_ops": a.graph_ops, "ops_per_sample": a.ops_per_sample,
-                "versions": self.versions, "env_process": self.env_process,
+                "gap_us": a.gap_us, "versions": self.versions, "env_process": self.env_process,
                 "conf_files": output.read_conf_files(os.environ), "gpus": self.gpus,
                 "verify_note": note, "notes": notes}
 
@@ -220,7 +226,8 @@ class Bench:
         return sorted(errors, key=lambda item: ("timed out" in item[1].lower(), item[0]))
 
     def gather_samples(self, samples: list[float], wrong: int) -> tuple[list[float], int]:
-        """Slowest rank per iteration, and #wrong summed over ranks."""
+        """Slowest rank per iteration (with --gap-us: from the last rank's arrival, out of
+        every rank's host stamps), and #wrong summed over ranks."""
         import torch
         import torch.distributed as dist
 
@@ -228,7 +235,10 @@ class Bench:
         table = [torch.empty_like(local) for _ in range(self.world)]
         dist.all_gather(table, local)
         rows = [t.tolist() for t in table]
-        return stats.slowest_rank([r[1:] for r in rows]), int(sum(r[0] for r in rows))
+        wrong_total = int(sum(r[0] for r in rows))
+        if self.args.gap_us:
+            return timing.last_arrival_us([r[1:] for r in rows], self.args.ops_per_sample), wrong_total
+        return stats.slowest_rank([r[1:] for r in rows]), wrong_total
 
     # ---------------------------------------------------------------- records
 
@@ -242,6 +252,7 @@ class Bench:
             warmup=cell.warmup if cell.warmup is not None else a.warmup,
             graph_ops=a.graph_ops if self.mode == "graph" else None,
             ops_per_sample=a.ops_per_sample if self.mode != "graph" else a.graph_ops,
+            gap_us=a.gap_us or None,
             versions=self.versions, gpus=self.gpus, round=cell.round, label=a.label,
             env_process=self.env_process, hosts=sorted(set(self.hosts)),
             conf_files=self.conf_files, **extra, **fields)
@@ -425,8 +436,12 @@ class Bench:
             if self.capture:
                 self.quiet_ok = quiet
             try:
-                timer = timing.cuda_eager if self.device.type == "cuda" else timing.cpu_eager
-                samples = timer(op, align, iters, beat, a.ops_per_sample)
+                if a.gap_us:  # stamps, turned into latencies across ranks in gather_samples
+                    samples = timing.cpu_gapped(op, align, iters, beat, a.ops_per_sample,
+                                                a.gap_us * 1e-6)
+                else:
+                    timer = timing.cuda_eager if self.device.type == "cuda" else timing.cpu_eager
+                    samples = timer(op, align, iters, beat, a.ops_per_sample)
             finally:
                 if quiet:
                     self.capture.loud()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -283,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="eager mode: collectives run back to back per timed sample, which "
                         "is then divided by them, as graph mode does per replay (default 1: "
                         "one aligned collective per sample)")
+    p.add_argument("--gap-us", type=float, default=0.0,
+                   help="eager mode on CPU (gloo): busy compute of this many microseconds "
+                        "before each collective, as a decode step has between its "
+                        "allreduces; each collective is then timed from the last rank's "
+                        "arrival until all are done, from every rank's host clock (default "
+                        "0: collectives back to back, slowest rank's time)")
     p.add_argument("--check", dest="check", action="store_true", default=True,
                    help="check results after timing (default)")
     p.add_argument("--no-check", dest="check", action="store_false")
@@ -315,6 +322,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         low = 0 if name == "warmup" else 1
         if value < low:
             raise NcclTuneError(f"--{name.replace('_', '-')}: {value} must be >= {low}")
+    if not (math.isfinite(args.gap_us) and args.gap_us >= 0):
+        raise NcclTuneError(f"--gap-us: {args.gap_us} must be a number >= 0")
     if not args.timeout > 0:
         raise NcclTuneError(f"--timeout: {args.timeout} must be > 0")
     if args.verify and args.backend == "gloo":

@@ -33,7 +33,9 @@ def header_lines(info: dict) -> list[str]:
         f"dtype {info.get('dtype')}  warmup {info.get('warmup')}  iters {info.get('iters')}"
         + (f"  graph-ops {info.get('graph_ops')}" if info.get("mode") == "graph" else "")
         + (f"  ops-per-sample {info.get('ops_per_sample')}"
-           if info.get("mode") != "graph" and (info.get("ops_per_sample") or 1) > 1 else ""),
+           if info.get("mode") != "graph" and (info.get("ops_per_sample") or 1) > 1 else "")
+        + (f"  gap-us {info.get('gap_us'):g} (timed from the last rank's arrival)"
+           if info.get("gap_us") else ""),
         "versions: " + "  ".join(f"{k} {versions.get(k) or '-'}" for k in ("torch", "cuda", "nccl")),
         "NCCL_* at start: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none)"),
     ]

@@ -45,6 +45,52 @@ def cpu_eager(op: Op, align: Callable[[], object], iters: int,
     return out
 
 
+def spin(seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """Keep this core busy for `seconds`, as compute between a step's collectives does
+    (sleeping instead would let an idle core's wake-up latency into the next collective)."""
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
+def cpu_gapped(op: Op, align: Callable[[], object], iters: int,
+               beat: Callable[[], object] = lambda: None, per_sample: int = 1,
+               gap_s: float = 0.0) -> list[float]:
+    """Host stamps of `iters` samples, each one alignment then `per_sample` times: `gap_s`
+    of busy compute (untimed), then one blocking `op` stamped on entry and exit.
+
+    Returns this rank's flat [enter, exit, enter, exit, ...] in seconds of the host's
+    monotonic clock; `last_arrival_us` turns every rank's stamps into per-op latencies.
+    """
+    clock = time.perf_counter
+    out = [0.0] * (2 * iters * per_sample)
+    j = 0
+    for _ in range(iters):
+        beat()
+        align()
+        for _ in range(per_sample):
+            spin(gap_s, clock)
+            out[j] = clock()
+            op()
+            out[j + 1] = clock()
+            j += 2
+    return out
+
+
+def last_arrival_us(stamps_by_rank: Sequence[Sequence[float]], per_sample: int) -> list[float]:
+    """Per-sample microseconds from every rank's `cpu_gapped` stamps: for each op, the time
+    from the last rank's arrival until the last rank is done (max exit - max enter; what
+    a collective costs once every rank is there, the waiting for a late rank left out),
+    averaged over the sample's `per_sample` ops. Stamps must share one clock (one host)."""
+    lengths = {len(s) for s in stamps_by_rank}
+    if len(lengths) != 1 or not stamps_by_rank or next(iter(lengths)) % (2 * per_sample):
+        raise ValueError(f"stamps of unequal or partial length: {sorted(lengths)}")
+    ops = next(iter(lengths)) // 2
+    per_op = [max(s[2 * i + 1] for s in stamps_by_rank) - max(s[2 * i] for s in stamps_by_rank)
+              for i in range(ops)]
+    return [sum(per_op[i:i + per_sample]) * 1e6 / per_sample for i in range(0, ops, per_sample)]
+
+
 def _cuda_timed(run: Op, divisor: int, align: Callable[[], object], iters: int,
                 beat: Callable[[], object]) -> list[float]:
     """CUDA-event microseconds of `iters` aligned calls of `run`, each divided by `divisor`."""

@@ -162,7 +162,22 @@ def test_bench_runs_torchrun(tmp_path):
     _assert_valid(record, 2)
 
 
+@pytest.mark.slow
+def test_gap_us_times_each_collective_from_the_last_arrival(tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = torchrun(2, "--sizes", "4K", "--dtype", "fp32", "--gap-us", "300",
+                      "--ops-per-sample", "3", "--out", str(out), *FAST)
+    assert result.returncode == 0, result.stderr
+    (record,) = _records(out)
+    _assert_valid(record, 2)
+    assert record["gap_us"] == 300.0 and record["ops_per_sample"] == 3
+    # the gap is compute before each call, never part of a sample (300 us each)
+    assert record["lat_us"]["min"] < 300 * 3
+    assert "gap-us 300 (timed from the last rank's arrival)" in result.stdout
+
+
 @pytest.mark.parametrize("args,message", [
+    (["--gap-us", "-5"], "--gap-us: -5.0 must be a number >= 0"),
     (["--sizes", "12Q"], "--sizes: '12Q' is not a size"),
     (["--dtype", "int3"], "--dtype: unknown dtype 'int3'"),
     (["--mode", "graph"], "--mode graph needs CUDA"),

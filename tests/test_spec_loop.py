@@ -134,6 +134,13 @@ def test_world2_speculative_equals_greedy_with_consistent_timing():
                 "draft_layers", "draft_noise", "new_tokens", "cycles", "accept_len", "tok_s",
                 "draft_ms", "verify_ms", "other_ms", "step_ms"):
         assert key in r
+    # every rank's stamps split the collectives' time (integration.commtime)
+    split = r["comm_split"]
+    assert r["comm_split_note"] is None
+    assert split["calls_per_cycle"] == pytest.approx(ar["per_cycle_counted"])
+    assert 0 < split["collective_ms"] < r["step_ms"]
+    # inside a call a rank pays the collective plus its wait for the last to arrive
+    assert split["in_collective_ms"] > 0 and abs(split["straggler_ms"]) < r["step_ms"]
 
 
 @pytest.mark.slow
@@ -154,3 +161,14 @@ def test_world2_skip_allreduce_marks_tokens_invalid():
     assert r["skip_allreduce"] is True and r["tokens_valid"] is False
     assert r["matches_greedy"] is None
     assert r["allreduces"]["per_cycle_counted"] == 5  # counted, though not run
+
+
+@pytest.mark.slow
+def test_world2_skip_allreduce_keeps_the_ranks_in_step():
+    # Speculative and compute only: with their own shards the ranks' unsummed outputs
+    # would differ and they would accept different drafts; every rank holds rank 0's.
+    r = _torchrun("--steps", "3", "--draft-layers", "1", "--new-tokens", "16", "--skip-allreduce")
+    assert r["ranks_agree"] is True and r["tokens_valid"] is False
+    est = r["comm_split"]
+    assert set(est) == {"straggler_ms", "calls_per_cycle"} and est["straggler_ms"] >= 0
+    assert est["calls_per_cycle"] == pytest.approx(r["allreduces"]["per_cycle_counted"])
