@@ -196,18 +196,23 @@ def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
 
 
 def measure_size(size_args: list[str], repeats: int) -> dict:
-    """Full loop, compute-only loop and microbench, interleaved `repeats` times; medians.
+    """Compute-only loop, microbench, full loop, microbench again, `repeats` times; medians.
 
-    Interleaving spreads slow phases of a shared machine over all three alike.
+    Repeating spreads slow phases of a shared machine over all parts alike; the two
+    microbench runs bracket the full loop in time (their mean is the repeat's latency),
+    so a drift in the machine's wake-up latency hits both sides of the comparison.
     """
     fulls, computes, micros, gaps = [], [], [], []
     for _ in range(repeats):
-        fulls.append(run_loop(size_args, skip=False))
         computes.append(run_loop(size_args, skip=True))
-        ar = fulls[-1]["allreduces"]
+        ar = computes[-1]["allreduces"]
+        sizes = sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])})
         gaps.append(compute_gap_us(computes[-1]))
-        micros.append(run_microbench(sorted({int(ar["bytes_per_decode"]), int(ar["bytes_per_verify"])}),
-                                     gaps[-1]))
+        before = run_microbench(sizes, gaps[-1])
+        fulls.append(run_loop(size_args, skip=False))
+        after = run_microbench(sizes, gaps[-1])
+        micros.append({b: {key: (before[b][key] + after[b][key]) / 2 for key in ("mean", "p50")}
+                       for b in sizes})
     full, compute = dict(fulls[-1]), dict(computes[-1])
     for key in ("draft_ms", "verify_ms", "other_ms"):
         full[key] = statistics.median(r[key] for r in fulls)
