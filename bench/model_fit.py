@@ -185,6 +185,8 @@ def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
         "compute_cycle_ms": cycle_ms(compute),
         "predicted_straggler_ms": straggler, "measured_straggler_ms": full["comm_split"]["straggler_ms"],
         "difference_comm_ms": cycle_ms(full) - cycle_ms(compute),
+        # the rest of the full run's cycle: its compute, which the compute-only run predicts
+        "full_run_compute_ms": cycle_ms(full) - measured_comm - full["comm_split"]["straggler_ms"],
         "predicted_comm_ms": predicted_comm, "measured_comm_ms": measured_comm,
         "comm_error": (predicted_comm - measured_comm) / measured_comm if measured_comm > 0 else None,
         "predicted_verify_ms": compute["verify_ms"] + verify_comm, "measured_verify_ms": full["verify_ms"],
@@ -258,6 +260,8 @@ def render(rows: list[dict]) -> str:
         lines.append(f"  microbench gap {r['gap_us']} us; straggler wait ms/cycle predicted "
                      f"{r['predicted_straggler_ms']:.3f}, measured {r['measured_straggler_ms']:.3f}; "
                      f"full minus compute-only cycle {r['difference_comm_ms']:.3f} ms")
+        lines.append(f"  compute ms/cycle: compute-only run {r['compute_cycle_ms']:.3f}, full run "
+                     f"{r['full_run_compute_ms']:.3f} (its cycle less collectives and straggler wait)")
         errors = ", ".join(_pct(e) for e in r["per_repeat_comm_error"])
         lines.append(f"  comm error within each repeat: {errors}")
         sp = r["spread"]
