@@ -286,9 +286,10 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
 
 def _comm_split(config: LoopConfig, collective: Collective, runs: list[RunStats], group,
                 world: int, device: torch.device) -> tuple[dict | None, str | None]:
-    """Every rank's call stamps split into collective time and arrival skew (or, compute
-    only, the skew a synchronised run would have): integration.commtime. Collective over
-    the group: every rank must call it. (None, why) where host stamps cannot tell."""
+    """Every rank's call stamps split into collective time and the wait for the slowest
+    rank (or, compute only, the wait a synchronised run would have), integration.commtime,
+    weighted by cycles over the runs. Collective over the group: every rank must call it.
+    (None, why) where host stamps cannot tell."""
     if world < 2:
         return None, "one rank: no collective to split"
     if device.type != "cpu":
