@@ -33,7 +33,7 @@ runs is still printed, for comparison.
 Approximation, stated: a draft forward after a rejection carries the few pending tokens
 at once; the prediction counts every draft allreduce at one token's size.
 
-    python bench/model_fit.py            # two sizes, 5 repeats: about 5 minutes on 2 cores
+    python bench/model_fit.py            # two sizes, 5 repeats: about 7 minutes on 2 cores
     python bench/model_fit.py --json
 
 Exit codes: 0 all within target, 1 outside target, 2 a part is missing or failed.
