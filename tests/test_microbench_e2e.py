@@ -171,8 +171,6 @@ def test_gap_us_times_each_collective_from_the_last_arrival(tmp_path):
     (record,) = _records(out)
     _assert_valid(record, 2)
     assert record["gap_us"] == 300.0 and record["ops_per_sample"] == 3
-    # the gap is compute before each call, never part of a sample (300 us each)
-    assert record["lat_us"]["min"] < 300 * 3
     assert "gap-us 300 (timed from the last rank's arrival)" in result.stdout
 
 
