@@ -34,7 +34,9 @@ from __future__ import annotations
 Stamp = tuple[float, float]  # (enter, exit), seconds on the host's monotonic clock
 
 
-def _check(stamps_by_rank: list[list[Stamp]], first: int, end: int) -> None:
+def _check(stamps_by_rank: list[list[Stamp]], first: int, end: int, cycles: int) -> None:
+    if cycles < 1:
+        raise ValueError("cycles must be at least 1")
     if not stamps_by_rank:
         raise ValueError("no ranks' stamps")
     if any(len(s) < end for s in stamps_by_rank) or not 0 <= first <= end:
@@ -50,9 +52,7 @@ def synchronised_split(stamps_by_rank: list[list[Stamp]], first: int, end: int,
     ranks' mean, from the second call of the range on) and in_collective_ms (each rank's
     own time inside calls, averaged over ranks).
     """
-    _check(stamps_by_rank, first, end)
-    if cycles < 1:
-        raise ValueError("cycles must be at least 1")
+    _check(stamps_by_rank, first, end, cycles)
     collective = straggler = inside = 0.0
     for i in range(first, end):
         enters = [s[i][0] for s in stamps_by_rank]
@@ -74,9 +74,7 @@ def straggler_estimate(stamps_by_rank: list[list[Stamp]], first: int, end: int,
     call, from a run where they did not (compute only): the sum over calls of
     max_r d - mean_r d, d a rank's compute since its previous call (from the second call
     of the range on)."""
-    _check(stamps_by_rank, first, end)
-    if cycles < 1:
-        raise ValueError("cycles must be at least 1")
+    _check(stamps_by_rank, first, end, cycles)
     total = 0.0
     for i in range(first + 1, end):
         segments = [s[i][0] - s[i - 1][1] for s in stamps_by_rank]

@@ -358,28 +358,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.draft_noise < 0:
         p.error("--draft-noise must not be negative")
     try:
-        args.sweep_steps = _int_list(args.sweep_steps)
-        args.sweep_noise = _float_list(args.sweep_noise)
+        args.sweep_steps = _number_list(args.sweep_steps, int, "--sweep-steps", "integers, e.g. 0,1,2")
+        args.sweep_noise = _number_list(args.sweep_noise, float, "--sweep-noise", "numbers, e.g. 0,0.5")
     except ValueError as exc:
         p.error(str(exc))
     return args
 
 
-def _int_list(text: str | None) -> list[int] | None:
+def _number_list(text: str | None, kind, option: str, example: str) -> list | None:
+    """A comma list of non-negative `kind` values (None when the option is absent)."""
     if text is None:
         return None
-    values = [int(x) for x in text.split(",") if x.strip()]
+    values = [kind(x) for x in text.split(",") if x.strip()]
     if not values or min(values) < 0:
-        raise ValueError(f"--sweep-steps {text!r}: give non-negative integers, e.g. 0,1,2")
-    return values
-
-
-def _float_list(text: str | None) -> list[float] | None:
-    if text is None:
-        return None
-    values = [float(x) for x in text.split(",") if x.strip()]
-    if not values or min(values) < 0:
-        raise ValueError(f"--sweep-noise {text!r}: give non-negative numbers, e.g. 0,0.5")
+        raise ValueError(f"{option} {text!r}: give non-negative {example}")
     return values
 
 

@@ -11,7 +11,7 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, export, model, recommendation, specdec, store
+from nccl_tune import costmodel, export, model, plotting, recommendation, specdec, store
 from nccl_tune.commands.spec_plan import acceptance_options, parse_plan_inputs, parse_verify
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
@@ -195,13 +195,7 @@ def _spec_table(comp, baseline_label: str, rec_label: str | None) -> str:
 
 
 def _plot(path, analysis, comp) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise NcclTuneError("--plot needs matplotlib: pip install 'nccl-tune[plot]'") from None
+    plt = plotting.pyplot()
     rows = [r for r in analysis.cells if r.saving is not None]
     panels = 2 if comp is not None else 1
     fig, axes = plt.subplots(1, panels, figsize=(7 * panels, max(3.0, 0.45 * len(rows) + 1.5)))
@@ -232,12 +226,7 @@ def _plot(path, analysis, comp) -> None:
         ax2.set_title("speculative decoding: tok/s against steps")
         ax2.legend()
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
-    finally:
-        plt.close(fig)
+    plotting.save(fig, path, dpi=110)
 
 
 @click.command("recommend", cls=_ArgvCommand)

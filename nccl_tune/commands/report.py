@@ -9,7 +9,7 @@ import json
 import click
 from tabulate import tabulate
 
-from nccl_tune import store
+from nccl_tune import plotting, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launch import summarize_error
 from nccl_tune.report import ADJUSTMENTS, summarize
@@ -135,12 +135,7 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
 
     Returns the number of lines drawn. Needs matplotlib (the `plot` extra).
     """
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise NcclTuneError("--plot needs matplotlib: pip install 'nccl-tune[plot]'") from None
+    plt = plotting.pyplot()
     curves: dict[tuple, list] = {}
     for s in summaries:
         if s.status == "ok" and s.final and s.p50_us and s.bytes > 0:
@@ -171,12 +166,7 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise NcclTuneError(f"--plot: cannot write: {exc.strerror}", path=path) from None
-    finally:
-        plt.close(fig)
+    plotting.save(fig, path, dpi=120)
     return len(curves)
 
 
