@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP  # torch-free
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.grid import Cell, group_by_process
+from nccl_tune.grid import Cell, group_cells
 
 MODULE = "microbench.allreduce"
 BACKENDS = ("nccl", "gloo", "sim")
-ISOLATIONS = ("group", "process")
+ISOLATIONS = ("group", "process", "nocache")
+ISOLATION_CHOICES = ("auto", *ISOLATIONS)
 CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
 GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
              "(this tests the sweep's mechanics, not NCCL)")
@@ -139,12 +140,12 @@ def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> li
         order = list(cells)
         rng.shuffle(order)
         return order
-    groups = group_by_process(cells)
+    groups = group_cells(cells, isolation)
     rng.shuffle(groups)
     order = []
     for group in groups:
-        plain = [c for c in group.cells if not c.comm_env]
-        rest = [c for c in group.cells if c.comm_env]
+        plain = [c for c in group.cells if not c.split(isolation)[1]]
+        rest = [c for c in group.cells if c.split(isolation)[1]]
         rng.shuffle(rest)
         order += plain + rest
     return order
@@ -152,8 +153,49 @@ def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> li
 
 def count_launches(cells: list[Cell], rounds: int, isolation: str) -> int:
     """Launches an exhaustive sweep needs when nothing fails (re-runs not counted)."""
-    per_round = len(cells) if isolation == "process" else len(group_by_process(cells))
+    per_round = len(cells) if isolation == "process" else len(group_cells(cells, isolation))
     return per_round * rounds
+
+
+def resolve_isolation(requested: str | None, backend: str, nccl_version,
+                      verify_effective: bool | None = None,
+                      version_source: str = "") -> tuple[str, list[str]]:
+    """The isolation a sweep uses, and notes saying why.
+
+    auto: nocache when the NCCL planned for is 2.29.7 or newer (NCCL_NO_CACHE), else
+    group; process when --no-verify-effective leaves shared NCCL cells unconfirmable.
+    On gloo and sim no libnccl is loaded: auto plans nocache only for a given --nccl-version.
+    """
+    from nccl_tune import settings
+
+    shown = ".".join(map(str, nccl_version)) if nccl_version else None
+    where = f"NCCL {shown}{version_source}" if shown else "no NCCL version known"
+    supported = settings.no_cache_supported(nccl_version)
+    notes: list[str] = []
+    if requested in (None, "auto"):
+        if backend == "nccl" and verify_effective is False:
+            return "process", ["isolation process: --no-verify-effective leaves grouped cells "
+                               "unconfirmable"]
+        isolation = "nocache" if supported else "group"
+        why = ("honours NCCL_NO_CACHE (2.29.7+)" if supported else
+               "predates NCCL_NO_CACHE (2.29.7)" if supported is False else
+               "so NCCL_NO_CACHE cannot be relied on")
+        notes.append(f"isolation {isolation} (auto): {where} {why}")
+    else:
+        isolation = requested
+        if isolation == "nocache" and supported is False:
+            notes.append(f"warning: --isolation nocache with {where}, which ignores NCCL_NO_CACHE: "
+                         "cells varying a cached variable will be unconfirmed and re-run alone "
+                         "(--isolation group avoids that)")
+    if isolation == "nocache" and backend != "nccl":
+        notes.append(f"backend {backend}: NCCL_NO_CACHE and the per-cell environment are applied "
+                     "as on NCCL, but there is no NCCL log, so no cell can be confirmed")
+    return isolation, notes
+
+
+def launches_by_isolation(cells: list[Cell], rounds: int) -> dict[str, int]:
+    """Launches an exhaustive sweep of `cells` needs under each isolation (no failures)."""
+    return {name: count_launches(cells, rounds, name) for name in ISOLATIONS}
 
 
 # Rough costs (s) for the plan's time estimate: torchrun start, import torch and
