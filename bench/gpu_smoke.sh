@@ -71,6 +71,12 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
         record.pop("samples_us", None)
         print(json.dumps(record, sort_keys=True))
 EOF
+# ---- begin: NCCL_NO_CACHE check (issue 15; bench/gpu_nocache_check.sh) ----
+echo
+echo "== nocache (world 1): two communicators, different NCCL_NTHREADS / NCCL_MAX_NCHANNELS"
+bash bench/gpu_nocache_check.sh "$OUT/nocache" || status=1
+# ---- end: NCCL_NO_CACHE check ----
+
 echo
 echo "gpu_smoke: outputs in $OUT; overall status $status"
 exit $status
