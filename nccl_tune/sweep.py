@@ -10,7 +10,12 @@ How a batch runs (DESIGN.md sections 4-5):
 - Requests are grouped by their process-scoped settings; one launch measures a whole
   group, each cell with a fresh communicator (process group) created after its
   communicator-scoped settings are set (the microbench's --plan). `isolation="process"`
-  gives every cell a launch of its own.
+  gives every cell a launch of its own. `isolation="nocache"` (NCCL 2.29.7+) groups only
+  by what stays process-wide under NCCL_NO_CACHE (grid.split_env): the launch sets
+  NCCL_NO_CACHE to the cached variables its cells set, and each cell sets those per
+  communicator like the communicator-scoped ones; NCCL's log must then show each cell's
+  values read (effective.reread). When no launch ever shows one re-read, the engine
+  falls back to group.
 - On NCCL, a cell that shared its process must be confirmed by NCCL's own log (the
   record's `effective.confirmed`); one that is not (older NCCL, or a contradiction) is
   re-run alone, and its shared-process records are kept as `superseded` (final: false).
@@ -46,7 +51,7 @@ from nccl_tune.grid import Cell
 from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
     BACKENDS, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype,
     conf_files, count_launches, estimate_seconds, launch_environment, launches_by_isolation,
-    resolve_isolation, resolve_sizes, round_order)
+    planned_nccl_version, resolve_isolation, resolve_sizes, round_order)
 from nccl_tune.grid import no_cache_names
 
 

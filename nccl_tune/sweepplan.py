@@ -157,6 +157,26 @@ def count_launches(cells: list[Cell], rounds: int, isolation: str) -> int:
     return per_round * rounds
 
 
+def planned_nccl_version(backend: str, given: str | None = None):
+    """(version tuple or None, where it came from) of the NCCL a sweep plans for:
+    --nccl-version when given, else on nccl the libnccl torch would load here (the first
+    loadable one, nccl_tune.ncclinfo.default_library); gloo and sim load none."""
+    import re
+
+    from nccl_tune import ncclinfo
+
+    if given is not None:
+        version = ncclinfo.parse_version(given)
+        if version is None or not re.fullmatch(r"\d+\.\d+\.\d+", given.strip()):
+            raise NcclTuneError(f"--nccl-version: '{given}' is not a version X.Y.Z (e.g. 2.30.7)")
+        return version, " (--nccl-version)"
+    if backend != "nccl":
+        return None, ""
+    lib = ncclinfo.default_library()
+    version = ncclinfo.parse_version(lib.version) if lib else None
+    return version, (f" ({lib.source}: {lib.path})" if lib and version else "")
+
+
 def resolve_isolation(requested: str | None, backend: str, nccl_version,
                       verify_effective: bool | None = None,
                       version_source: str = "") -> tuple[str, list[str]]:
@@ -177,10 +197,14 @@ def resolve_isolation(requested: str | None, backend: str, nccl_version,
             return "process", ["isolation process: --no-verify-effective leaves grouped cells "
                                "unconfirmable"]
         isolation = "nocache" if supported else "group"
-        why = ("honours NCCL_NO_CACHE (2.29.7+)" if supported else
-               "predates NCCL_NO_CACHE (2.29.7)" if supported is False else
-               "so NCCL_NO_CACHE cannot be relied on")
-        notes.append(f"isolation {isolation} (auto): {where} {why}")
+        if supported is None and backend != "nccl":
+            notes.append(f"isolation group (auto): backend {backend} loads no NCCL "
+                         "(--nccl-version X.Y.Z plans for one; 2.29.7+ gives nocache)")
+        else:
+            why = ("honours NCCL_NO_CACHE (2.29.7+)" if supported else
+                   "predates NCCL_NO_CACHE (2.29.7)" if supported is False else
+                   "so NCCL_NO_CACHE cannot be relied on")
+            notes.append(f"isolation {isolation} (auto): {where} {why}")
     else:
         isolation = requested
         if isolation == "nocache" and supported is False:

@@ -104,7 +104,7 @@ def test_grid_of_communicator_scoped_variables_needs_no_no_cache():
     ("auto", "nccl", (2, 29, 7), None, "nocache", "honours"),
     ("auto", "nccl", (2, 29, 3), None, "group", "predates NCCL_NO_CACHE"),
     ("auto", "nccl", None, None, "group", "no NCCL version known"),
-    ("auto", "gloo", None, None, "group", "no NCCL version known"),
+    ("auto", "gloo", None, None, "group", "backend gloo loads no NCCL"),
     ("auto", "gloo", (2, 30, 7), None, "nocache", "no cell can be confirmed"),
     ("auto", "nccl", (2, 30, 7), False, "process", "--no-verify-effective"),
     ("nocache", "nccl", (2, 28, 9), None, "nocache", "ignores NCCL_NO_CACHE"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import time
@@ -75,23 +74,6 @@ def _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_
         raise NcclTuneError("--backend sim needs a topology to model: pass --topology "
                             f"({', '.join(costmodel.TOPOLOGIES)})")
     return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note), spec
-
-
-def _nccl_version(backend: str, given: str | None = None):
-    """(version tuple or None, where it came from): --nccl-version, else on nccl the
-    libnccl torch would load here; gloo and sim load none."""
-    from nccl_tune import ncclinfo
-
-    if given is not None:
-        version = ncclinfo.parse_version(given)
-        if version is None or not re.fullmatch(r"\d+\.\d+\.\d+", given.strip()):
-            raise NcclTuneError(f"--nccl-version: '{given}' is not a version X.Y.Z (e.g. 2.30.7)")
-        return version, " (--nccl-version)"
-    if backend != "nccl":
-        return None, ""
-    lib = ncclinfo.default_library()
-    version = ncclinfo.parse_version(lib.version) if lib else None
-    return version, (f" ({lib.source}: {lib.path})" if lib and version else "")
 
 
 def _measurements(g, spec, options, rounds) -> dict:
@@ -289,7 +271,8 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
 
     Cells sharing their process-scoped settings are measured in one launch, each with a
-    fresh communicator; on NCCL a cell not confirmed by NCCL's log is re-run alone.
+    fresh communicator (with --isolation nocache, NCCL_NO_CACHE lets cached variables vary
+    per communicator too); on NCCL a cell not confirmed by NCCL's log is re-run alone.
     """
     gpus = gpu_count()
     backend, backend_note = _choose_backend(backend, gpus)
@@ -304,7 +287,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
         dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode, graph_ops=graph_ops,
         verify_effective=verify_effective, op_timeout=op_timeout, label=label)
-    nccl_version, version_source = _nccl_version(backend, nccl_version_option)
+    nccl_version, version_source = sweeplib.planned_nccl_version(backend, nccl_version_option)
     g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_version)
     if strategy == "descent" and not spec.axes:
         raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
