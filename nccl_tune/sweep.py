@@ -47,12 +47,11 @@ from typing import Callable
 from nccl_tune import launch as launching
 from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.grid import Cell
+from nccl_tune.grid import Cell, no_cache_names
 from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
     BACKENDS, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype,
     conf_files, count_launches, estimate_seconds, launch_environment, launches_by_isolation,
     planned_nccl_version, resolve_isolation, resolve_sizes, round_order)
-from nccl_tune.grid import no_cache_names
 
 
 
@@ -444,9 +443,12 @@ class SweepEngine:
         stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-"
                                            f"launch{self._launch_no:04d}")
         plan_path, records_path, log_path = stem + ".plan.json", stem + ".records.jsonl", stem + ".log"
-        no_cache = no_cache_names([r.cell for r in requests]) if self.isolation == "nocache" else ()
+        # A launch of one cell gets every process-scoped value from the launcher, as under
+        # process isolation: nothing there needs to change inside the process.
+        split = self.isolation if len(requests) > 1 else "group"
+        no_cache = no_cache_names([r.cell for r in requests]) if split == "nocache" else ()
         plan = {"run_id": self.run_id, "cells": [
-            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": self._per_comm(r),
+            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.split(split)[1],
              "round": r.round, "iters": r.iters, "warmup": r.warmup,
              "extra": self._extra(r, len(requests))} for r in requests]}
         if no_cache:
@@ -456,7 +458,7 @@ class SweepEngine:
                 json.dump(plan, handle, indent=1)
         except OSError as exc:
             raise NcclTuneError(f"cannot write the launch plan: {exc.strerror}", path=plan_path) from None
-        process_env = dict(requests[0].cell.split(self.isolation)[0])
+        process_env = dict(requests[0].cell.split(split)[0])
         if no_cache:  # read once per process by NCCL: it must be there from the start
             process_env["NCCL_NO_CACHE"] = ",".join(no_cache)
         env, _ = launch_environment(process_env, self.keep_env, self.base_env)

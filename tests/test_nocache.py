@@ -286,6 +286,8 @@ def test_unconfirmed_nocache_cells_rerun_alone_saying_why(tmp_path):
         "baseline": "nocache", **{c.id: "process" for c in g.cells if c.env}}
     assert all("unconfirmed in a shared process (isolation nocache)" in r["rerun"]
                for r in final if r["cell"] != "baseline")
+    # Alone, the launcher sets the cached variable itself (no NCCL_NO_CACHE needed).
+    assert all(r["seen_env"] == r["env"] for r in final if r["cell"] != "baseline")
     # Nothing was ever seen re-read: the rest of the sweep runs grouped by process scope.
     assert engine.isolation == "group" and "switched to group" in engine.stats.notes[0]
 
