@@ -169,6 +169,9 @@ def _check_name(name: str, where: str) -> str:
     if name in INSTRUMENTATION:
         raise NcclTuneError(f"{where}: {name} is instrumentation, not a setting to sweep "
                             "(the microbench sets NCCL's debug output itself)")
+    if name == "NCCL_NO_CACHE":
+        raise NcclTuneError(f"{where}: NCCL_NO_CACHE is set by the sweep itself for each launch "
+                            "under --isolation nocache, not a setting to sweep")
     return name
 
 

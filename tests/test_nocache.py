@@ -133,6 +133,11 @@ def test_dry_run_shows_launches_per_isolation(cli_runner):
     assert plan["launches_by_isolation"]["nocache"] == 2
 
 
+def test_no_cache_is_not_a_grid_axis(cli_runner):
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_NO_CACHE=ALL", "--dry-run"])
+    assert result.exit_code == 2 and "set by the sweep itself" in result.output
+
+
 @pytest.mark.parametrize("value", ["2.30", "two", "2.30.7.1", ""])
 def test_bad_nccl_version_is_one_line_exit_2(cli_runner, value):
     result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_NTHREADS=256", "--nccl-version", value,
