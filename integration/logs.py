@@ -267,10 +267,10 @@ def _gap(prev: LogEvent, cur: LogEvent) -> float | None:
 
 
 # Why a decode line's gen throughput was left out (summary key "excluded").
-AFTER_START = "first after the server started (its interval holds the start-up)"
-AT_LOG_START = "first of the log, not shown continuing (its interval starts before the log)"
-AFTER_IDLE_PREFILL = "after a prefill that found nothing running (the interval holds idle time)"
-AFTER_GAP = "after an idle gap (longer than --idle-gap, and #running-req/#token do not show decoding went on)"
+AFTER_START = "first after the server started"
+AT_LOG_START = "first of the log, not shown continuing"
+AFTER_IDLE_PREFILL = "after a prefill that found nothing running"
+AFTER_GAP = "after an idle gap, fields not continuing"
 
 
 def continues(prev: LogEvent, cur: LogEvent) -> bool | None:
