@@ -71,6 +71,7 @@ class VerifyCurve:
     linear_beyond: bool = False  # interp: extrapolate linearly (--extrapolate) instead of refusing
     sources: list[str] = field(default_factory=list)
     residual_ms: float | None = None  # rms misfit of the fitted model at its points
+    covers_all: bool = False  # a stated model for every n (recommend's flat-compute default)
 
     @property
     def flat(self) -> bool:
@@ -79,7 +80,7 @@ class VerifyCurve:
 
     def extrapolated(self, tokens: int) -> bool:
         """True when `tokens` lies beyond the points this curve was built or fitted from."""
-        if self.flat:
+        if self.flat or self.covers_all:
             return False
         return not self.points[0][0] <= tokens <= self.points[-1][0]
 
