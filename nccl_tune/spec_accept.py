@@ -174,6 +174,15 @@ def accept_len_from_vllm_rate(draft_acceptance_rate: float, k: int) -> float:
     return 1.0 + draft_acceptance_rate * k
 
 
+def conventions_at(tau: float, k: int) -> dict:
+    """tau at k steps in every engine's convention (what each would print)."""
+    return {"k": k, "accept_len": tau, "accepted_drafts": tau - 1.0,
+            "sglang_accept_rate": sglang_accept_rate(tau, k, SGLANG_RATE_DRAFTS) if k else None,
+            "sglang_accept_rate_total": sglang_accept_rate(tau, k, SGLANG_RATE_TOTAL) if k else None,
+            "vllm_mean_acceptance_length": tau,
+            "vllm_draft_acceptance_rate": vllm_draft_acceptance_rate(tau, k) if k else None}
+
+
 RATE_MATCH_ABS = 0.006  # logs print rates to 2 decimals: half a unit plus float slack
 
 

@@ -101,7 +101,8 @@ class PlanResult:
                "verify_model": self.verify_model, "acceptance": self.acceptance.to_dict(),
                "consistency": self.consistency, "fit": self.fit, "notes": self.notes,
                "rel_error": self.rel_error, "tolerance": self.tolerance,
-               "decides": "the measured sweep decides: run the validate command"}
+               "decides": "the measured sweep decides: run the validate command",
+               "conventions": sa.conventions_at(self.batches[0].best.tau, self.batches[0].best.k)}
         if len(self.batches) > 1:
             out["batches"] = [b.to_dict() for b in self.batches]
         return out

@@ -191,6 +191,11 @@ def render(result) -> str:
         if batch.left_out:
             lines.append("steps left out (verify time beyond the measured token counts; "
                          "--extrapolate or a verify model): " + ", ".join(map(str, batch.left_out)))
+        extrap = [p for p in batch.plans if p.extrapolated]
+        if extrap:
+            lines.append(f"EXTRAPOLATED (rows marked *; verify {result.verify_model['kind']}): verify "
+                         "time at " + ", ".join(f"{batch.batch * (p.k + 1)} tokens (k = {p.k})"
+                                                for p in extrap) + " beyond the verify points")
         best = batch.best
         lines.append(f"best: k = {best.k} draft steps, {best.tok_s:.1f} tok/s "
                      f"({best.tok_s / plain.tok_s:.2f}x plain decoding)"
@@ -199,8 +204,11 @@ def render(result) -> str:
         lines.append(f"candidates (within {100 * result.rel_error:g}% of the best): "
                      f"{', '.join(map(str, batch.candidates))}; the measured sweep decides: "
                      f"{batch.validate}")
-    if any(p.extrapolated for b in result.batches for p in b.plans):
-        lines.append("* = EXTRAPOLATED beyond the verify points (" + result.verify_model["kind"] + ")")
+    conv = result.to_dict()["conventions"]
+    lines.append(f"at k = {conv['k']}: accept length {conv['accept_len']:.3f} (bonus included; "
+                 f"accepted drafts {conv['accepted_drafts']:.3f}); SGLang accept rate "
+                 f"{conv['sglang_accept_rate']:.3f} as (L-1)/k, {conv['sglang_accept_rate_total']:.3f} "
+                 f"as L/(k+1); vLLM draft acceptance rate {conv['vllm_draft_acceptance_rate']:.3f}")
     for row in result.consistency:
         lines.append(_consistency_line(row))
     for note in result.notes:
