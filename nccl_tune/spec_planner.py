@@ -356,3 +356,36 @@ def _plan_batch(batch, req, acc, curve, decode, cycle_fit) -> BatchPlan:
 def cycle_fit_points(req: PlanRequest) -> list[tuple[int, float]]:
     """The measured (k, tok/s) points at k >= 1."""
     return [(k, x) for k, x in req.measured if k >= 1]
+
+
+def plan_from_loop(records: dict[int, dict], steps: list[int] | None = None,
+                   rel_error: float = DEFAULT_REL_ERROR) -> PlanResult:
+    """The planner on a decode loop's own measurements (the built-in loop's JSON records
+    by step count; validate and bench/spec_sweep.py use it).
+
+    Plain decoding: the k = 0 run's time per token (`step_ms`); verify times at k + 1
+    tokens from each k >= 1 run; draft step and other time averaged over the k >= 1 runs;
+    acceptance per position from the run with the most steps (`accept_per_pos`), else
+    the accept lengths per k. Each run's tok/s is a measured point to reconcile (not fitted).
+    """
+    if 0 not in records or not records[0].get("step_ms"):
+        raise PlanError("the loop's plain decoding (k = 0) was not measured")
+    spec = {k: r for k, r in records.items() if k >= 1 and r.get("verify_ms") and r.get("accept_len")}
+    if not spec:
+        raise PlanError("no speculative (k >= 1) run of the loop was measured")
+    draft = sum(r["draft_ms"] / k for k, r in spec.items()) / len(spec)
+    other = sum(r.get("other_ms") or 0.0 for r in spec.values()) / len(spec)
+    deepest = records[max(spec)]
+    if deepest.get("accept_per_pos"):
+        reach = sorted(deepest["accept_per_pos"], reverse=True)  # shares; ties keep it monotone
+        acc = AcceptanceInput(per_pos=tuple(reach))
+    else:
+        acc = AcceptanceInput(points=[sa.AcceptancePoint(k, r["accept_len"], f"--accept-len "
+                                                         f"{r['accept_len']:.3f}@{k}",
+                                                         sa.CONVENTION_ACCEPT_LEN)
+                                      for k, r in sorted(spec.items())])
+    measured = [(k, r["tok_s"]) for k, r in sorted(records.items()) if r.get("tok_s")]
+    req = PlanRequest(sorted(steps or spec), acc, records[0]["step_ms"],
+                      [(k + 1, r["verify_ms"]) for k, r in sorted(spec.items())], False, draft,
+                      other, measured=measured, rel_error=rel_error)
+    return plan(req)

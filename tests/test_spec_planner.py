@@ -221,7 +221,9 @@ def test_candidates_contain_the_true_best_under_input_noise(seed):
     req = PlanRequest(list(range(1, 9)), acc, noisy(curve(1)), points, False, noisy(draft), other,
                       "moe", curve.experts, curve.topk)
     result = plan(req)
-    assert true_best in result.batches[0].candidates, (seed, true_best, result.batches[0].candidates)
+    cands = result.batches[0].candidates
+    assert true_best in cands, (seed, true_best, cands)
+    assert len(cands) < 6  # an answer, not every step count
 
 
 # ---------------------------------------------------------------- public step sweeps
@@ -261,3 +263,55 @@ def test_public_sweep_kimi_cycle_fit_from_two_of_its_points_predicts_the_third(c
     assert len(out["candidates"]) <= 4
     with pytest.raises(PlanError):
         plan(PlanRequest([1, 2], so.parse_acceptance(accept_rate=0.5), 10.0))  # nothing to price
+
+
+# ---------------------------------------------------------------- one planner for every command
+
+def _loop_runs():
+    # a loop's own measurements by step count (what integration.spec_loop reports)
+    return {0: {"step_ms": 2.0, "verify_ms": 1.9, "tok_s": 500.0},
+            1: {"verify_ms": 2.2, "draft_ms": 0.5, "other_ms": 0.1, "accept_len": 1.8, "tok_s": 570.0,
+                "accept_per_pos": [0.8]},
+            2: {"verify_ms": 2.4, "draft_ms": 1.0, "other_ms": 0.1, "accept_len": 2.4, "tok_s": 600.0,
+                "accept_per_pos": [0.8, 0.6]},
+            3: {"verify_ms": 2.7, "draft_ms": 1.5, "other_ms": 0.1, "accept_len": 2.7, "tok_s": 590.0,
+                "accept_per_pos": [0.8, 0.6, 0.3]}}
+
+
+def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
+    from integration import validate as lib
+    from nccl_tune.spec_planner import plan_from_loop
+
+    runs = _loop_runs()
+    loop = plan_from_loop(runs).to_dict()
+    cli = spec_plan(cli_runner, "--decode-ms", "2.0", "--verify-ms", "2.2,2.4,2.7@2,3,4", "--draft-ms",
+                    "0.5", "--other-ms", "0.1", "--accept-per-pos", "0.8,0.6,0.3", "--steps", "1-3")
+    assert [p["tok_s"] for p in loop["plans"]] == pytest.approx([p["tok_s"] for p in cli["plans"]])
+    assert loop["candidates"] == cli["candidates"]
+    measured = {(label, k): {"status": "ok", "runs_tok_s": [r["tok_s"]] * 3, **r}
+                for label in ("baseline", "profile") for k, r in runs.items()}
+    planned = lib.plan_steps_from_runs(measured, [0, 1, 2, 3], {"baseline": 2, "profile": 2})
+    assert planned["baseline"]["candidates"] == loop["candidates"]
+    assert planned["baseline"]["measured_best_in_candidates"] == (2 in loop["candidates"])
+    assert "planner on the baseline runs" in planned["baseline"]["note"]
+    # SGLang runs report no timings: no plan, nothing made up
+    sglang = {key: {**m, "verify_ms": None} for key, m in measured.items()}
+    assert lib.plan_steps_from_runs(sglang, [0, 1, 2, 3], {"baseline": 2}) == {}
+
+
+def test_recommend_plans_with_the_same_planner(cli_runner):
+    from nccl_tune.cli import cli
+
+    args = ["--decode-ms", "15.9", "--verify-ms", "16.4,17.5@2,4", "--draft-ms", "1.4", "--other-ms",
+            "0.3", "--accept-len", "2.9@4", "--steps", "1-3"]
+    alone = spec_plan(cli_runner, *args)
+    rec = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm", "--json",
+                                  "--spec-steps", "1-3", *args[:-2]])
+    assert rec.exit_code == 0, rec.output
+    spec = json.loads(rec.output)["spec"]
+    assert [p["tok_s"] for p in spec["baseline"]] == pytest.approx([p["tok_s"] for p in alone["plans"]])
+    assert spec["baseline"][0]["cycle_ms"] == pytest.approx(15.9)  # no --other-ms on plain decoding
+    assert spec["candidates_baseline"] == alone["candidates"]
+    # the profile's saving enters through comm(n) at every n: plain and every verify get faster
+    assert all(r["verify_ms"] < b["verify_ms"] for r, b in zip(spec["recommended"], spec["baseline"]))
+    assert spec["validate_command"].startswith("nccl-tune validate --profile ")
