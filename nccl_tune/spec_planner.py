@@ -221,6 +221,8 @@ def plan(req: PlanRequest) -> PlanResult:
                         "note": "FITTED: the verify curve includes the verify times the measured "
                                 "tok/s imply with the given acceptance, draft and other times"}
             notes.append(fit_info["note"])
+    if req.fit and fit_info is None:
+        notes.append("--fit: nothing was fitted (give --measured-tok-s X@K at some K >= 1)")
     batches = [_plan_batch(b, req, acc, curve, decode, cycle_fit) for b in req.batches]
     verify_model = (curve.to_dict() if curve is not None else
                     {"kind": "cycle-fit", "description": fit_info["note"], "points": None})

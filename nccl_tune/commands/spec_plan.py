@@ -169,8 +169,10 @@ def _row(p, plain, best, cands):
     mark = ", ".join(x for x in ("best" if p is best else "", "candidate" if p.k in cands else "",
                                  "extrapolated" if p.extrapolated else "") if x)
     fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+    star = "*" if p.extrapolated else ""
     return ["0 (plain)" if p.k == 0 else p.k, f"{p.tau:.3f}", fmt(p.draft_ms),
-            fmt(p.verify_ms) + ("*" if p.extrapolated else ""), f"{p.cycle_ms:.3f}",
+            fmt(p.verify_ms) + (star if p.verify_ms is not None else ""),
+            f"{p.cycle_ms:.3f}" + (star if p.verify_ms is None else ""),
             f"{p.tok_s:.1f}", f"{p.tok_s / plain.tok_s:.2f}x", mark]
 
 
@@ -192,7 +194,10 @@ def render(result) -> str:
             lines.append("steps left out (verify time beyond the measured token counts; "
                          "--extrapolate or a verify model): " + ", ".join(map(str, batch.left_out)))
         extrap = [p for p in batch.plans if p.extrapolated]
-        if extrap:
+        if extrap and result.verify_model["kind"] == "cycle-fit":
+            lines.append("EXTRAPOLATED (rows marked *): the fitted cycle time at k = "
+                         + ", ".join(str(p.k) for p in extrap) + ", outside the measured step counts")
+        elif extrap:
             lines.append(f"EXTRAPOLATED (rows marked *; verify {result.verify_model['kind']}): verify "
                          "time at " + ", ".join(f"{batch.batch * (p.k + 1)} tokens (k = {p.k})"
                                                 for p in extrap) + " beyond the verify points")
