@@ -207,6 +207,7 @@ class AcceptancePoint:
     accept_len: float
     source: str  # the option as given, e.g. "--accepted-drafts 0.95@5"
     convention: str
+    half: float = 0.0  # half-width of the accept length's interval, when given (+-H)
 
     @property
     def option(self) -> str:

@@ -48,19 +48,76 @@ def parse_steps(text: str, option: str = "--steps", allow_zero: bool = False) ->
     return sorted(out)
 
 
+PLUS_MINUS = ("+-", "\u00b1")
+
+
+def split_interval(text: str, what: str) -> tuple[str, list[float]]:
+    """'1.62+-0.05@5' -> ('1.62@5', [0.05]): each value may carry +-H (or a plus-minus
+    sign), the half-width of its interval; values without one get 0. ValueError naming `what`."""
+    values_text, sep, at_text = text.partition("@")
+    plain, halves = [], []
+    for item in values_text.split(","):
+        mark = next((pm for pm in PLUS_MINUS if pm in item), None)
+        if mark is None:
+            plain.append(item)
+            halves.append(0.0)
+            continue
+        value, _, half_text = item.partition(mark)
+        try:
+            half = float(half_text)
+        except ValueError:
+            raise ValueError(f"cannot read {what} '{text}'") from None
+        if not 0 <= half < math.inf:
+            raise ValueError(f"{what} '{text}': an interval's half-width must be >= 0")
+        plain.append(value)
+        halves.append(half)
+    return ",".join(plain) + sep + at_text, halves
+
+
+def scalar(text: str | None, option: str, minimum: float = 0.0, strict: bool = False
+           ) -> tuple[float | None, float]:
+    """'11.26' or '11.26+-0.1' -> (value, half-width); None -> (None, 0). ValueError naming it."""
+    if text is None:
+        return None, 0.0
+    plain, halves = split_interval(text, option)
+    try:
+        value = float(plain)
+    except ValueError:
+        raise ValueError(f"{option} '{text}' is not a number (or N+-H)") from None
+    if math.isnan(value) or math.isinf(value) or value < minimum or (strict and value <= minimum):
+        raise ValueError(f"{option} '{text}' must be {'>' if strict else '>='} {minimum:g}")
+    return value, halves[0]
+
+
 def parse_at(text: str, what: str) -> tuple[list[float], list[int] | None]:
-    """'V' -> ([V], None); 'V1,V2@T1,T2' or 'L@K' -> ([...], [...]); ValueError naming `what`."""
+    """'V' -> ([V], None); 'V1,V2@T1,T2' or 'L@K' -> ([...], [...]); ValueError naming `what`.
+
+    Values may carry +-H intervals (split_interval gives them); they are dropped here."""
+    text_in = text
+    text, _ = split_interval(text, what)
     values_text, _, at_text = text.partition("@")
     try:
         values = [float(v) for v in values_text.split(",")]
         at = [int(t) for t in at_text.split(",")] if at_text else None
     except ValueError:
-        raise ValueError(f"cannot read {what} '{text}'") from None
+        raise ValueError(f"cannot read {what} '{text_in}'") from None
     if at is not None and len(at) != len(values):
-        raise ValueError(f"{what} '{text}': {len(values)} value(s) but {len(at)} position(s)")
+        raise ValueError(f"{what} '{text_in}': {len(values)} value(s) but {len(at)} position(s)")
     if any(math.isnan(v) or math.isinf(v) for v in values):
-        raise ValueError(f"{what} '{text}' is not a finite number")
+        raise ValueError(f"{what} '{text_in}' is not a finite number")
     return values, at
+
+
+def verify_halves(text: str, option: str = "--verify-ms") -> dict[int, float]:
+    """Token count -> half-width of the verify time's interval (only those given with +-H)."""
+    _, halves = split_interval(text, option)
+    points, _ = verify_points(text, option)
+    return {t: h for (t, _), h in zip(points, halves) if h > 0}
+
+
+def half_of(text: str, option: str) -> float:
+    """The +-H half-width given with a single value@K (0 without one)."""
+    return split_interval(text, option)[1][0]
 
 
 def value_at(text: str, option: str, example: str, min_k: int = 1) -> tuple[float, int]:
@@ -179,7 +236,8 @@ def parse_acceptance(accept_len=(), accepted_drafts=(), accept_rate: float | Non
         value, k = value_at(text, "--accept-len", "1.62@5 (accept length 1.62, bonus token "
                             "included, with 5 draft steps)")
         _length(value, k, "--accept-len", text)
-        out.points.append(sa.AcceptancePoint(k, value, f"--accept-len {text}", sa.CONVENTION_ACCEPT_LEN))
+        out.points.append(sa.AcceptancePoint(k, value, f"--accept-len {text}", sa.CONVENTION_ACCEPT_LEN,
+                                             half_of(text, "--accept-len")))
     for text in drafts:
         value, k = value_at(text, "--accepted-drafts", "0.95@5 (0.95 drafts accepted per cycle, "
                             "bonus token not counted, with 5 draft steps)")
@@ -187,13 +245,14 @@ def parse_acceptance(accept_len=(), accepted_drafts=(), accept_rate: float | Non
             raise ValueError(f"--accepted-drafts '{text}': accepted drafts at {k} steps must lie "
                              f"in [0, {k}], got {value:g}")
         out.points.append(sa.AcceptancePoint(k, value + 1.0, f"--accepted-drafts {text}",
-                                             sa.CONVENTION_DRAFTS))
+                                             sa.CONVENTION_DRAFTS, half_of(text, "--accepted-drafts")))
     for text in vllm:
         value, k = value_at(text, "--vllm-acceptance-rate", "0.6@4 (vLLM's draft acceptance "
                             "rate 0.6 with 4 speculative tokens)")
         _rate(value, "--vllm-acceptance-rate", text)
         out.points.append(sa.AcceptancePoint(k, sa.accept_len_from_vllm_rate(value, k),
-                                             f"--vllm-acceptance-rate {text}", sa.CONVENTION_VLLM_RATE))
+                                             f"--vllm-acceptance-rate {text}", sa.CONVENTION_VLLM_RATE,
+                                             k * half_of(text, "--vllm-acceptance-rate")))
     _sglang_rates(out, sglang, lengths, sglang_convention)
     return out
 
@@ -247,6 +306,8 @@ def _sglang_rates(out: AcceptanceInput, rates: tuple[str, ...], lengths: tuple[s
                              "--sglang-rate-convention drafts|total")
         length = sa.accept_len_from_sglang_rate(value, k, variant)
         _length(length, k, option, text)
+        scale = k if variant == sa.SGLANG_RATE_DRAFTS else k + 1
         out.points.append(sa.AcceptancePoint(
             k, length, f"{option} {text}",
-            f"SGLang accept rate, {sa.SGLANG_CONVENTION_WORDS[variant]} ({how})"))
+            f"SGLang accept rate, {sa.SGLANG_CONVENTION_WORDS[variant]} ({how})",
+            scale * half_of(text, option)))

@@ -18,7 +18,8 @@ other time, measured tok/s at some step counts. The planner
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import random
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from nccl_tune import spec_accept as sa
@@ -54,6 +55,15 @@ class PlanRequest:
     tolerance: float = DEFAULT_REL_ERROR
     batches: list[int] = field(default_factory=lambda: [1])
     profile: str | None = None  # named in the validate command
+    # half-widths of the inputs' intervals (+-H): decode_ms, draft_ms, other_ms, and
+    # verify: {tokens: half}; accept lengths carry theirs (AcceptancePoint.half)
+    halves: dict = field(default_factory=dict)
+
+    def uncertain(self) -> bool:
+        """True when some input was given with an interval."""
+        return (any(v for k, v in self.halves.items() if k != "verify")
+                or any(self.halves.get("verify", {}).values())
+                or any(p.half for p in self.acceptance.points))
 
 
 @dataclass
@@ -66,6 +76,7 @@ class BatchPlan:
     candidates: list[int]
     left_out: list[int]
     validate: str
+    intervals: dict | None = None  # k -> (low, high) tok/s from the inputs' intervals
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -74,7 +85,12 @@ class BatchPlan:
                 "best_extrapolated": self.best.extrapolated, "candidates": self.candidates,
                 "plain_tok_s": plain.tok_s, "speedup": self.best.tok_s / plain.tok_s,
                 "plans": [asdict(p) for p in self.plans], "left_out_steps": self.left_out,
-                "validate_command": self.validate}
+                "validate_command": self.validate,
+                "tok_s_intervals": ({str(k): list(v) for k, v in self.intervals.items()}
+                                    if self.intervals else None),
+                "uncertainty": ("the inputs' intervals (95% of 400 draws, uniform within each "
+                                "+-H; inputs without one taken as exact)" if self.intervals
+                                else "stated relative error")}
 
 
 @dataclass
@@ -98,6 +114,7 @@ class PlanResult:
                "best_tok_s": first["best_tok_s"], "speedup": first["speedup"],
                "best_extrapolated": first["best_extrapolated"],
                "left_out_steps": first["left_out_steps"], "validate_command": first["validate_command"],
+               "tok_s_intervals": first["tok_s_intervals"], "uncertainty": first["uncertainty"],
                "verify_model": self.verify_model, "acceptance": self.acceptance.to_dict(),
                "consistency": self.consistency, "fit": self.fit, "notes": self.notes,
                "rel_error": self.rel_error, "tolerance": self.tolerance,
@@ -223,7 +240,9 @@ def plan(req: PlanRequest) -> PlanResult:
             notes.append(fit_info["note"])
     if req.fit and fit_info is None:
         notes.append("--fit: nothing was fitted (give --measured-tok-s X@K at some K >= 1)")
-    batches = [_plan_batch(b, req, acc, curve, decode, cycle_fit) for b in req.batches]
+    intervals = _intervals(req) if req.uncertain() else {}
+    batches = [_plan_batch(b, req, acc, curve, decode, cycle_fit, intervals.get(b))
+               for b in req.batches]
     verify_model = (curve.to_dict() if curve is not None else
                     {"kind": "cycle-fit", "description": fit_info["note"], "points": None})
     verify_model["plain_decoding"] = f"{decode:.4g} ms per token from {decode_how}"
@@ -326,7 +345,42 @@ def _would_have_to(k, x, tau, cycle, verify, acc, curve, req) -> list[dict]:
     return out
 
 
-def _plan_batch(batch, req, acc, curve, decode, cycle_fit) -> BatchPlan:
+def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, dict]:
+    """batch -> k -> (2.5%, 97.5%) tok/s over draws of the inputs uniform in their intervals."""
+    rng = random.Random(seed)
+    h = req.halves
+
+    def jitter(value, half, floor=0.0):
+        return value if value is None or not half else max(floor, value + rng.uniform(-half, half))
+    samples: dict[int, dict[int, list[float]]] = {}
+    for _ in range(draws):
+        points = [replace(p, accept_len=min(max(jitter(p.accept_len, p.half), 1.0), p.k + 1.0),
+                          half=0.0) for p in req.acceptance.points]
+        verify = [(t, jitter(m, h.get("verify", {}).get(t, 0.0), 1e-6)) for t, m in req.verify_points]
+        draw = replace(req, halves={}, acceptance=replace(req.acceptance, points=points,
+                                                          checks=[], notes=[]),
+                       decode_ms=jitter(req.decode_ms, h.get("decode_ms", 0.0), 1e-6),
+                       draft_ms=jitter(req.draft_ms, h.get("draft_ms", 0.0)),
+                       other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)), verify_points=verify)
+        try:
+            result = plan(draw)
+        except (PlanError, ValueError):
+            continue
+        for b in result.batches:
+            for p in b.plans:
+                samples.setdefault(b.batch, {}).setdefault(p.k, []).append(p.tok_s)
+    out = {}
+    for batch, by_k in samples.items():
+        out[batch] = {}
+        for k, values in by_k.items():
+            values.sort()
+            lo = values[int(0.025 * (len(values) - 1))]
+            hi = values[int(round(0.975 * (len(values) - 1)))]
+            out[batch][k] = (lo, hi)
+    return out
+
+
+def _plan_batch(batch, req, acc, curve, decode, cycle_fit, intervals=None) -> BatchPlan:
     steps, left_out = [], []
     for k in req.steps:
         if curve is not None and not curve.usable(batch * (k + 1)):
@@ -351,8 +405,11 @@ def _plan_batch(batch, req, acc, curve, decode, cycle_fit) -> BatchPlan:
         plain = decode if batch == 1 else curve(batch)
         plans = plan_steps([0, *steps], acc.tau, req.draft_ms, curve, req.other_ms, plain, batch)
     best = best_step(plans[1:])
-    cands = candidate_steps(plans, req.rel_error)
-    return BatchPlan(batch, plans, best, cands, left_out, validate_command(cands, req.profile))
+    if intervals and not all(p.k in intervals for p in plans):
+        intervals = None  # some draw could not be planned at some k: fall back to the stated error
+    cands = candidate_steps(plans, req.rel_error, intervals)
+    return BatchPlan(batch, plans, best, cands, left_out, validate_command(cands, req.profile),
+                     intervals)
 
 
 def cycle_fit_points(req: PlanRequest) -> list[tuple[int, float]]:

@@ -315,3 +315,24 @@ def test_recommend_plans_with_the_same_planner(cli_runner):
     # the profile's saving enters through comm(n) at every n: plain and every verify get faster
     assert all(r["verify_ms"] < b["verify_ms"] for r, b in zip(spec["recommended"], spec["baseline"]))
     assert spec["validate_command"].startswith("nccl-tune validate --profile ")
+
+
+def test_candidates_from_the_inputs_intervals(cli_runner):
+    base = ["--verify-ms", "21.7+-0.5@6", "--draft-ms", "0.138", "--other-ms", "0.29",
+            "--moe-experts", "384", "--moe-topk", "8", "--steps", "1-6"]
+    narrow = spec_plan(cli_runner, "--decode-ms", "11.26+-0.01", "--accepted-drafts", "0.95+-0.01@5",
+                       *base)
+    wide = spec_plan(cli_runner, "--decode-ms", "11.26+-0.5", "--accepted-drafts", "0.95+-0.3@5", *base)
+    for out in (narrow, wide):
+        assert out["uncertainty"].startswith("the inputs' intervals")
+        for p in out["plans"]:
+            lo, hi = out["tok_s_intervals"][str(p["k"])]
+            assert lo <= p["tok_s"] <= hi
+    assert set(narrow["candidates"]) < set(wide["candidates"])
+    assert 2 in narrow["candidates"]
+    exact = spec_plan(cli_runner, "--decode-ms", "11.26", "--accepted-drafts", "0.95@5", *base[2:],
+                      "--verify-ms", "21.7@6")
+    assert exact["tok_s_intervals"] is None and exact["uncertainty"] == "stated relative error"
+    assert so.split_interval("1.62\u00b10.05@5", "x") == ("1.62@5", [0.05])
+    with pytest.raises(ValueError, match="--decode-ms"):
+        so.scalar("11+-x", "--decode-ms")

@@ -74,19 +74,19 @@ def usage(fn, *args, **kwargs):
 
 
 @click.command("spec-plan")
-@click.option("--decode-ms", type=click.FloatRange(min=0, min_open=True),
-              help="Plain decoding's own time per token (ms), without speculation.")
+@click.option("--decode-ms", help="Plain decoding's own time per token (ms), without speculation; "
+                                  "D or D+-H (an interval).")
 @click.option("--verify-ms", help="Verify forward time: V (flat: the same at every token count) or "
                                   "V1,V2,...@T1,T2,... at T tokens per forward (k+1 at batch 1). "
                                   "Measured points are interpolated; step counts beyond them are "
                                   "left out unless --extrapolate or a verify model (--moe-experts, "
                                   "--verify-model dense) extends them, marked *.")
-@click.option("--draft-ms", type=click.FloatRange(min=0), help="Time of one draft step (ms).")
+@click.option("--draft-ms", help="Time of one draft step (ms); T or T+-H.")
 @acceptance_options
 @click.option("--steps", default="1-10", show_default=True, help="Step counts to compare, e.g. 1-10 or 2,4,6.")
-@click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--other-ms", default="0", show_default=True,
               help="Per speculative cycle time outside draft and verify (draft re-extend, tree, "
-                   "acceptance); not charged to plain decoding.")
+                   "acceptance); not charged to plain decoding. T or T+-H.")
 @click.option("--verify-model", type=click.Choice(["auto", "interp", "moe", "dense"]), default="auto",
               show_default=True, help="auto: moe with --moe-experts, else the measured points (interp).")
 @click.option("--moe-experts", type=click.IntRange(min=1), help="Routed experts E of a MoE target.")
@@ -109,7 +109,9 @@ def usage(fn, *args, **kwargs):
               help="Fit the free parameters to --measured-tok-s: the acceptance when none is given, "
                    "else the verify curve; with no timings, the cycle's growth with k.")
 @click.option("--rel-error", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
-              help="Stated relative error of a predicted tok/s: candidates lie within it of the best.")
+              help="Stated relative error of a predicted tok/s: candidates lie within it of the best "
+                   "(unless inputs carry +-H intervals: then candidates are the k whose interval "
+                   "reaches the best's).")
 @click.option("--tolerance", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
               help="Relative disagreement beyond which a measured tok/s is reported.")
 @click.option("--batch", "batch_text", default="1", show_default=True,
@@ -133,6 +135,10 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
     step_list = usage(so.parse_steps, steps, "--steps")
     batches = usage(so.parse_steps, batch_text, "--batch")
     points, flat = usage(so.verify_points, verify_ms) if verify_ms else ([], False)
+    halves = {"verify": usage(so.verify_halves, verify_ms) if verify_ms else {}}
+    decode_ms, halves["decode_ms"] = usage(so.scalar, decode_ms, "--decode-ms", 0.0, True)
+    draft_ms, halves["draft_ms"] = usage(so.scalar, draft_ms, "--draft-ms")
+    other_ms, halves["other_ms"] = usage(so.scalar, other_ms, "--other-ms")
     measured = [usage(so.value_at, t, "--measured-tok-s", "86.7@5", 0) for t in measured_tok_s]
     if any(not x > 0 for x, _ in measured):
         raise click.UsageError("--measured-tok-s: tok/s must be positive")
@@ -152,7 +158,7 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
     req = PlanRequest(step_list, accept_in, decode_ms, points, flat, draft_ms, other_ms,
                       verify_model, moe_experts, moe_topk, comm, comm_note, extrapolate,
                       [(k, x) for x, k in measured], fit, rel_error, tolerance, batches,
-                      profile_path)
+                      profile_path, halves)
     try:
         result = plan(req)
     except PlanError as exc:
@@ -206,7 +212,9 @@ def render(result) -> str:
                      f"({best.tok_s / plain.tok_s:.2f}x plain decoding)"
                      + (" - its row is EXTRAPOLATED (*): beyond the verify points" if best.extrapolated
                         else ""))
-        lines.append(f"candidates (within {100 * result.rel_error:g}% of the best): "
+        how = ("their tok/s intervals (from the inputs' +-H) reach the best's"
+               if batch.intervals else f"within {100 * result.rel_error:g}% of the best")
+        lines.append(f"candidates ({how}): "
                      f"{', '.join(map(str, batch.candidates))}; the measured sweep decides: "
                      f"{batch.validate}")
     conv = result.to_dict()["conventions"]
