@@ -18,7 +18,8 @@ ACCEPTANCE_OPTIONS = ("--accept-len L@K", "--accepted-drafts A@K", "--accept-rat
                       "--vllm-acceptance-rate R@K")
 
 
-def parse_steps(text: str, option: str = "--steps", allow_zero: bool = False) -> list[int]:
+def parse_steps(text: str, option: str = "--steps", allow_zero: bool = False,
+                noun: str = "step count", maximum: int = MAX_STEPS) -> list[int]:
     """'1-10', '2,4,6' or '1-3,8' -> sorted distinct step counts.
 
     ValueError naming `option`. Bounds are checked before a range is expanded, so
@@ -37,11 +38,12 @@ def parse_steps(text: str, option: str = "--steps", allow_zero: bool = False) ->
             lo = int(lo_text)
             hi = int(hi_text) if sep else lo
         except ValueError:
-            raise bad(f"'{part}' is not a step count or a range like 1-10") from None
+            raise bad(f"'{part}' is not a {noun} or a range like 1-10") from None
         if lo < (0 if allow_zero else 1):
-            raise bad("step counts start at " + ("0" if allow_zero else "1"))
-        if hi > MAX_STEPS:
-            raise bad(f"more than {MAX_STEPS} draft steps is not a plan")
+            raise bad(f"{noun}s start at " + ("0" if allow_zero else "1"))
+        if hi > maximum:
+            raise bad(f"more than {maximum} draft steps is not a plan" if noun == "step count"
+                      else f"{noun}s above {maximum} are not planned")
         if lo > hi:
             raise bad(f"range '{part}' runs backwards")
         out.update(range(lo, hi + 1))

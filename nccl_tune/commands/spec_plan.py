@@ -133,7 +133,8 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
 
     accept_in = parse_acceptance(acceptance)
     step_list = usage(so.parse_steps, steps, "--steps")
-    batches = usage(so.parse_steps, batch_text, "--batch")
+    batches = usage(so.parse_steps, batch_text, "--batch", noun="batch size",
+                    maximum=4096)
     points, flat = usage(so.verify_points, verify_ms) if verify_ms else ([], False)
     halves = {"verify": usage(so.verify_halves, verify_ms) if verify_ms else {}}
     decode_ms, halves["decode_ms"] = usage(so.scalar, decode_ms, "--decode-ms", 0.0, True)
