@@ -118,3 +118,13 @@ def validate_command(candidates: Sequence[int], profile: str | None = None) -> s
     """The `nccl-tune validate` command that measures exactly the candidates (plus plain)."""
     steps = ",".join(str(k) for k in sorted({0, *candidates}))
     return f"nccl-tune validate --profile {profile or 'PROFILE.env'} --steps {steps}"
+
+
+def __getattr__(name: str):
+    # recommend's comparison lives in spec_profiles (it imports this module); reached lazily
+    # so that `specdec.compare_profiles` keeps working for callers of the old layout
+    if name in ("compare_profiles", "SpecComparison"):
+        from nccl_tune import spec_profiles
+
+        return getattr(spec_profiles, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
