@@ -183,7 +183,9 @@ def role_of(cmdline: list[str], comm: str = "") -> str | None:
             return f"{engine} engine core"
         if lower.startswith("worker") or lower.startswith("scheduler"):
             kind = "scheduler, " if lower.startswith("scheduler") else ""
-            return f"{engine} {kind}TP worker {tp.group(1) if tp else 0}"
+            # no TP part: one rank (0); a bare "_TP": the kernel's 15-byte comm cut it off
+            number = tp.group(1) if tp else ("?" if name.endswith("TP") else "0")
+            return f"{engine} {kind}TP worker {number}"
         if lower.startswith("apiserver"):
             return f"{engine} API server"
         return f"{engine} {name}"
