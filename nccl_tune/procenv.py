@@ -10,11 +10,26 @@ execve received). Changes a process makes to its own environment later (SGLang u
 0.5.4 sets NCCL_CUMEM_ENABLE and NCCL_NVLS_ENABLE in Python) are not visible there,
 but workers spawned afterwards inherit them and show them: check with `tree=True`.
 Reading another user's process needs the same rights as ptrace (root, or the same user).
+
+Rewritten blocks: a process that calls setproctitle (vLLM's engine core and workers,
+SGLang's schedulers) overwrites that memory with its title and NUL padding, so
+/proc/PID/environ shows a remnant, not its environment. Such a block is recognised
+(`rewritten_block`: empty entries or entries without `=`), and the environment is then
+read from the process's memory instead (nccl_tune.procmem: setproctitle keeps a copy of
+every string behind libc's `environ`). Where that is refused, the nearest ancestor whose
+environment could be read stands in: the process inherited it (`spawned`: it exec'd a
+new program, e.g. multiprocessing's spawn; `forked`: it shares the ancestor's start-up
+memory) unless it changed its own environment since, which only NCCL's own `set by
+environment` log lines of that rank prove (`nccl-tune logs nccl`).
+
+Roles (`role_of`): vLLM's API server, `VLLM::EngineCore` and `VLLM::Worker_TP<N>`;
+SGLang's launcher (API server), `sglang::scheduler_TP<N>` and detokenizer.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 
 from nccl_tune.errors import NcclTuneError
@@ -33,7 +48,7 @@ class VarCheck:
     name: str
     expected: str
     actual: str | None
-    status: str  # "ok" | "missing" | "different"
+    status: str  # "ok" | "missing" | "different" | "inherited" (from a confirmed ancestor)
 
 
 @dataclass
@@ -51,11 +66,17 @@ class ProcessCheck:
     variables: list[VarCheck] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    role: str | None = None  # API server, engine core, TP worker N, ... (role_of)
+    env_source: str | None = None  # environ | memory | inherited
+    rewritten: bool = False  # its /proc/PID/environ block was overwritten (setproctitle)
+    inherited_from: int | None = None  # the confirmed ancestor, for env_source inherited
+    inheritance: list[str] = field(default_factory=list)  # spawned/forked, ancestor first
+    note: str | None = None  # how the environment was established, in words
 
     @property
     def ok(self) -> bool:
         """True when the process could be read and every profile variable matches."""
-        return self.error is None and all(v.status == "ok" for v in self.variables)
+        return self.error is None and all(v.status in ("ok", "inherited") for v in self.variables)
 
     def to_dict(self) -> dict:
         """JSON-ready form (with `ok`)."""
@@ -78,8 +99,22 @@ def read_environ(pid: int) -> dict[str, str]:
     Raises ProcessGone when the process does not exist and PermissionError when it
     belongs to someone else.
     """
+    return _parse_block(_read_bytes(pid, "environ"))
+
+
+def rewritten_block(raw: bytes) -> bool:
+    """True when an environ block is not what execve wrote: execve writes `KEY=VALUE`
+    strings back to back, so an empty entry (NUL padding) or one without `=` (title
+    text) means the process overwrote the area (setproctitle does both)."""
+    entries = raw.split(b"\0")
+    if entries and entries[-1] == b"":
+        entries.pop()  # the terminator of the last string
+    return any(not e or b"=" not in e for e in entries)
+
+
+def _parse_block(raw: bytes) -> dict[str, str]:
     env: dict[str, str] = {}
-    for entry in _read_bytes(pid, "environ").split(b"\0"):
+    for entry in raw.split(b"\0"):
         if b"=" in entry:
             key, value = entry.split(b"=", 1)
             env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
@@ -108,6 +143,62 @@ def read_ppid(pid: int) -> int | None:
     """The parent pid from /proc/PID/stat, or None when it cannot be read."""
     fields = _stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def read_comm(pid: int) -> str:
+    """The kernel's short name of `pid` (/proc/PID/comm; setproctitle sets it too)."""
+    try:
+        return _read_bytes(pid, "comm").decode("utf-8", "replace").strip()
+    except (ProcessGone, PermissionError):
+        return ""
+
+
+def memory_layout(pid: int) -> tuple[int, ...] | None:
+    """(arg_start, arg_end, env_start, env_end) of /proc/PID/stat, or None."""
+    fields = _stat_fields(pid)
+    # stat fields 48-51 (1-based, pid first); _stat_fields starts at field 3 (state)
+    if len(fields) < 49 or not all(f.isdigit() for f in fields[45:49]):
+        return None
+    return tuple(int(f) for f in fields[45:49])
+
+
+_TITLE_RE = re.compile(r"^(?P<engine>VLLM|sglang)::(?P<name>\S+)")
+_TP_RE = re.compile(r"TP(\d+)")
+
+
+def role_of(cmdline: list[str], comm: str = "") -> str | None:
+    """A serving-engine process's role from its title or command line, or None.
+
+    vLLM titles processes `VLLM::EngineCore`, `VLLM::Worker_TP0` (also `_DP`, `_PP`,
+    `_EP` parts), `VLLM::APIServer_0`; SGLang `sglang::scheduler_TP0` (its TP workers),
+    `sglang::detokenizer`. An untitled API server is known by its module.
+    """
+    text = " ".join(cmdline)
+    match = _TITLE_RE.match(text) or _TITLE_RE.match(comm)
+    if match:
+        engine, name = ("vLLM" if match["engine"] == "VLLM" else "SGLang"), match["name"]
+        tp = _TP_RE.search(name)
+        lower = name.lower()
+        if lower.startswith("enginecore"):
+            return f"{engine} engine core"
+        if lower.startswith("worker") or lower.startswith("scheduler"):
+            kind = "scheduler, " if lower.startswith("scheduler") else ""
+            # no TP part: one rank (0); a bare "_TP": the kernel's 15-byte comm cut it off
+            number = tp.group(1) if tp else ("?" if name.endswith("TP") else "0")
+            return f"{engine} {kind}TP worker {number}"
+        if lower.startswith("apiserver"):
+            return f"{engine} API server"
+        return f"{engine} {name}"
+    if "vllm.entrypoints" in text or (len(cmdline) > 1 and cmdline[0].endswith("vllm")
+                                      and cmdline[1] == "serve"):
+        return "vLLM API server"
+    if "sglang.launch_server" in text:
+        return "SGLang API server (launcher)"
+    if "multiprocessing.resource_tracker" in text:
+        return "resource tracker"
+    if "multiprocessing.spawn" in text or "--multiprocessing-fork" in text:
+        return "spawned worker (not yet titled)"
+    return None
 
 
 def is_zombie(pid: int) -> bool:
@@ -154,18 +245,96 @@ def compare_env(profile_env: dict[str, str],
     return checks, extra
 
 
+def read_process_env(pid: int) -> tuple[dict[str, str], str, bool, str | None]:
+    """(environment, source, rewritten, why-not) of one process.
+
+    source "environ": its /proc/PID/environ block as execve wrote it; "memory": the block
+    was rewritten and the environment was read from its memory (nccl_tune.procmem);
+    "remnant": rewritten and the memory could not be read (why-not says why): only what
+    is left of the block. Raises ProcessGone and PermissionError as read_environ does.
+    """
+    from nccl_tune import procmem
+
+    environ = read_environ(pid)
+    if not rewritten_block(_read_bytes(pid, "environ")):
+        return environ, "environ", False, None
+    try:
+        return procmem.read_environ_from_memory(pid), "memory", True, None
+    except procmem.MemoryReadError as exc:
+        return environ, "remnant", True, str(exc)
+
+
+def _hop(parent: int, child: int) -> str:
+    # exec'd children get a new stack (new argument/environment addresses); a fork
+    # without exec keeps its parent's
+    a, b = memory_layout(parent), memory_layout(child)
+    return "forked" if a is not None and a == b else "spawned"
+
+
+def nearest_confirmed_ancestor(pid: int, limit: int = 64
+                               ) -> tuple[int, dict[str, str], str, list[str]] | None:
+    """(ancestor pid, its environment, its source, hops ancestor-first) of the nearest
+    ancestor whose environment could be read in full, or None."""
+    hops: list[str] = []
+    child, parent = pid, read_ppid(pid)
+    while parent and parent > 0 and limit > 0:
+        hops.insert(0, _hop(parent, child))
+        try:
+            env, source, _, _ = read_process_env(parent)
+            if source in ("environ", "memory"):
+                return parent, env, source, hops
+        except (ProcessGone, PermissionError):
+            return None
+        child, parent, limit = parent, read_ppid(parent), limit - 1
+    return None
+
+
 def check_process(profile_env: dict[str, str], pid: int) -> ProcessCheck:
     """Compare one process with the profile; raises ProcessGone when it is not there."""
     ppid, cmdline = read_ppid(pid), read_cmdline(pid)
+    role = role_of(cmdline, read_comm(pid))
     if is_zombie(pid):
         raise ProcessGone(pid)
     try:
-        environ = read_environ(pid)
+        environ, source, rewritten, why = read_process_env(pid)
     except PermissionError as exc:
         return ProcessCheck(pid, ppid, cmdline, error=f"cannot read its environment: "
-                                                     f"{exc.strerror or 'permission denied'}")
+                                                     f"{exc.strerror or 'permission denied'}",
+                            role=role)
     variables, extra = compare_env(profile_env, environ)
-    return ProcessCheck(pid, ppid, cmdline, variables, extra)
+    result = ProcessCheck(pid, ppid, cmdline, variables, extra, role=role, env_source=source,
+                          rewritten=rewritten)
+    if source == "memory":
+        result.note = ("its environment block was rewritten (setproctitle); read from its "
+                       "memory instead (libc environ)")
+    elif source == "remnant":
+        _inherit(result, profile_env, why)
+    return result
+
+
+def _inherit(result: ProcessCheck, profile_env: dict[str, str], why: str | None) -> None:
+    # a rewritten, unreadable process: what its nearest readable ancestor proves
+    found = nearest_confirmed_ancestor(result.pid)
+    result.note = (f"its environment block was rewritten (setproctitle) and its memory "
+                   f"could not be read ({why})")
+    if found is None:
+        result.env_source = None
+        result.note += "; no readable ancestor: unverified"
+        return
+    ancestor, env, _, hops = found
+    result.env_source, result.inherited_from, result.inheritance = "inherited", ancestor, hops
+    result.note += (f"; inherited from pid {ancestor} ({' then '.join(hops)}); only NCCL's own "
+                    "'set by environment' lines of this rank prove it (nccl-tune logs nccl)")
+    checks = []
+    for v in result.variables:
+        if v.status == "missing" and env.get(v.name) == v.expected:
+            checks.append(VarCheck(v.name, v.expected, env[v.name], "inherited"))
+        else:
+            checks.append(v)
+    result.variables = checks
+    for key, value in env.items():  # the ancestor's stray NCCL_* reached it too
+        if key.startswith("NCCL_") and key not in profile_env:
+            result.extra.setdefault(key, value)
 
 
 def check_processes(profile_env: dict[str, str], pid: int, tree: bool = False) -> list[ProcessCheck]:

@@ -1,16 +1,22 @@
 """`nccl-tune check --profile FILE --pid PID [--tree] [--json]`: does a running server
 (and its workers) carry the profile? Exit 0 when every process matches, 1 when any does
-not, 2 when the process cannot be read. Logic: nccl_tune.procenv.
+not, 2 when the process cannot be read. Logic: nccl_tune.procenv (roles, rewritten
+environment blocks, inheritance).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
 
 from nccl_tune import procenv
 from nccl_tune.profile import load_profile, resolve_profile
+
+
+_SOURCE = {"environ": "/proc environ", "memory": "memory (rewritten block)",
+           "inherited": "ancestor (rewritten block)", None: "-"}
 
 
 def _short(cmdline: list[str], width: int = 60) -> str:
@@ -27,7 +33,11 @@ def _short(cmdline: list[str], width: int = 60) -> str:
 def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> None:
     """Check that a running process (and its workers) carries a profile.
 
-    Reads /proc/PID/environ: the environment the process was started with.
+    Reads /proc/PID/environ: the environment the process was started with. Where a
+    process rewrote that block (setproctitle: vLLM's engine core and workers, SGLang's
+    schedulers) its environment is read from its memory, or else taken from the
+    nearest readable ancestor it inherited it from (said as such). Each process is
+    named by its role (API server, engine core, TP worker N) where it is recognised.
     """
     from nccl_tune.cli import emit_json
 
@@ -44,14 +54,20 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
         for r in results:
             if r.error:
                 state = f"UNREADABLE: {r.error}"
+            elif r.env_source is None:
+                state = "UNVERIFIED"
             elif r.ok:
-                state = "ok"
+                state = "ok" if r.env_source != "inherited" else f"ok (inherited from {r.inherited_from})"
             else:
-                bad = [v for v in r.variables if v.status != "ok"]
+                bad = [v for v in r.variables if v.status not in ("ok", "inherited")]
                 state = f"MISMATCH ({len(bad)} of {len(r.variables)})"
-            rows.append([r.pid, r.ppid, _short(r.cmdline), state])
-        click.echo(tabulate(rows, headers=["pid", "ppid", "command", "profile"]))
+            rows.append([r.pid, r.ppid, r.role or "-", _short(r.cmdline, 40), _SOURCE.get(r.env_source, "-"),
+                         state])
+        click.echo(tabulate(rows, headers=["pid", "ppid", "role", "command", "environment from",
+                                           "profile"]))
         for r in results:
+            if r.note:
+                click.echo(f"pid {r.pid}: {r.note}")
             for v in r.variables:
                 if v.status == "missing":
                     click.echo(f"pid {r.pid}: {v.name} missing (profile: {v.expected})")
@@ -61,6 +77,12 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
             if r.extra:
                 extra = " ".join(f"{k}={v}" for k, v in r.extra.items())
                 click.echo(f"pid {r.pid}: NCCL_* not in the profile: {extra}")
+        by_role: dict[str, list[bool]] = {}
+        for r in results:
+            if r.role:  # "vLLM TP worker 3" counts under "vLLM TP worker"
+                by_role.setdefault(re.sub(r" \d+$", "", r.role), []).append(r.ok)
+        for role, oks in by_role.items():
+            click.echo(f"{role}: {sum(oks)} of {len(oks)} carry the profile", err=True)
         good = sum(r.ok for r in results)
         click.echo(f"{good} of {len(results)} process(es) carry all {len(expected)} profile "
                    "variable(s)", err=True)

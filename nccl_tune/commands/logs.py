@@ -1,4 +1,5 @@
-"""`nccl-tune logs summarize LOG`: throughput and accept length from a server log."""
+"""`nccl-tune logs summarize LOG...`: throughput and accept length from server logs (SGLang,
+vLLM V0/V1) or saved /metrics scrapes, one summary per file."""
 
 from __future__ import annotations
 
@@ -22,26 +23,55 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 
 @logs.command("summarize")
-@click.argument("log", type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--idle-gap", type=float, default=None, show_default="5 s",
               help="A decode line this long after the previous one is the first after idle "
                    "(its throughput carries the idle time) and is left out.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def summarize(log: str, idle_gap: float | None, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as JSON (a list when several files are given).")
+def summarize(files: tuple[str, ...], idle_gap: float | None, as_json: bool) -> None:
     """Decode lines, gen throughput mean/median, accept length and rate, and the
-    speculative settings the server ran with (from its server_args line)."""
+    speculative settings the server ran with (from its server_args line). Reads SGLang
+    logs, vLLM logs (V1 `Engine 000:` stats lines, V0 and V1 speculative metrics lines)
+    and saved /metrics scrapes (curl -s URL/metrics > FILE)."""
     from integration.logs import DEFAULT_IDLE_GAP_S, summarize_file
 
     if idle_gap is not None and idle_gap <= 0:
         raise click.BadParameter("must be positive", param_hint="--idle-gap")
-    summary = summarize_file(log, DEFAULT_IDLE_GAP_S if idle_gap is None else idle_gap)
-    no_decode = summary["decode_lines"] == 0 and summary["engine"] != "vllm"
-    if no_decode:
-        summary["note"] = NO_DECODE
+    gap = DEFAULT_IDLE_GAP_S if idle_gap is None else idle_gap
+    summaries = [summarize_file(path, gap) for path in files]  # all read before any output
+    for summary in summaries:
+        if summary["decode_lines"] == 0 and summary["engine"] != "vllm" and not summary.get("kind"):
+            summary["note"] = NO_DECODE
     if as_json:
-        emit_json(summary)
+        emit_json(summaries[0] if len(summaries) == 1 else summaries)
         return
-    if no_decode:
+    for i, summary in enumerate(summaries):
+        if i:
+            click.echo("")
+        _render(summary)
+
+
+def _render(summary: dict) -> None:
+    log = summary["log"]
+    if summary.get("kind") == "metrics scrape":
+        spec = summary.get("metrics") or {}
+        rows = [("engine", summary["engine"] or "unknown"),
+                ("kind", f"/metrics scrape ({summary['samples']} samples; counters since the "
+                         "server started)"),
+                ("accept len", _fmt(spec.get("accept_len"))),
+                ("accept rate", _fmt(spec.get("accept_rate")))]
+        if spec.get("per_position"):
+            rows.append(("per-position acceptance", ", ".join(f"{p:.3f}" for p in spec["per_position"])))
+        if spec.get("drafts") is not None:
+            rows.append(("drafts / draft tokens / accepted",
+                         f"{spec['drafts']:.0f} / {spec['draft_tokens']:.0f} / {spec['accepted_tokens']:.0f}"))
+        if not spec:
+            rows.append(("speculative", "no speculative-decoding metrics in the scrape"))
+        click.echo(log)
+        click.echo(tabulate(rows, tablefmt="plain"))
+        return
+    if summary.get("note") == NO_DECODE:
         click.echo(f"{log}: {NO_DECODE}")
         spec = summary["speculative"]
         if summary["server_args"]:
@@ -69,5 +99,9 @@ def summarize(log: str, idle_gap: float | None, as_json: bool) -> None:
         rows.append(("speculative (server_args)", ", ".join(f"{k}={v}" for k, v in spec.items())))
     elif summary["server_args"]:
         rows.append(("speculative (server_args)", "off"))
+    vllm = summary.get("vllm") or {}
+    if vllm.get("per_position_mean"):
+        rows.append(("per-position acceptance (mean)",
+                     ", ".join(f"{p:.3f}" for p in vllm["per_position_mean"])))
     click.echo(f"{log}")
     click.echo(tabulate(rows, tablefmt="plain"))

