@@ -99,7 +99,7 @@ def read_environ(pid: int) -> dict[str, str]:
     Raises ProcessGone when the process does not exist and PermissionError when it
     belongs to someone else.
     """
-    return _parse_block(_read_bytes(pid, "environ"))
+    return _parse_block(_settled_environ(pid))
 
 
 def rewritten_block(raw: bytes) -> bool:
@@ -245,6 +245,23 @@ def compare_env(profile_env: dict[str, str],
     return checks, extra
 
 
+def _settled_environ(pid: int, wait_s: float = 0.5) -> bytes:
+    """/proc/PID/environ, waited for while the process is inside execve: the kernel
+    switches to the new memory map before it lays out the new stack, so for a moment
+    (after Popen has returned) both cmdline and environ read empty. A zombie or a
+    kernel thread stays empty: after `wait_s` the empty block is returned as it is."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        raw = _read_bytes(pid, "environ")
+        if raw or is_zombie(pid) or time.monotonic() >= deadline:
+            return raw
+        if _read_bytes(pid, "cmdline"):  # argv is laid out with environ: a truly empty env
+            return _read_bytes(pid, "environ")
+        time.sleep(0.005)
+
+
 def read_process_env(pid: int) -> tuple[dict[str, str], str, bool, str | None]:
     """(environment, source, rewritten, why-not) of one process.
 
@@ -291,16 +308,18 @@ def nearest_confirmed_ancestor(pid: int, limit: int = 64
 
 def check_process(profile_env: dict[str, str], pid: int) -> ProcessCheck:
     """Compare one process with the profile; raises ProcessGone when it is not there."""
-    ppid, cmdline = read_ppid(pid), read_cmdline(pid)
-    role = role_of(cmdline, read_comm(pid))
     if is_zombie(pid):
         raise ProcessGone(pid)
-    try:
+    try:  # the environment first: it waits out an execve in progress (argv comes with it)
         environ, source, rewritten, why = read_process_env(pid)
     except PermissionError as exc:
+        ppid, cmdline = read_ppid(pid), read_cmdline(pid)
+        role = role_of(cmdline, read_comm(pid))
         return ProcessCheck(pid, ppid, cmdline, error=f"cannot read its environment: "
                                                      f"{exc.strerror or 'permission denied'}",
                             role=role)
+    ppid, cmdline = read_ppid(pid), read_cmdline(pid)
+    role = role_of(cmdline, read_comm(pid))
     variables, extra = compare_env(profile_env, environ)
     result = ProcessCheck(pid, ppid, cmdline, variables, extra, role=role, env_source=source,
                           rewritten=rewritten)
