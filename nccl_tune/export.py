@@ -138,14 +138,23 @@ APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file T
 
 def write_profile(path: str, analysis: Analysis, workload: Workload, command: str, *,
                   force: bool = False, topology_note: str | None = None,
-                  baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
-    """Write the recommended profile (or refuse, saying why); returns what happened."""
+                  baseline_tok_s: float | None = None, confidence: float = 0.95,
+                  conf: bool = False) -> dict:
+    """Write the recommended profile (or refuse, saying why); returns what happened.
+
+    `conf`: in NCCL's conf-file syntax (nccl_tune.conffile) instead of a .env file.
+    """
     row, forced, refusal = export_row(analysis, force)
     if row is None:
         return {"path": path, "written": False, "reason": refusal}
     prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
                       confidence)
-    text = profile.render_profile(row.env, prov, APPLY_NOTES)
+    if conf:
+        from nccl_tune import conffile
+
+        text = conffile.render_conf(row.env, prov)
+    else:
+        text = profile.render_profile(row.env, prov, APPLY_NOTES)
     back = profile.parse_profile(text, path=path)
     problems = lint_findings(text, path)
     if back.env != row.env or problems:

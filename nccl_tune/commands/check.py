@@ -27,7 +27,9 @@ def _short(cmdline: list[str], width: int = 60) -> str:
 def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> None:
     """Check that a running process (and its workers) carries a profile.
 
-    Reads /proc/PID/environ: the environment the process was started with.
+    Reads /proc/PID/environ: the environment the process was started with, and the
+    NCCL conf files (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf) that would
+    supply what the environment lacks (the environment wins over them).
     """
     from nccl_tune.cli import emit_json
 
@@ -58,6 +60,17 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
                 elif v.status == "different":
                     click.echo(f"pid {r.pid}: {v.name} different: process {v.actual}, "
                                f"profile {v.expected}")
+                elif v.status == "conf":
+                    click.echo(f"pid {r.pid}: {v.name} not in the environment; the conf file "
+                               f"{v.source} supplies {v.actual} (as the profile)")
+                elif v.status == "conf-different":
+                    click.echo(f"pid {r.pid}: {v.name} not in the environment; the conf file "
+                               f"{v.source} supplies {v.actual}, profile {v.expected}")
+            others = {k: c for k, c in r.conf.items()
+                      if k not in {v.name for v in r.variables}}
+            if others:
+                click.echo(f"pid {r.pid}: a conf file also supplies: " + " ".join(
+                    f"{k}={c['value']} ({c['path']})" for k, c in others.items()))
             if r.extra:
                 extra = " ".join(f"{k}={v}" for k, v in r.extra.items())
                 click.echo(f"pid {r.pid}: NCCL_* not in the profile: {extra}")
