@@ -215,10 +215,13 @@ _COLL_RE = re.compile(
 _TUNER_RE = re.compile(
     r"^(?:TUNER/Plugin: Using (?!internal)(?:tuner plugin )?(?P<name>.+?)(?: \(v(?P<v>\d+)\))?"
     r"|Successfully loaded external tuner plugin (?P<path>\S+))\s*$")
-_TUNER_NONE_RE = re.compile(r"^TUNER/Plugin: (?:.*Using internal tuner|No plugin found|Could not find)")
+_TUNER_NONE_RE = re.compile(r"^TUNER/Plugin: (?:.*using internal tuner|No plugin found|Could not find)", re.I)
 # Graph search result (NCCL_DEBUG_SUBSYS=GRAPH): intra/inter path types, NVL = NVLink.
 _GRAPH_RE = re.compile(r"^Pattern (?P<pattern>\d+), crossNic \d+, nChannels (?P<n>\d+), bw [\d.]+/[\d.]+, "
                        r"type (?P<intra>[A-Z0-9]+)/(?P<inter>[A-Z0-9]+)")
+# "comm 0x5967f7993f30 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0" (init.cc).
+_COMM_RE = re.compile(r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+                      r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
 _INIT_RE = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                       r".*- (?P<what>Init START|Init COMPLETE|Destroy COMPLETE)", re.IGNORECASE)
 _CHOICE_RE = re.compile(
@@ -234,7 +237,7 @@ class LogLine:
     """One NCCL log line: where it came from, its kind and what it says.
 
     kind: version | env | env_plugin | transport | ring | trees | connected |
-    coll_channels | init | choice | coll | tuner | graph | table | warn | info | trace.
+    coll_channels | init | comm | choice | coll | tuner | graph | table | warn | info | trace.
     WARN lines' data: source ("file.cc:123" or None), file, line, function (2.30+).
     """
 
@@ -373,6 +376,11 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
     if match:
         return "graph", {"pattern": int(match.group("pattern")), "channels": int(match.group("n")),
                          "intra": match.group("intra"), "inter": match.group("inter")}
+    match = _COMM_RE.match(text)
+    if match:
+        return "comm", {"comm": match.group("comm"), "rank": int(match.group("rank")),
+                        "nranks": int(match.group("nranks")), "nnodes": int(match.group("nnodes")),
+                        "local_ranks": int(match.group("local"))}
     match = _INIT_RE.search(text)
     if match:
         return "init", {"comm": match.group("comm"), "rank": int(match.group("rank")),
