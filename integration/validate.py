@@ -211,10 +211,13 @@ def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: in
 def measure_sglang(opts: Options, env_profile: dict[str, str] | None, steps: int, label: str) -> dict:
     """One SGLang launch: start, wait for /health, check the workers' env, benchmark, stop."""
     from integration import client, logs, sglang
+    from nccl_tune import nccllog
 
     log_path = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.log")
+    nccl_prefix = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.nccl")
+    launch_env = {**(env_profile or {}), **nccllog.debug_env(nccl_prefix)}  # NCCL's log: proof
     try:
-        server = sglang.SGLangServer(opts.server_args, profile_env=env_profile, steps=steps,
+        server = sglang.SGLangServer(opts.server_args, profile_env=launch_env, steps=steps,
                                      log_path=log_path, health_timeout=opts.health_timeout,
                                      command=opts.server_command)
     except ValueError as exc:
@@ -233,6 +236,7 @@ def measure_sglang(opts: Options, env_profile: dict[str, str] | None, steps: int
             error = None
         except client.ClientError as exc:
             runs, error = exc.completed, str(exc)
+    result["nccl_check"] = nccllog.rank_check(nccllog.debug_files(nccl_prefix), env_profile or {})
     summary = client.summarize_runs(runs)
     log_summary = logs.summarize_file(log_path)
     accept = summary["accept_len"] if summary["accept_len"] is not None else (
@@ -389,6 +393,7 @@ def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: 
                    "tok_s": mean, "tok_s_ci": ci, "runs_tok_s": m.get("runs_tok_s") or [],
                    "accept_len": m.get("accept_len"), "draft_ms": m.get("draft_ms"),
                    "verify_ms": m.get("verify_ms"), "env_ok": m.get("env_ok"),
+                   "nccl_check": m.get("nccl_check"),
                    "speedup": None, "diff_ci": None, "verdict": None, "measured_saving_ms": None,
                    "predicted_saving_ms": None, "prediction_error_ms": None}
             base_mean, _ = _ci(base.get("runs_tok_s") or [])
@@ -500,6 +505,10 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
     if bad_env:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "
                      "(see env_check in the results file)")
+    bad_nccl = [m for m in measured.values() if (m.get("nccl_check") or {}).get("ok") is False]
+    if bad_nccl:
+        notes.append(f"{len(bad_nccl)} launch(es): NCCL's own log did not confirm every profile "
+                     "variable in every rank (see nccl_check)")
     rows = build_rows(measured, opts.steps, curves, sizes)
     if curves is not None and curves.extrapolated:
         notes.append("prediction EXTRAPOLATED at " + ", ".join(

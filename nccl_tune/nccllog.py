@@ -342,14 +342,18 @@ def analyze(paths: list[str], profile_env: dict[str, str] | None = None) -> dict
     }
 
 
-def rank_check(log_path: str, profile_env: dict[str, str]) -> dict:
-    """For `validate`: one server log against the profile it should carry.
+def rank_check(log_path: str | list[str], profile_env: dict[str, str]) -> dict:
+    """For `validate`: a server's NCCL log (one path, or the per-process files) against the
+    profile it should carry (the baseline: {}).
 
     Returns {ok, ranks (process count), versions, variables (profile_check's), warnings,
-    summary (one line)}; ok is None when the log holds no NCCL line (nothing to check).
+    summary (one line)}; ok is None when there is no NCCL log (nothing to check).
     """
+    paths = [log_path] if isinstance(log_path, str) else list(log_path)
     try:
-        procs = read_processes([log_path])
+        if not paths:
+            raise NcclTuneError("NCCL wrote no log file")
+        procs = read_processes(paths)
     except NcclTuneError as exc:
         return {"ok": None, "ranks": 0, "versions": [], "variables": [], "warnings": [],
                 "summary": f"no NCCL log to check: {exc}"}
@@ -365,3 +369,20 @@ def rank_check(log_path: str, profile_env: dict[str, str]) -> dict:
             "warnings": [w["message"] for w in find_warnings(procs, profile_env)
                          if w["kind"] != "nccl_warn"],
             "summary": summary}
+
+
+DEBUG_SUBSYS = "INIT,ENV,TUNING"  # what the check reads: variables, channels, transports, choices
+
+
+def debug_env(prefix: str) -> dict[str, str]:
+    """NCCL_DEBUG=INFO into private per-process files `prefix.<host>.<pid>` (NCCL_DEBUG_FILE's
+    %h and %p), for a launch whose NCCL log is checked afterwards with rank_check."""
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": DEBUG_SUBSYS,
+            "NCCL_DEBUG_FILE": f"{prefix}.%h.%p"}
+
+
+def debug_files(prefix: str) -> list[str]:
+    """The files NCCL wrote for debug_env(prefix)."""
+    import glob
+
+    return sorted(glob.glob(glob.escape(prefix) + ".*"))
