@@ -250,7 +250,8 @@ def tuner_points(analysis: Analysis, topology_name: str,
     origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
                                     "modelled_channels": [], "not faster": []}
     points: list[tuner.Point] = []
-    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend (SIMULATED)"
+    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend"
+    win = "measured winner" if analysis.source == MEASURED else "SIMULATED winner"
     for nbytes in measured:
         eff = by_size[nbytes].effective or {}
         algo, proto, channels = eff.get("algo"), eff.get("proto"), eff.get("channels")
@@ -293,7 +294,7 @@ def tuner_points(analysis: Analysis, topology_name: str,
             channels = _modelled_channels(nbytes, algo, proto, env, topo, nranks)
             origin["modelled_channels"].append(nbytes)
             how += ", channels MODELLED"
-        points.append(tuner.Point(nbytes, algo, proto, int(channels), f"measured winner ({how})",
+        points.append(tuner.Point(nbytes, algo, proto, int(channels), f"{win} ({how})",
                                   True))
     span = (measured[0], measured[-1]) if measured else None
     for nbytes in MODEL_SIZES:

@@ -49,7 +49,7 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
             elif r.ok:
                 state = "ok"
             else:
-                bad = [v for v in r.variables if v.status != "ok"]
+                bad = [v for v in r.variables if v.status not in procenv.OK_STATUSES]
                 state = f"MISMATCH ({len(bad)} of {len(r.variables)})"
             rows.append([r.pid, r.ppid, _short(r.cmdline), state])
         click.echo(tabulate(rows, headers=["pid", "ppid", "command", "profile"]))
