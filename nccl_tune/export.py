@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nccl_tune import costmodel, profile, settings, store, tuner
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow, default_model_sizes,
+from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow,
                                       lint_problems)
 from nccl_tune.store import cell_label
 

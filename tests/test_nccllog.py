@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from conftest import OWN_FIXTURES
 from nccl_tune import ncclinfo, nccllog
 from nccl_tune.cli import cli

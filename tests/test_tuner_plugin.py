@@ -28,7 +28,7 @@ def plugin(tmp_path_factory):
     return tuner_plugin.build(tmp_path_factory.mktemp("tuner_plugin"))
 
 
-def synth(env_lat, world=8, nnodes=1, rounds=5, seed=0, algo_above="Ring"):
+def synth(env_lat, world=8, nnodes=1, rounds=5, seed=0, algo_above="Ring", nccl="2.30.7"):
     """Records of a sweep: baseline at 60 us, the cell faster (24 us) at all but 8192 B, with
     NCCL's log reporting Tree/LL on 2 channels at <= 14336 B and Ring/LL on 1 above."""
     rng = np.random.default_rng(seed)
@@ -43,7 +43,7 @@ def synth(env_lat, world=8, nnodes=1, rounds=5, seed=0, algo_above="Ring"):
                                         nnodes=nnodes, bytes=b, dtype="bf16", iters=25,
                                         lat_us=stats.summarize(s), samples_us=[float(x) for x in s],
                                         round=rnd, correct=True,
-                                        versions={"nccl": "2.30.7", "torch": "2.8", "cuda": "12.9"},
+                                        versions={"nccl": nccl, "torch": "2.8", "cuda": "12.9"},
                                         gpus=["NVIDIA RTX PRO 6000"] * world, topology="pcie-shm")
                 if fast:
                     algo, ch = ("Tree", 2) if b <= 14336 else (algo_above, 1)
@@ -208,6 +208,18 @@ def test_a_collective_without_rules_is_refused_unless_forced(plugin, tmp_path, c
     answers = plugin.query(csv, 8, 1, [("allreduce", 14336), ("allgather", 14336)],
                            disabled_by(tree))
     assert answers[0].applied and not answers[1].applied and answers[1].channels == 1
+
+
+def test_a_csv_for_an_older_nccl_says_its_plugin_crashes(tmp_path, cli_runner):
+    path = tmp_path / "old.jsonl"
+    store.append_records(str(path), synth([({}, False), (P2P_LL, True)], nccl="2.29.7"))
+    csv = tmp_path / "old.conf"
+    cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path), "--tuner-csv",
+                            str(csv)], catch_exceptions=False)
+    text = csv.read_text().replace("\n#    ", " ")
+    assert "WARNING: the results were measured with NCCL 2.29.7: the example plugin of NCCL " \
+           "2.29.7 CRASHES" in text
+    assert "2.30.3" in text.splitlines()[0]
 
 
 def test_old_nccl_versions_are_warned_about():
