@@ -200,6 +200,7 @@ def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: in
             "draft_ms": loop.get("draft_ms"), "verify_ms": loop.get("verify_ms"),
             "other_ms": loop.get("other_ms"), "backend": loop.get("backend"),
             "step_ms": loop.get("step_ms"), "accept_per_pos": loop.get("accept_per_pos"),
+            "accept_source": "the built-in loop's own acceptance counts",
             "world_size": loop.get("world_size"), "env_seen": loop.get("nccl_env"),
             "env_ok": loop.get("nccl_env") == {k: v for k, v in (env_profile or {}).items()
                                                if k.startswith("NCCL_")}
@@ -249,11 +250,14 @@ def measure_server(opts: Options, env_profile: dict[str, str] | None, steps: int
     environment, warm up, benchmark between two /metrics scrapes, stop."""
     from integration import client, logs, metrics
     from integration.server import Server, ServerError, tp_size
+    from nccl_tune import nccllog
 
     engine = engine_of(opts.engine)
     log_path = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.log")
+    nccl_prefix = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.nccl")
+    launch_env = {**(env_profile or {}), **nccllog.debug_env(nccl_prefix)}  # NCCL's log: proof
     try:
-        server = Server(engine, opts.server_args, profile_env=env_profile, steps=steps,
+        server = Server(engine, opts.server_args, profile_env=launch_env, steps=steps,
                         log_path=log_path, health_timeout=opts.health_timeout,
                         command=opts.server_command)
     except ValueError as exc:
@@ -283,6 +287,7 @@ def measure_server(opts: Options, env_profile: dict[str, str] | None, steps: int
             if not server.running():
                 error += f" (the server exited with code {server.process.returncode}; log: {log_path})"
     spec = metrics.speculative(metrics.delta(before, after)) if before and after else None
+    result["nccl_check"] = nccllog.rank_check(nccllog.debug_files(nccl_prefix), env_profile or {})
     summary = client.summarize_runs(runs)
     log_summary = logs.summarize_file(log_path)
     accept, accept_source = _spec_figures(opts.engine, steps, spec, summary, log_summary)
@@ -453,6 +458,7 @@ def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: 
                    "tok_s": mean, "tok_s_ci": ci, "runs_tok_s": m.get("runs_tok_s") or [],
                    "accept_len": m.get("accept_len"), "draft_ms": m.get("draft_ms"),
                    "verify_ms": m.get("verify_ms"), "env_ok": m.get("env_ok"),
+                   "nccl_check": m.get("nccl_check"),
                    "speedup": None, "diff_ci": None, "verdict": None, "measured_saving_ms": None,
                    "predicted_saving_ms": None, "prediction_error_ms": None}
             base_mean, _ = _ci(base.get("runs_tok_s") or [])
@@ -570,6 +576,10 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
     if bad_env:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "
                      "(see env_check in the results file)")
+    bad_nccl = [m for m in measured.values() if (m.get("nccl_check") or {}).get("ok") is False]
+    if bad_nccl:
+        notes.append(f"{len(bad_nccl)} launch(es): NCCL's own log did not confirm every profile "
+                     "variable in every rank (see nccl_check)")
     rows = build_rows(measured, opts.steps, curves, sizes)
     if curves is not None and curves.extrapolated:
         notes.append("prediction EXTRAPOLATED at " + ", ".join(

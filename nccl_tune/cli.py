@@ -47,7 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("nccl_tune.commands.check:check",
               "Check that a running process (and its workers) carries a profile."),
     "logs": ("nccl_tune.commands.logs:logs",
-             "Summarise SGLang/vLLM server logs (throughput, accept length)."),
+             "Summarise SGLang/vLLM server logs; check NCCL's own log per rank (logs nccl)."),
 }
 
 

@@ -15,7 +15,7 @@ import mmap
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 _VAR_RE = re.compile(rb"NCCL_[A-Z0-9_]{2,}")
 
@@ -164,7 +164,10 @@ def variable_names(path: str, use_cache: bool = True) -> frozenset[str]:
 #
 #     host:pid:tid [dev] NCCL INFO <message>
 #     host:pid:tid [dev] file.cc:123 NCCL WARN <message>
+#     host:pid:tid [dev] file.cc:123 (function) NCCL WARN <message>   (2.30: src/debug.cc)
+#     host:pid:tid [dev] 12.345678 function:123 NCCL TRACE <message>
 #     NCCL version 2.12.7+cuda11.4                  (VERSION level: no prefix)
+#     RCCL version : 2.21.5-HEAD:9a0e6a1           (RCCL's banner; 2.6-era RCCL: "RCCL version 2.6.4+hip3.5")
 #
 # possibly behind a prefix added by the launcher or the log collector (mpirun
 # --tag-output "[1,0]<stdout>:", "[0] ", torchrun "[rank0]:", a timestamp, Ray's
@@ -186,8 +189,11 @@ OP_FUNC = {"allreduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter"
 
 _PREFIX_RE = re.compile(
     r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
-    r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|CALL)\b ?(?P<msg>.*)$")
-_VERSION_RE = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:[+-]cuda(?P<cuda>\d+(?:\.\d+)*))?")
+    r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?(?:\((?P<func>\S*?)\) )?"
+    r"NCCL (?P<level>INFO|WARN|TRACE|CALL)\b ?(?P<msg>.*)$")
+_VERSION_RE = re.compile(
+    r"(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<v>\d+\.\d+\.\d+)"
+    r"(?:[+-](?:cuda(?P<cuda>\d+(?:\.\d+)*)|hip(?P<hip>\d+(?:\.\d+)*)|HEAD(?::(?P<git>\w+))?))?")
 _ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<val>.*)$")
 # NCCL_NO_CACHE taking effect for one parameter (2.29.7 src/misc/param.cc; 2.30+ with a
 # "PARAM: " prefix, src/param/param.cc ncclParamIsCacheDisabled).
@@ -200,6 +206,25 @@ _RING_RE = re.compile(r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<n>\d+))? :(?P<ranks
 _TREES_RE = re.compile(r"^Trees? (?P<body>\[\d+\].*)$")
 _CONNECTED_RE = re.compile(r"^Connected all (?P<what>rings|trees)")
 _COLL_CHANNELS_RE = re.compile(r"^(?P<n>\d+) coll channels")
+# RCCL appends the communicator to transport lines: "via P2P/IPC comm 0x2bc1f840 nRanks 02".
+_VIA_COMM_RE = re.compile(r"\s+comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<nranks>\d+)\s*$")
+# The API-call line (NCCL_DEBUG_SUBSYS=COLL), src/enqueue.cc ncclEnqueueCheck, 2.x:
+# "AllReduce: opCount 3 sendbuff 0x.. recvbuff 0x.. count 7168 datatype 9 op 0 root 0 comm 0x.. [nranks=8] stream 0x.."
+_COLL_RE = re.compile(
+    r"^(?P<func>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) .*?\bcount (?P<count>\d+) datatype "
+    r"(?P<dtype>\d+)(?: op (?P<redop>\d+))?(?: root (?P<root>-?\d+))? comm (?P<comm>0x[0-9a-fA-F]+|\(nil\))"
+    r"(?: \[nranks=(?P<nranks>\d+)\])?")
+# Tuner plugin lines (src/misc/tuner.cc 2.19-2.23, src/plugin/tuner.cc 2.24+).
+_TUNER_RE = re.compile(
+    r"^(?:TUNER/Plugin: Using (?!internal)(?:tuner plugin )?(?P<name>.+?)(?: \(v(?P<v>\d+)\))?"
+    r"|Successfully loaded external tuner plugin (?P<path>\S+))\s*$")
+_TUNER_NONE_RE = re.compile(r"^TUNER/Plugin: (?:.*using internal tuner|No plugin found|Could not find)", re.I)
+# Graph search result (NCCL_DEBUG_SUBSYS=GRAPH): intra/inter path types, NVL = NVLink.
+_GRAPH_RE = re.compile(r"^Pattern (?P<pattern>\d+), crossNic \d+, nChannels (?P<n>\d+), bw [\d.]+/[\d.]+, "
+                       r"type (?P<intra>[A-Z0-9]+)/(?P<inter>[A-Z0-9]+)")
+# "comm 0x5967f7993f30 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0" (init.cc).
+_COMM_RE = re.compile(r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+                      r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
 _INIT_RE = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                       r".*- (?P<what>Init START|Init COMPLETE|Destroy COMPLETE)", re.IGNORECASE)
 _CHOICE_RE = re.compile(
@@ -215,7 +240,8 @@ class LogLine:
     """One NCCL log line: where it came from, its kind and what it says.
 
     kind: version | env | no_cache | env_plugin | transport | ring | trees | connected |
-    coll_channels | init | choice | table | warn | info | trace.
+    coll_channels | init | comm | choice | coll | tuner | graph | table | warn | info | trace.
+    WARN lines' data: source ("file.cc:123" or None), file, line, function (2.30+).
     """
 
     kind: str
@@ -297,8 +323,8 @@ def _table_row(message: str) -> dict | None:
 def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, dict | None]:
     text = message.strip()
     match = _VERSION_RE.search(text)
-    if match and text.startswith("NCCL version"):
-        return "version", {"version": match.group("v"), "cuda": match.group("cuda")}
+    if match and match.start() == 0:
+        return "version", _version_data(match)
     match = _ENV_RE.match(text)
     if match:
         value = match.group("val").strip()
@@ -316,12 +342,15 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
         return "choice", _choice(match, version)
     match = _TRANSPORT_RE.match(text)
     if match:
-        via = match.group("via").strip()
+        via, comm, comm_ranks = match.group("via").strip(), None, None
+        tail = _VIA_COMM_RE.search(via)
+        if tail:  # RCCL: "... via P2P/IPC comm 0x2bc1f840 nRanks 02"
+            via, comm, comm_ranks = via[:tail.start()].strip(), tail.group("comm"), int(tail.group("nranks"))
         parts = via.split("/")
         transport = "/".join(parts[:2]) if parts[0] in ("P2P", "SHM", "NET") and len(parts) > 1 else parts[0]
         return "transport", {"channel": int(match.group("ch")), "src": int(match.group("src")),
                              "dst": int(match.group("dst")), "direction": match.group("dir"),
-                             "via": via, "transport": transport}
+                             "via": via, "transport": transport, "comm": comm, "nranks": comm_ranks}
     match = _RING_RE.match(text)
     if match:
         ranks = [int(r) for r in match.group("ranks").split()]
@@ -337,6 +366,27 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
     match = _COLL_CHANNELS_RE.match(text)
     if match:
         return "coll_channels", {"channels": int(match.group("n"))}
+    match = _COLL_RE.match(text)
+    if match:
+        return "coll", {"func": match.group("func"), "op_count": match.group("op"),
+                        "count": int(match.group("count")), "datatype": int(match.group("dtype")),
+                        "comm": match.group("comm"),
+                        "nranks": int(match.group("nranks")) if match.group("nranks") else None}
+    match = _TUNER_RE.match(text)
+    if match:
+        return "tuner", {"loaded": True, "name": match.group("name") or match.group("path"),
+                         "interface": int(match.group("v")) if match.group("v") else None}
+    if _TUNER_NONE_RE.match(text):
+        return "tuner", {"loaded": False, "name": None, "interface": None}
+    match = _GRAPH_RE.match(text)
+    if match:
+        return "graph", {"pattern": int(match.group("pattern")), "channels": int(match.group("n")),
+                         "intra": match.group("intra"), "inter": match.group("inter")}
+    match = _COMM_RE.match(text)
+    if match:
+        return "comm", {"comm": match.group("comm"), "rank": int(match.group("rank")),
+                        "nranks": int(match.group("nranks")), "nnodes": int(match.group("nnodes")),
+                        "local_ranks": int(match.group("local"))}
     match = _INIT_RE.search(text)
     if match:
         return "init", {"comm": match.group("comm"), "rank": int(match.group("rank")),
@@ -345,6 +395,20 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
     if row is not None:
         return "table", row
     return "info", None
+
+
+def _version_data(match: re.Match) -> dict:
+    data = {"version": match.group("v"), "cuda": match.group("cuda")}
+    if match.group("lib") == "RCCL":  # extra keys only for RCCL: NCCL's stay as they were
+        data.update(library="RCCL", hip=match.group("hip"), git=match.group("git"))
+    return data
+
+
+def _warn_data(match: re.Match) -> dict:
+    src = match.group("src")
+    file, _, line = src.rpartition(":") if src else (None, None, None)
+    return {"source": src, "file": file or None, "line": int(line) if line else None,
+            "function": match.group("func") or None}
 
 
 def parse_log_line(raw: str, version: tuple[int, int, int] | None = None) -> LogLine | None:
@@ -361,13 +425,13 @@ def parse_log_line(raw: str, version: tuple[int, int, int] | None = None) -> Log
         if version_match is None:
             return None
         return LogLine("version", "VERSION", line[version_match.start():],
-                       data={"version": version_match.group("v"), "cuda": version_match.group("cuda")})
+                       data=_version_data(version_match))
     level, message = match.group("level"), match.group("msg")
     common = dict(level=level, message=message, host=match.group("host"),
                   pid=int(match.group("pid")) if match.group("pid") else None,
                   dev=int(match.group("dev")))
     if level == "WARN":
-        return LogLine("warn", data={"source": match.group("src")}, **common)
+        return LogLine("warn", data=_warn_data(match), **common)
     if level in ("TRACE", "CALL"):
         kind, data = _classify(message, version)
         return LogLine(kind if kind == "choice" else "trace", data=data if kind == "choice" else None,
@@ -376,18 +440,47 @@ def parse_log_line(raw: str, version: tuple[int, int, int] | None = None) -> Log
     return LogLine(kind, data=data, **common)
 
 
+# ncclDataType_t -> bytes per element (nccl.h: int8 uint8 int32 uint32 int64 uint64 half
+# float double bfloat16 fp8e4m3 fp8e5m2).
+DTYPE_BYTES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
+
+
+def _coll_bytes(coll: dict) -> set[int]:
+    """The nBytes a choice line may show for an API-call line: count x element size, or
+    that times nranks (allgather / reducescatter count the whole buffer)."""
+    dtype = coll.get("datatype")
+    if dtype is None or not 0 <= dtype < len(DTYPE_BYTES):
+        return set()
+    one = coll["count"] * DTYPE_BYTES[dtype]
+    return {one, one * coll["nranks"]} if coll.get("nranks") else {one}
+
+
 def parse_log(lines) -> list[LogLine]:
-    """Parse an iterable of lines (or one text); keeps NCCL lines only, in order."""
+    """Parse an iterable of lines (or one text); keeps NCCL lines only, in order.
+
+    A choice line without a function name (the numeric 2.19-2.23 form) takes the
+    function of the same process's latest API-call line ("Broadcast: opCount ...",
+    NCCL_DEBUG_SUBSYS=COLL) when its size fits that call (data["func_from"] = "opCount");
+    otherwise it stays None (it could be any collective).
+    """
     if isinstance(lines, str):
         lines = lines.splitlines()
     out: list[LogLine] = []
     version = None
+    last_call: dict[tuple, dict] = {}
     for raw in lines:
         entry = parse_log_line(raw, version)
         if entry is None:
             continue
         if entry.kind == "version":
             version = parse_version(entry.data["version"]) or version
+        elif entry.kind == "coll":
+            last_call[(entry.host, entry.pid)] = entry.data
+        elif entry.kind == "choice" and entry.data["func"] is None:
+            call = last_call.get((entry.host, entry.pid))
+            if call is not None and entry.data["bytes"] in _coll_bytes(call):
+                entry = replace(entry, data={**entry.data, "func": call["func"],
+                                             "func_from": "opCount", "comm": call["comm"]})
         out.append(entry)
     return out
 

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from nccl_tune.errors import NcclTuneError
 
 PROC = "/proc"
+OK_STATUSES = ("ok", "inherited", "conf")
 
 
 class ProcessGone(Exception):
@@ -43,12 +44,17 @@ class ProcessGone(Exception):
 
 @dataclass(frozen=True)
 class VarCheck:
-    """One profile variable in one process: ok, missing or different."""
+    """One profile variable in one process: ok, missing or different.
+
+    "conf" / "conf-different": not in the environment, but an NCCL conf file the process
+    would read supplies it (with the profile's value / another one); `source` names it.
+    """
 
     name: str
     expected: str
     actual: str | None
-    status: str  # "ok" | "missing" | "different" | "inherited" (from a confirmed ancestor)
+    status: str  # "ok" | "missing" | "different" | "inherited" | "conf" | "conf-different"
+    source: str | None = None  # the conf file, for the conf statuses
 
 
 @dataclass
@@ -72,11 +78,12 @@ class ProcessCheck:
     inherited_from: int | None = None  # the confirmed ancestor, for env_source inherited
     inheritance: list[str] = field(default_factory=list)  # spawned/forked, ancestor first
     note: str | None = None  # how the environment was established, in words
+    conf: dict[str, dict] = field(default_factory=dict)  # NAME -> {value, path}: conf supplies
 
     @property
     def ok(self) -> bool:
         """True when the process could be read and every profile variable matches."""
-        return self.error is None and all(v.status in ("ok", "inherited") for v in self.variables)
+        return self.error is None and all(v.status in OK_STATUSES for v in self.variables)
 
     def to_dict(self) -> dict:
         """JSON-ready form (with `ok`)."""
@@ -232,12 +239,48 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def compare_env(profile_env: dict[str, str],
-                environ: dict[str, str]) -> tuple[list[VarCheck], dict[str, str]]:
-    """(one VarCheck per profile variable, NCCL_* in `environ` that the profile lacks)."""
+def conf_supply(pid: int, environ: dict[str, str]) -> dict[str, dict]:
+    """NCCL_* values the NCCL conf files would give process `pid` (name -> {value, path}).
+
+    Read as NCCL would at its first lookup (nccl_tune.conffile): NCCL_CONF_FILE (relative
+    to the process's working directory) or $HOME/.nccl.conf, then /etc/nccl.conf, inside
+    the process's root (/proc/PID/root: a container's own files); values the environment
+    already sets are not supplied. The files are read now, not when the process read them.
+    """
+    from nccl_tune.sysinfo import conf_files
+
+    base = os.path.join(PROC, str(pid))
+    root = os.path.join(base, "root")
+    root = root if os.access(root, os.R_OK | os.X_OK) else ""
+    try:
+        cwd = os.readlink(os.path.join(base, "cwd"))
+    except OSError:
+        cwd = None
+    out: dict[str, dict] = {}
+    for item in conf_files(environ, home=environ.get("HOME", ""), root=root, cwd=cwd):
+        for name, value in item["effective"].items():
+            if name.startswith("NCCL_"):
+                out.setdefault(name, {"value": value, "path": item["path"]})
+    return out
+
+
+def compare_env(profile_env: dict[str, str], environ: dict[str, str],
+                conf: dict[str, dict] | None = None) -> tuple[list[VarCheck], dict[str, str]]:
+    """(one VarCheck per profile variable, NCCL_* in `environ` that the profile lacks).
+
+    `conf`: what conf files supply (conf_supply); a variable missing from the environment
+    but supplied there is "conf" (same value) or "conf-different".
+    """
     checks = []
+    conf = conf or {}
     for name, expected in profile_env.items():
         actual = environ.get(name)
+        if actual is None and name in conf:
+            value = conf[name]["value"]
+            checks.append(VarCheck(name, expected, value,
+                                   "conf" if value == expected else "conf-different",
+                                   conf[name]["path"]))
+            continue
         status = "missing" if actual is None else ("ok" if actual == expected else "different")
         checks.append(VarCheck(name, expected, actual, status))
     extra = {k: environ[k] for k in sorted(environ)
@@ -320,9 +363,10 @@ def check_process(profile_env: dict[str, str], pid: int) -> ProcessCheck:
                             role=role)
     ppid, cmdline = read_ppid(pid), read_cmdline(pid)
     role = role_of(cmdline, read_comm(pid))
-    variables, extra = compare_env(profile_env, environ)
+    conf = conf_supply(pid, environ)
+    variables, extra = compare_env(profile_env, environ, conf)
     result = ProcessCheck(pid, ppid, cmdline, variables, extra, role=role, env_source=source,
-                          rewritten=rewritten)
+                          rewritten=rewritten, conf=conf)
     if source == "memory":
         result.note = ("its environment block was rewritten (setproctitle); read from its "
                        "memory instead (libc environ)")

@@ -6,7 +6,7 @@ machine without a GPU and says so instead of failing; torch is imported only ins
 `torch_info` (so importing this module stays fast).
 
 NCCL conf files (misc/param.cc initEnv, read once at the first NCCL_* lookup):
-NCCL_CONF_FILE when set (NCCL >= 2.23), otherwise ~/.nccl.conf; then /etc/nccl.conf.
+NCCL_CONF_FILE when set (NCCL >= 2.23.4), otherwise ~/.nccl.conf; then /etc/nccl.conf.
 Each line `KEY=VALUE` sets KEY only when nothing set it before, so the environment wins
 over the files and the first file over the second. NCCL reads the files literally (no
 quote removal, no trimming); we read them with profile.parse_lines and lint them, which
@@ -23,7 +23,7 @@ from nccl_tune import lint as linter
 from nccl_tune import ncclinfo, topology
 from nccl_tune.profile import nccl_env, parse_lines, read_text
 
-CONF_FILE_SINCE = (2, 23, 0)  # first NCCL that reads NCCL_CONF_FILE (NCCL docs)
+from nccl_tune.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
 
 
 def torch_info() -> dict:
@@ -115,12 +115,15 @@ def topology_info(topo_file: str | None = None) -> dict:
 
 def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
                nccl_version: tuple[int, int, int] | None = None,
-               known: linter.KnownNames | None = None) -> list[dict]:
+               known: linter.KnownNames | None = None, root: str = "",
+               cwd: str | None = None) -> list[dict]:
     """The NCCL conf files NCCL would consult, what each sets and what takes effect.
 
     Each entry: path, role (NCCL_CONF_FILE | user | system), exists, read_by_nccl, sets
     (KEY -> VALUE as read), effective (the part neither the environment nor an earlier
-    file overrides), findings (lint of the file), error.
+    file overrides), findings (lint of the file), error. `root` and `cwd` read another
+    process's files (/proc/PID/root, its working directory for a relative
+    NCCL_CONF_FILE); paths are reported as that process sees them.
     """
     environ = dict(os.environ) if environ is None else environ
     home = os.path.expanduser("~") if home is None else home
@@ -134,12 +137,14 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
     taken = set(environ)
     out = []
     for path, role, read_by_nccl in entries:
-        item = {"path": path, "role": role, "exists": os.path.isfile(path),
+        local = path if os.path.isabs(path) or cwd is None else os.path.join(cwd, path)
+        local = root.rstrip("/") + local if root else local
+        item = {"path": path, "role": role, "exists": os.path.isfile(local),
                 "read_by_nccl": read_by_nccl, "sets": {}, "effective": {}, "findings": [],
                 "error": None}
         if item["exists"]:
             try:
-                text = read_text(path)
+                text = read_text(local)
             except Exception as exc:  # NcclTuneError: unreadable; report, don't stop
                 item["error"] = str(exc)
             else:

@@ -251,9 +251,11 @@ def test_tuner_csv_has_explicit_channels_and_valid_names(tmp_path, cli_runner):
     assert result.exit_code == 0, result.output
     text = csv.read_text()
     rules = tuner.parse(text)
-    assert [(r.algorithm, r.protocol, r.channels) for r in rules] == [("tree", "ll", 2), ("ring", "ll", 1)]
-    assert rules[0].min_bytes == 8192 and rules[-1].max_bytes == 57344
-    assert rules[0].max_bytes + 1 == rules[1].min_bytes
+    at = {b: tuner.first_match(rules, "allreduce", b, 1, 8) for b in SIZES}
+    assert (at[14336].algorithm, at[14336].protocol, at[14336].channels) == ("tree", "ll", 2)
+    assert (at[57344].algorithm, at[57344].protocol, at[57344].channels) == ("ring", "ll", 1)
+    for coll in tuner.COLLECTIVES:  # every size of every collective has a rule
+        assert tuner.gaps(rules, coll, 1, 8) == []
     assert all(r.channels >= 1 and r.nranks == 8 and r.nnodes == 1 for r in rules)
     assert "NCCL_TUNER_PLUGIN" in text and "NCCL_TUNER_CONFIG_FILE" in text
     assert all(len(line) < 255 for line in text.splitlines())
@@ -263,10 +265,15 @@ def test_tuner_csv_without_the_log_uses_forced_names_and_modelled_channels(tmp_p
     records = synth([({}, flat(60), {}), ({**P2P, "NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}, flat(24), {})])
     path = write(tmp_path, records)
     csv = tmp_path / "t.csv"
-    run(cli_runner, "--layers", "61", "--results", path, "--tuner-csv", str(csv))
+    # NCCL_ALGO=Tree leaves allgather & co. without an algorithm the model knows: --force.
+    run(cli_runner, "--layers", "61", "--results", path, "--tuner-csv", str(csv), "--force")
     text = csv.read_text()
+    assert "NO RULE (runs on ONE channel): every allgather" in text
     assert "channel counts MODELLED" in text and "algorithm/protocol MODELLED" not in text
-    assert {(r.algorithm, r.protocol) for r in tuner.parse(text)} == {("tree", "ll")}
+    rules = tuner.parse(text)
+    assert {(tuner.first_match(rules, "allreduce", b, 1, 8).algorithm,
+             tuner.first_match(rules, "allreduce", b, 1, 8).protocol) for b in SIZES[1:]} == {
+        ("tree", "ll")}
     # Settings that force no algorithm: the model's choice fills in, and the header says so.
     records = synth([({}, flat(60), {}), (P2P, flat(24), {})])
     run(cli_runner, "--layers", "61", "--results", write(tmp_path, records, "b.jsonl"), "--tuner-csv", str(csv))
@@ -519,19 +526,21 @@ def test_tuner_rules_come_from_the_exported_cell_at_the_family_wise_level(tmp_pa
     assert profile.load_profile(str(env_out)).env == P2P
     text = csv.read_text()
     rules = tuner.parse(text)
-    assert {(r.algorithm, r.protocol, r.channels) for r in rules} == {("ring", "ll", 1)}
-    assert rules[0].min_bytes > 8192  # not faster there: NCCL's own choice
+    assert {(r.algorithm, r.protocol, r.channels) for r in rules
+            if r.collective == "allreduce" and r.min_bytes <= 57344 and r.max_bytes >= 8192} == {
+        ("ring", "ll", 1)}
     text = text.replace("\n#    ", " ")  # comment lines wrapped for the plugin's line buffer
     assert "rules describe one cell, the exported profile's: NCCL_P2P_LEVEL=SYS" in text
     assert "97.5% CI above zero (family-wise 95%, Bonferroni over 2 cells)" in text
-    assert "no rule (NCCL's own choice" in text and "8192 B" in text
+    assert "not faster: NCCL's own choice, from NCCL's log (measured at 8192 B)" in text
     # The per-cell level decides: a saving significant at 95% alone but not at the
     # family-wise level gives no rule (checked on the library function directly).
     a = analyze(records)
     row = a.recommended
     a.cell_confidence = 1 - 1e-12  # an interval so wide nothing excludes zero
     points, notes = export.tuner_points(a, "pcie-shm", row)
-    assert all(p[1] is None for p in points)
+    measured = [p for p in points if p.measured]
+    assert measured and all(p.origin.startswith("not faster") for p in measured)
 
 
 def test_a_search_stopped_before_its_final_rung_says_so(tmp_path, cli_runner):

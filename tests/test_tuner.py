@@ -9,18 +9,40 @@ from nccl_tune import tuner
 FIXTURE = "tests/fixtures/tuner/example_plugin_format.conf"
 
 
-def test_rules_merge_runs_and_split_where_the_winner_changes():
+def test_rules_tile_every_size_and_split_where_the_winner_changes():
     points = [(1024, "Ring", "LL", 1), (4096, "Ring", "LL", 1), (16384, "Tree", "LL", 2),
-              (65536, "Tree", "LL", 2), (262144, None, None, None), (1048576, "Ring", "Simple", 2)]
+              (65536, "Tree", "LL", 2), (1048576, "Ring", "Simple", 2)]
     rules = tuner.rules_from_points(points, nnodes=1, nranks=8)
     assert [(r.min_bytes, r.max_bytes, r.algorithm, r.protocol, r.channels) for r in rules] == [
-        (1024, 8192, "ring", "ll", 1), (8193, 131072, "tree", "ll", 2),
-        (524289, 1048576, "ring", "simple", 2)]
+        (0, 8192, "ring", "ll", 1), (8193, 262144, "tree", "ll", 2),
+        (262145, tuner.MAX_BYTES, "ring", "simple", 2)]
     assert all(r.nnodes == 1 and r.nranks == 8 for r in rules)
-    # First match wins and sizes between ranges keep NCCL's choice.
+    assert tuner.gaps(rules, "allreduce", 1, 8) == []
+    assert tuner.gaps(rules, "allgather", 1, 8) == [(0, tuner.MAX_BYTES)]
+    assert tuner.gaps(rules, "allreduce", 1, 4) == [(0, tuner.MAX_BYTES)]
+    assert tuner.gaps(rules[:1] + rules[2:], "allreduce", 1, 8) == [(8193, 262144)]
+    # First match wins; the plugin's nNodes/nRanks must match the communicator.
     assert tuner.first_match(rules, "allreduce", 14336, 1, 8).algorithm == "tree"
-    assert tuner.first_match(rules, "allreduce", 300000, 1, 8) is None
+    assert tuner.first_match(rules, "allreduce", 1 << 40, 1, 8).protocol == "simple"
     assert tuner.first_match(rules, "allreduce", 14336, 1, 4) is None
+
+
+def test_tile_notes_say_where_each_row_comes_from():
+    pts = [tuner.Point(0, "Ring", "LL", 1, "NCCL's own choice, MODELLED for pcie"),
+           tuner.Point(14336, "Ring", "LL", 1, "measured winner (NCCL's log)", True),
+           tuner.Point(57344, "Ring", "LL", 1, "measured winner (NCCL's log)", True)]
+    rules = tuner.tile(pts, "allreduce", 1, 8)
+    assert [r.note for r in rules] == ["NCCL's own choice, MODELLED for pcie",
+                                       "measured winner (NCCL's log) (measured at 14336, 57344 B)"]
+    text = tuner.render(rules, [])
+    assert "# allreduce 120-18446744073709551615 B: measured winner" in text
+    assert tuner.parse(text) == rules
+
+
+@pytest.mark.parametrize("point", [(14336, None, "LL", 1), (14336, "Ring", None, 1)])
+def test_a_point_without_a_choice_is_refused(point):
+    with pytest.raises(ValueError, match="no algorithm/protocol"):
+        tuner.rules_from_points([point], 1, 8)
 
 
 @pytest.mark.parametrize("channels", [None, -1, 0])
@@ -39,9 +61,10 @@ def test_names_are_the_plugins_lower_case_names():
 
 def test_render_parses_back_with_the_plugins_rules():
     rules = tuner.rules_from_points([(14336, "Ring", "LL", 1), (57344, "Tree", "LL", 2)], 1, 8)
-    header = ["x " * 150, "Load: export NCCL_TUNER_PLUGIN=... and NCCL_TUNER_CONFIG_FILE=..."]
+    header = ["x " * 150, "Load: export NCCL_TUNER_PLUGIN=... and NCCL_TUNER_CONFIG_FILE=...",
+              "command: nccl-tune recommend --tuner-csv /" + "very-long-dir/" * 40 + "t.csv"]
     text = tuner.render(rules, header)
-    assert all(len(line) < 255 for line in text.splitlines())  # the plugin reads 256-byte lines
+    assert all(len(line.encode()) <= 200 for line in text.splitlines())  # 256-byte fgets buffer
     assert all(line.startswith("#") or line.count(",") == 7 for line in text.splitlines())
     assert tuner.parse(text) == rules
 

@@ -394,3 +394,27 @@ def test_a_real_failed_launch_reports_the_rank_error(cli_runner, profile_file, t
         assert "Error" in record["error"] and "torch/distributed" not in record["error"]
         assert "error_file" not in record["error"] and "====" not in record["error"]
     assert "failed: profile at steps 0: " in res.output
+
+
+def test_sglang_launches_log_nccl_privately_and_report_the_check(cli_runner, tmp_path, monkeypatch):
+    # The wrapped stand-in logs as NCCL does; NCCL_PROTO is "not read" by it: flagged.
+    monkeypatch.setenv("STANDIN_NCCL_UNREAD", "NCCL_PROTO")
+    wrapper = f"{sys.executable} {REPO_ROOT / 'tests' / 'nccl_debug_standin.py'}"
+    out = tmp_path / "sg.jsonl"
+    profile_file = tmp_path / "sys-ll.env"
+    profile_file.write_text("NCCL_P2P_LEVEL=SYS\nNCCL_PROTO=LL\n")
+    res = cli_runner.invoke(cli, [
+        "validate", "--profile", str(profile_file), "--engine", "sglang", "--steps", "0",
+        "--runs", "1", "--warmup", "0", "--max-tokens", "4", "--server-args",
+        "--model-path m --tp 2", "--server-command", wrapper, "--out", str(out),
+        "--health-timeout", "30"])
+    assert res.exit_code == 0, res.output
+    assert "NCCL log, baseline at steps 0: 1 process(es) logged NCCL; every profile variable" in res.output
+    assert "NCCL log, profile at steps 0: 1 process(es) logged NCCL; NCCL_PROTO missing in 1" in res.output
+    assert "NCCL's own log did not confirm every profile variable" in res.output
+    records = _records(out)
+    check = records[1]["detail"]["nccl_check"]
+    assert check["ok"] is False and check["versions"] == ["2.27.5"]
+    assert {v["name"]: v["status"] for v in check["variables"]} == {
+        "NCCL_P2P_LEVEL": "confirmed", "NCCL_PROTO": "missing"}
+    assert list(tmp_path.glob("*-profile-k0.nccl.*"))  # the private NCCL_DEBUG_FILE

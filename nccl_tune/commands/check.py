@@ -38,6 +38,9 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
     schedulers) its environment is read from its memory, or else taken from the
     nearest readable ancestor it inherited it from (said as such). Each process is
     named by its role (API server, engine core, TP worker N) where it is recognised.
+    It also reads the NCCL conf files (NCCL_CONF_FILE or ~/.nccl.conf, then
+    /etc/nccl.conf) that would supply what the environment lacks (the environment wins
+    over them).
     """
     from nccl_tune.cli import emit_json
 
@@ -59,7 +62,7 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
             elif r.ok:
                 state = "ok" if r.env_source != "inherited" else f"ok (inherited from {r.inherited_from})"
             else:
-                bad = [v for v in r.variables if v.status not in ("ok", "inherited")]
+                bad = [v for v in r.variables if v.status not in procenv.OK_STATUSES]
                 state = f"MISMATCH ({len(bad)} of {len(r.variables)})"
             rows.append([r.pid, r.ppid, r.role or "-", _short(r.cmdline, 40), _SOURCE.get(r.env_source, "-"),
                          state])
@@ -74,6 +77,17 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
                 elif v.status == "different":
                     click.echo(f"pid {r.pid}: {v.name} different: process {v.actual}, "
                                f"profile {v.expected}")
+                elif v.status == "conf":
+                    click.echo(f"pid {r.pid}: {v.name} not in the environment; the conf file "
+                               f"{v.source} supplies {v.actual} (as the profile)")
+                elif v.status == "conf-different":
+                    click.echo(f"pid {r.pid}: {v.name} not in the environment; the conf file "
+                               f"{v.source} supplies {v.actual}, profile {v.expected}")
+            others = {k: c for k, c in r.conf.items()
+                      if k not in {v.name for v in r.variables}}
+            if others:
+                click.echo(f"pid {r.pid}: a conf file also supplies: " + " ".join(
+                    f"{k}={c['value']} ({c['path']})" for k, c in others.items()))
             if r.extra:
                 extra = " ".join(f"{k}={v}" for k, v in r.extra.items())
                 click.echo(f"pid {r.pid}: NCCL_* not in the profile: {extra}")

@@ -1,5 +1,6 @@
 """`nccl-tune logs summarize LOG...`: throughput and accept length from server logs (SGLang,
-vLLM V0/V1) or saved /metrics scrapes, one summary per file."""
+vLLM V0/V1) or saved /metrics scrapes, one summary per file; `nccl-tune logs nccl LOG...
+[--profile P.env]`: what NCCL's own log says it read and ran (logic: nccl_tune.nccllog)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ NO_DECODE = ("no decode lines found (no SGLang 'Decode batch' line and no vLLM m
 
 @click.group("logs")
 def logs() -> None:
-    """Read SGLang (0.2 to 0.5.x and later) and vLLM server logs."""
+    """Read SGLang (0.2 to 0.5.x and later) and vLLM server logs, and NCCL's own log."""
 
 
 def _fmt(value, spec: str = ".2f") -> str:
@@ -105,3 +106,92 @@ def _render(summary: dict) -> None:
                      ", ".join(f"{p:.3f}" for p in vllm["per_position_mean"])))
     click.echo(f"{log}")
     click.echo(tabulate(rows, tablefmt="plain"))
+
+
+@logs.command("nccl")
+@click.argument("logs_", metavar="LOG...", nargs=-1, required=True,
+                type=click.Path(dir_okay=False))
+@click.option("--profile", "profile_path",
+              help="Profile (.env, .conf or shipped name): confirm every variable in every rank.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def nccl(logs_: tuple[str, ...], profile_path: str | None, as_json: bool) -> None:
+    """Per rank and communicator: NCCL version, variables NCCL read, channels, rings,
+    transports per peer, tuner plugin, per-collective choices by size; with --profile,
+    every profile variable confirmed or flagged per rank (exit 1 when one is not).
+
+    Give one file per process (NCCL_DEBUG_FILE=path.%h.%p) or a server log with the
+    ranks interleaved; NCCL_DEBUG=INFO, and NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING for the
+    per-collective lines.
+    """
+    import sys
+
+    from nccl_tune import nccllog
+    from nccl_tune.profile import load_profile, resolve_profile
+
+    env = load_profile(str(resolve_profile(profile_path))).env if profile_path else None
+    report = nccllog.analyze(list(logs_), env)
+    if as_json:
+        emit_json(report)
+    else:
+        for line in render_nccl(report):
+            click.echo(line)
+    check = report["profile_check"]
+    sys.exit(1 if check is not None and not check["ok"] else 0)
+
+
+def _transports(rank: dict) -> str:
+    return ", ".join(f"{t['peer']}:{t['transport']}" for t in rank["transports"]) or "-"
+
+
+def render_nccl(report: dict) -> list[str]:
+    """The text of `logs nccl`: ranks table, variables, choices, profile check, warnings."""
+    ranks = report["ranks"]
+    rows = []
+    for r in ranks:
+        tuner = r["tuner_plugin"]
+        rows.append([r["process"], "-" if r["rank"] is None else f"{r['rank']}/{r['nranks']}",
+                     r["comm"] or "-", f"{r['library']} {r['version'] or '?'}",
+                     _fmt(r["channels"], "d"), _transports(r),
+                     (tuner["name"] if tuner and tuner["loaded"] else "none" if tuner else "-")])
+    out = [f"{report['processes']} process(es), {len(ranks)} rank entr(ies) in "
+           f"{len(report['files'])} file(s)",
+           tabulate(rows, headers=["process", "rank", "comm", "version", "channels",
+                                   "transports (peer:via)", "tuner"])]
+    seen_env: dict[str, str] = {}
+    for r in ranks:
+        if r["process"] in seen_env:
+            continue
+        words = " ".join(f"{k}={v}" for k, v in r["env"].items()) or "(none logged)"
+        seen_env[r["process"]] = words
+        out.append(f"{r['process']}: set by environment: {words}")
+    out.append(f"conf files: {ranks[0]['conf_files']}" if ranks else "")
+    choices: dict[tuple, set] = {}
+    for r in ranks:
+        for c in r["choices"]:
+            key = (c["func"] or "(unnamed)", c["bytes"], f"{c['algo']}/{c['proto']}",
+                   "-" if c["channels"] is None else str(c["channels"]))
+            choices.setdefault(key, set()).add(r["process"] if r["rank"] is None else str(r["rank"]))
+    if choices:
+        out.append("")
+        out.append("per-collective choice (NCCL's TUNING lines):")
+        out.append(tabulate([[f, b, ap, ch, ", ".join(sorted(who))]
+                             for (f, b, ap, ch), who in sorted(choices.items())],
+                            headers=["collective", "bytes", "algo/proto", "channels", "ranks"]))
+    check = report["profile_check"]
+    if check is not None:
+        out.append("")
+        out.append("profile check: " + ("every variable confirmed in every process" if check["ok"]
+                                        else "NOT confirmed"))
+        for v in check["variables"]:
+            line = f"  {v['name']}={v['expected']}: {v['status']}"
+            if v["different"]:
+                line += " (" + ", ".join(f"{p} read {val}" for p, val in v["different"].items()) + ")"
+            if v["missing"] and v["status"] == "missing":
+                line += f" in {len(v['missing'])} of {check['processes']}: " + ", ".join(v["missing"][:8])
+            out.append(line)
+        notes = dict.fromkeys(v["note"] for v in check["variables"]
+                              if v.get("note") and v["status"] != "confirmed")
+        out.extend(f"  note: {n}" for n in notes)
+    for w in report["warnings"]:
+        out.append(f"warning [{w['process']}]: {w['message']}")
+    return out

@@ -1,4 +1,4 @@
-"""`nccl-tune profiles list` and `nccl-tune profiles show NAME|PATH`.
+"""`nccl-tune profiles list`, `profiles show NAME|PATH` and `profiles convert P.env --to conf`.
 
 Shipped profiles come from the repository's `profiles/` folder (see
 profile.shipped_profiles_dir for where an installation finds it).
@@ -79,3 +79,25 @@ def show(name_or_path: str, as_json: bool) -> None:
     click.echo(f"\nlint ({known.describe()}): {errors} error(s), {warnings} warning(s)")
     for finding in findings:
         click.echo(f"  {finding}")
+
+
+@profiles.command("convert")
+@click.argument("source")
+@click.option("--to", "fmt", type=click.Choice(["conf"]), required=True,
+              help="Target format: conf = NCCL's conf-file syntax (NCCL_CONF_FILE, ~/.nccl.conf).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write here (atomically) instead of printing.")
+def convert(source: str, fmt: str, output: str | None) -> None:
+    """Convert a profile (.env file or shipped name) into an NCCL conf file.
+
+    The provenance header is kept as comments. The environment wins over a conf file:
+    NCCL applies conf values only to variables the environment does not set.
+    """
+    from nccl_tune import conffile, profile
+
+    text = conffile.convert(str(resolve_profile(source)))
+    if output:
+        profile.write_atomic(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)

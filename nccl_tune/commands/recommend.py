@@ -135,7 +135,7 @@ def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
         if analysis.source == MODELLED:
             return ("Keep NCCL's defaults: no setting saves time under the model on this topology.")
         return ("Keep NCCL's defaults: no cell's saving has an interval that excludes zero "
-                "(--export and --tuner-csv write nothing without --force).")
+                "(--export, --export-conf and --tuner-csv write nothing without --force).")
     s = rec.saving
     text = f"Recommended: {rec.label}: saves {s.saving_ms:.3f} ms/token"
     if analysis.source == MODELLED:
@@ -268,6 +268,8 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--extrapolate", is_flag=True, help="Extrapolate outside the measured sizes (and say so).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Write the recommended profile (.env) here, atomically.")
+@click.option("--export-conf", "conf_path", type=click.Path(dir_okay=False),
+              help="Write the recommended profile as an NCCL conf file (NCCL_CONF_FILE) here.")
 @click.option("--tuner-csv", "tuner_path", type=click.Path(dir_okay=False),
               help="Write rules for NCCL's example tuner plugin here.")
 @click.option("--force", is_flag=True, help="Write files even without a significant (or a measured) winner.")
@@ -279,7 +281,7 @@ def _plot(path, analysis, comp) -> None:
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
               topology, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
               moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
-              export_path, tuner_path, force, plot_path, confidence, as_json, **acceptance_opts):
+              export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, **acceptance_opts):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
 
     With --results: cells ranked by the ms they save per token across all layers, with
@@ -333,6 +335,10 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         written["export"] = export.write_profile(
             export_path, analysis, workload, command, force=force, topology_note=topo_note,
             baseline_tok_s=baseline_tok_s, confidence=confidence)
+    if conf_path:
+        written["export_conf"] = export.write_profile(
+            conf_path, analysis, workload, command, force=force, topology_note=topo_note,
+            baseline_tok_s=baseline_tok_s, confidence=confidence, conf=True)
     if tuner_path:
         written["tuner_csv"] = export.write_tuner_csv(tuner_path, analysis, topo_name, command,
                                                       force=force)

@@ -97,6 +97,9 @@ def render(result: dict) -> str:
     for r in result["rows"]:
         if r["status"] != "ok" and r.get("error"):
             lines.append(f"{r['status']}: {r['config']} at steps {r['steps']}: {_short(r['error'])}")
+    for r in result["rows"]:
+        if r.get("nccl_check"):
+            lines.append(f"NCCL log, {r['config']} at steps {r['steps']}: {r['nccl_check']['summary']}")
     best = result["best_steps"]
     lines.append(f"best step count: baseline {best['baseline']}, profile {best['profile']}")
     for note in result["notes"]:
