@@ -39,7 +39,8 @@ _LEGEND_RE = re.compile(r"^\s*(\S+)\s+=\s+(.+?)\s*$")
 # Multi-word affinity column names, longest first.
 _AFFINITY_NAMES = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
 PCIE_P2P_ENTRIES = ("PIX", "PXB")  # within NCCL's default P2P level on Intel (PXB)
-KINDS = ("nvlink", "pcie", "pcie-shm")
+KINDS = ("nvlink", "pcie", "pcie-shm", "nvswitch", "nvswitch-nvls", "nvlink-mesh",
+         "pcie-switch", "pcie-direct", "pcie-amd-2s")
 
 
 @dataclass
