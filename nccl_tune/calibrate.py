@@ -390,3 +390,34 @@ def load(path: str) -> LoadedModel:
         raise NcclTuneError("model file has an unknown topology or non-positive constants",
                             path=path)
     return LoadedModel(path, topo, nranks, mode, params)
+
+
+# ---------------------------------------------------------------- predictions
+
+def predict_rows(topology_name: str, nranks: int, sizes, env: dict, mode: str,
+                 model: LoadedModel | None = None, refs=None) -> list[dict]:
+    """Per size: modelled time, NCCL's algorithm, protocol and channels, and (without a
+    calibrated `model`) the range published machines of this kind measured (`refs`)."""
+    topo = costmodel.topology(topology_name)
+    params = model.params if model else costmodel.NCCL_PARAMS
+    rows = []
+    for nbytes in sizes:
+        try:
+            choice = costmodel.predict("allreduce", nbytes, nranks, env, topo, params, mode)
+        except ValueError as exc:
+            raise NcclTuneError(f"--env: {exc}") from None
+        row = {"bytes": nbytes, "time_us": round(choice.time_us, 3), "algo": choice.algo,
+               "proto": choice.proto, "channels": choice.channels, "transport": choice.link,
+               "mode": mode, "calibrated": model is not None, "range_us": None,
+               "range_machines": [], "range_measured_us": None, "range_basis": None}
+        if model is None and refs:
+            from nccl_tune import references
+
+            found = references.kind_range(refs, topology_name, nranks, nbytes, env)
+            if found is not None:
+                row.update(range_us=[round(found.low, 2), round(found.high, 2)],
+                           range_machines=list(found.machines),
+                           range_measured_us=[round(v, 2) for v in found.measured],
+                           range_basis=found.basis)
+        rows.append(row)
+    return rows

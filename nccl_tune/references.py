@@ -163,6 +163,11 @@ def load(path: str | Path | None = None) -> list[Reference]:
     return out
 
 
+# Original kind names cover the finer kinds' references (`nvlink` is any NVLink machine).
+RELATED_KINDS = {"nvlink": ("nvlink", "nvswitch", "nvswitch-nvls", "nvlink-mesh"),
+                 "pcie": ("pcie", "pcie-switch")}
+
+
 def _comparable_env(env: dict) -> dict:
     # NCCL_GRAPH_FILE values name local files: compare whether one is set, not the name.
     return {k: ("set" if k == "NCCL_GRAPH_FILE" else v) for k, v in env.items()}
@@ -199,10 +204,11 @@ def kind_range(refs: list[Reference], kind: str, nranks: int, nbytes: int,
     `exclude_machine` leaves one machine out (to check a range against it).
     """
     want = _comparable_env(env or {})
-    pool = [r for r in refs if r.kind == kind and r.n_gpus == nranks
+    kinds = RELATED_KINDS.get(kind, (kind,))
+    pool = [r for r in refs if r.kind in kinds and r.n_gpus == nranks
             and r.machine != exclude_machine]
     same = [r for r in pool if _comparable_env(r.env) == want]
-    basis = "same settings"
+    basis = "same settings" if want else "NCCL's defaults"
     if not same:
         same = [r for r in pool if not r.env]
         basis = "NCCL's defaults (no reference with these settings)" if want else "NCCL's defaults"
@@ -215,4 +221,27 @@ def kind_range(refs: list[Reference], kind: str, nranks: int, nbytes: int,
     low, high = mid / half, mid * half
     if hi / lo >= RANGE_MAX_RATIO:  # cannot widen: the machines themselves span more
         low, high = lo, lo * RANGE_MAX_RATIO
+    # Rounded inwards, so the printed range is never wider than RANGE_MAX_RATIO.
+    low, high = math.ceil(low * 100) / 100, math.floor(high * 100) / 100
     return Range(low, high, (lo, hi), tuple(name for name, _ in values), basis)
+
+
+def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
+                  cell_model_us: float, found: Range) -> tuple[float, float] | None:
+    """tok/s under a cell, low-high, when NCCL's defaults take anywhere in `found`.
+
+    The model's relative saving (1 - cell/default) is applied to the published
+    range of the default latency: the machines differ, the ratio is what the model says.
+    """
+    from nccl_tune.model import projected_tok_s
+
+    if base_model_us <= 0:
+        return None
+    keep = cell_model_us / base_model_us
+    out = []
+    for lat in (found.low, found.high):
+        try:
+            out.append(projected_tok_s(baseline_tok_s, collectives * lat * (1 - keep) / 1000.0))
+        except ValueError:
+            return None
+    return (min(out), max(out))

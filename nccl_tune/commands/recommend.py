@@ -11,16 +11,17 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, export, model, plotting, recommendation, specdec, store
+from nccl_tune import (calibrate, costmodel, export, model, plotting, recommendation, references,
+                       specdec, store)
 from nccl_tune.commands.spec_plan import acceptance_options, parse_plan_inputs, parse_verify
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
-ASSUMED_TOPOLOGY = "pcie-shm"
-# costmodel's doc: the `shm` (host memory) per-hop constants are guesses tuned to the report.
-MODEL_CALIBRATION = ("its host-memory (P2P off) per-hop constants were chosen to match the public "
-                     "8x PCIe report's ~38 us per allreduce, so the modelled NCCL_P2P_LEVEL=SYS "
-                     "saving agrees with that report by construction, not as evidence")
+ASSUMED_TOPOLOGY = "pcie-amd-2s"  # the public 8x PCIe report's machines: two AMD Turin sockets
+# costmodel's doc: which constants were fitted to public tables.
+MODEL_CALIBRATION = ("its host-memory per-hop and Simple-over-PCIe constants were fitted to "
+                     "published tables, and real machines of one kind differ by 1.5x and more: "
+                     "a published range (or a `model fit` of your machine) says by how much")
 MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
                 "microbench.allreduce`) and pass the results file with --results")
 
@@ -50,9 +51,11 @@ def resolve_topology(choice: str) -> tuple[str, str]:
             return kind, f"{kind} (detected)"
         reason = "no GPU found" if not kind else f"detected '{kind}', which the model does not know"
     return ASSUMED_TOPOLOGY, (
-        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machine, where "
-        "NCCL's default P2P level sends traffic between GPUs on different CPU sockets through "
-        "host memory; pass --topology nvlink|pcie|pcie-shm to model another machine")
+        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machines (two AMD "
+        "sockets), where NCCL's default P2P level sends traffic between GPUs on different "
+        "CPU sockets through "
+        "host memory, and NCCL's topology search on AMD hosts makes it pick Simple for small "
+        f"messages; pass --topology ({'|'.join(costmodel.TOPOLOGIES)}) to model another machine")
 
 
 def _read(paths: tuple[str, ...]) -> list[dict]:
@@ -123,7 +126,8 @@ def _table(analysis, baseline_tok_s) -> str:
         line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
                 _saving_text(row, modelled)]
         if baseline_tok_s:
-            line.append(_fmt(row.projected_tok_s, 1))
+            line.append(f"{row.projected_range[0]:.0f}-{row.projected_range[1]:.0f}"
+                        if row.projected_range else _fmt(row.projected_tok_s, 1))
         line += [row.verdict, "" if row.eligible else (row.reason or "")]
         rows.append(line)
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
@@ -148,7 +152,10 @@ def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
                   if analysis.family_size > 1 else "")
         text += (f" ({_ci_label(analysis)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}{family}; {basis}); "
                  f"{'confirmed by NCCL log' if rec.trust == 'confirmed' else 'declared, not confirmed by NCCL log'}")
-    if baseline_tok_s and rec.projected_tok_s:
+    if baseline_tok_s and rec.projected_range:
+        text += (f"; {baseline_tok_s:.1f} -> {rec.projected_range[0]:.0f}-{rec.projected_range[1]:.0f} "
+                 "tok/s over the published machines' range")
+    elif baseline_tok_s and rec.projected_tok_s:
         text += f"; {baseline_tok_s:.1f} -> {rec.projected_tok_s:.1f} tok/s"
         if rec.projected_ci:
             text += f" [{rec.projected_ci[0]:.1f}, {rec.projected_ci[1]:.1f}]"
@@ -245,6 +252,8 @@ def _plot(path, analysis, comp) -> None:
               help="Results file(s) (JSON Lines) from bench/sweep/import; repeatable.")
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
               show_default=True, help="Machine the model assumes without results (auto: detect).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="Without --results: a `model fit` file (constants fitted to your machine).")
 @click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
               help="Decode tok/s (per sequence) with NCCL's defaults, to project tok/s.")
 @click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
@@ -270,7 +279,7 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
+              topology, model_path, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
               sglang_accept_rate, sglang_rate_convention, vllm_acceptance_rate, draft_ms,
               verify_ms, compute_per_token_ms, draft_collectives, other_ms, extrapolate, export_path,
               tuner_path, force, plot_path, confidence, as_json):
@@ -295,6 +304,9 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
             verify_points = parse_verify(verify_ms)
     topo_name, topo_note = resolve_topology(topology)
     extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
+    if results and model_path:
+        raise click.BadParameter("--model applies to the model, not to --results", param_hint="--model")
+    published = None
     if results:
         analysis = recommendation.analyze_records(
             _read(results), nbytes=nbytes, collectives=collectives, tp=tp, extrapolate=extrapolate,
@@ -302,10 +314,19 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         if analysis.topology in costmodel.TOPOLOGIES:
             topo_name = analysis.topology
     else:
+        loaded = None
+        if model_path:
+            loaded = calibrate.load(model_path)
+            topo_name, topo_note = loaded.topology, f"{loaded.topology} (from {model_path})"
         analysis = recommendation.analyze_model(
-            topology_name=topo_name, nranks=tp or 8, nbytes=nbytes, collectives=collectives,
-            baseline_tok_s=baseline_tok_s, extra_sizes=extra_sizes)
+            topology_name=topo_name, nranks=tp or (loaded.nranks if loaded else 8), nbytes=nbytes,
+            collectives=collectives, baseline_tok_s=baseline_tok_s, extra_sizes=extra_sizes,
+            params=loaded.params if loaded else None)
         analysis.topology_note = topo_note
+        if loaded:
+            analysis.notes.insert(0, loaded.describe())
+        else:
+            published = _published_range(analysis, topo_name, baseline_tok_s)
     comp = None
     if steps:
         comp = specdec.compare_profiles(
@@ -334,22 +355,57 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out = analysis.to_dict()
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
+        out["published_range"] = published.to_dict() if published else None
         out["acceptance"] = acceptance.description if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
         out["files"] = written
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-                results)
+                results, published)
 
 
 MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
 
 
+def _published_range(analysis, topo_name: str, baseline_tok_s):
+    """The range reference machines of this kind measured at the decode size, and each
+    cell's tok/s over it (low-high); None without a reference table or such machines."""
+    refs = references.load()
+    found = references.kind_range(refs, topo_name, analysis.world_size, analysis.message_bytes)
+    if found is None:
+        analysis.notes.append(
+            f"no published measurement of a {topo_name} machine with {analysis.world_size} GPUs"
+            + ("" if refs else f" (no reference table: set {references.ENV_VAR})")
+            + ": the figures are the model's alone")
+        return None
+    if baseline_tok_s:
+        for row in analysis.cells:
+            if row.latency_us is not None:
+                row.projected_range = references.project_tok_s(
+                    baseline_tok_s, analysis.collectives, analysis.baseline.latency_us,
+                    row.latency_us, found)
+    return found
+
+
+def _published_lines(analysis, published) -> list[str]:
+    lo, hi = published.measured
+    return [f"published: at {analysis.message_bytes} B, {len(published.machines)} reference machine(s) "
+            f"of kind {analysis.topology} with {analysis.world_size} GPUs measured {lo:.1f}-{hi:.1f} us "
+            f"({published.basis}; mostly eager nccl-tests-style timers): "
+            f"{', '.join(published.machines)}; range {published.low:.1f}-{published.high:.1f} us "
+            f"(widened to the {references.RANGE_MAX_RATIO}x machines of one kind differ by). "
+            f"The modelled default: {analysis.baseline.latency_us:.1f} us. tok/s ranges apply the "
+            "model's relative saving to that range."]
+
+
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-            results) -> None:
+            results, published=None) -> None:
     for line in _header(analysis, topo_note, workload, results):
         click.echo(line)
+    if published is not None:
+        for line in _published_lines(analysis, published):
+            click.echo(line)
     click.echo()
     click.echo(_table(analysis, baseline_tok_s))
     if analysis.source != MODELLED:
