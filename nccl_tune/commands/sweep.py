@@ -275,6 +275,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         elif topology_option != sim_model.topology:
             raise NcclTuneError(f"--topology {topology_option} differs from the model file's "
                                 f"'{sim_model.topology}'", path=model_path)
+        nproc = nproc or sim_model.nranks  # the fitted machine's world size
     gpus = gpu_count()
     backend, backend_note = _choose_backend(backend, gpus)
     nproc, nproc_note = _choose_nproc(nproc, backend, gpus)
