@@ -502,6 +502,12 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
                                            needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)),
                                            opts.model_file)
         notes.append(f"prediction from {curves.source}")
+        if opts.engine == "sglang":  # SGLang's own custom allreduce may bypass NCCL
+            from nccl_tune import engines
+
+            # --topology (or the --model file's) names the machine for the engine's rules
+            notes.extend(engines.notes("sglang", opts.topology, world, needed_sizes(
+                sizes["hidden"], sizes["dtype"], max(opts.steps))))
     if opts.engine == "builtin" and backend == "gloo":
         notes.append("engine builtin ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
                      "so any difference here is noise and the prediction (for NCCL) does not apply")

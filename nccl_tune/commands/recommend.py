@@ -11,8 +11,8 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import (calibrate, costmodel, export, model, plotting, recommendation, references,
-                       specdec, store)
+from nccl_tune import (calibrate, costmodel, engines, export, model, plotting, recommendation,
+                       references, specdec, store)
 from nccl_tune.commands.spec_plan import acceptance_options, parse_plan_inputs, parse_verify
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
@@ -252,6 +252,9 @@ def _plot(path, analysis, comp) -> None:
               help="Results file(s) (JSON Lines) from bench/sweep/import; repeatable.")
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
               show_default=True, help="Machine the model assumes without results (auto: detect).")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
+              show_default=True, help="Serving engine: says which decode allreduces its own "
+                                      "custom allreduce runs instead of NCCL.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Without --results: a `model fit` file (constants fitted to your machine).")
 @click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
@@ -279,7 +282,7 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, model_path, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
+              topology, engine, model_path, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
               sglang_accept_rate, sglang_rate_convention, vllm_acceptance_rate, draft_ms,
               verify_ms, compute_per_token_ms, draft_collectives, other_ms, extrapolate, export_path,
               tuner_path, force, plot_path, confidence, as_json):
@@ -327,6 +330,9 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
             analysis.notes.insert(0, loaded.describe())
         else:
             published = _published_range(analysis, topo_name, baseline_tok_s)
+    engine_notes = engines.notes(engine, analysis.topology or topo_name,
+                                 analysis.world_size or tp or 8, [nbytes, *extra_sizes])
+    analysis.notes.extend(engine_notes)
     comp = None
     if steps:
         comp = specdec.compare_profiles(
@@ -356,6 +362,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
         out["published_range"] = published.to_dict() if published else None
+        out["engine"] = {"name": engine, "notes": engine_notes}
         out["acceptance"] = acceptance.description if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
         out["files"] = written

@@ -57,6 +57,29 @@ def parse_verify(verify_ms: str):
         raise click.UsageError(str(exc)) from None
 
 
+def engines_kinds() -> list[str]:
+    """The cost model's topology kinds (spec-plan's --topology choices)."""
+    from nccl_tune import costmodel
+
+    return list(costmodel.TOPOLOGIES)
+
+
+def _engine_notes(engine: str, kind: str | None, tp: int, steps) -> list[str]:
+    """Whether the engine's decode and verify allreduces bypass NCCL (nccl_tune.engines)."""
+    from nccl_tune import engines, model
+
+    if engine == "none":
+        return []
+    if kind is None:
+        return [f"engine {engine}: on NVLink machines (and two PCIe GPUs with P2P) its custom "
+                f"allreduce, not NCCL, runs allreduces below {engines.MAX_BYTES[engine]} B, so "
+                f"NCCL settings do not change them; {engines.TO_NCCL[engine]} sends them through "
+                "NCCL (pass --topology to decide for your machine)"]
+    sizes = [model.message_bytes(k + 1, 7168, "bf16") for k in [0, *steps]]
+    return engines.notes(engine, kind, tp, sizes) + [
+        "(sizes: verify of k+1 tokens at hidden 7168, bf16)"]
+
+
 @click.command("spec-plan")
 @click.option("--verify-ms", required=True,
               help="Verify forward time: V (flat in tokens) or V1,V2,...@T1,T2,... measured at T "
@@ -69,9 +92,17 @@ def parse_verify(verify_ms: str):
 @click.option("--extrapolate", is_flag=True,
               help="Extrapolate the verify time linearly beyond the measured token counts (rows "
                    "marked *); without it those step counts are left out.")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
+              show_default=True, help="Serving engine: say whether its allreduces bypass NCCL.")
+@click.option("--topology", "engine_topology", default=None,
+              type=click.Choice(sorted(engines_kinds())),
+              help="With --engine: the machine kind (NVLink or PCIe decides the engine's path).")
+@click.option("--tp", type=click.IntRange(min=1), default=8, show_default=True,
+              help="With --engine: tensor-parallel size.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sglang_accept_rate,
-              sglang_rate_convention, vllm_acceptance_rate, steps, other_ms, extrapolate, as_json):
+              sglang_rate_convention, vllm_acceptance_rate, steps, other_ms, extrapolate, engine,
+              engine_topology, tp, as_json):
     """Plan the speculative draft step count from draft/verify timings and acceptance.
 
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
@@ -105,6 +136,7 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
     skipped_note = (f"steps left out (k + 1 tokens beyond the measured token counts "
                     f"{_counts(verify)}; --extrapolate): {', '.join(map(str, left_out))}"
                     if left_out else None)
+    engine_notes = _engine_notes(engine, engine_topology, tp, step_list)
     if as_json:
         from dataclasses import asdict
 
@@ -118,8 +150,10 @@ def spec_plan(verify_ms, draft_ms, accept_len, accept_rate, accept_per_pos, sgla
                    "skipped_steps": left_out,
                    "extrapolated_verify_tokens": {str(k): t for k, t in extrapolated.items()},
                    "extrapolation_note": note,
-                   "conventions": _conventions(acceptance, best.k)})
+                   "conventions": _conventions(acceptance, best.k), "engine_notes": engine_notes})
         return
+    for line in engine_notes:
+        click.echo(f"note: {line}")
     click.echo(f"acceptance: {acceptance.description}")
     flat = len(verify.points) == 1
     click.echo("verify: " + (f"{verify.points[0][1]:g} ms for any token count (flat: dense-like; give "
