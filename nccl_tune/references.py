@@ -245,3 +245,24 @@ def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
         except ValueError:
             return None
     return (min(out), max(out))
+
+
+def attach_published_range(analysis, kind: str, baseline_tok_s: float | None) -> Range | None:
+    """The range reference machines of `kind` measured at a modelled recommendation's
+    decode size; sets each cell's `projected_range` (tok/s low-high) over it. None, with a
+    note on `analysis`, without a reference table or a published machine of this kind."""
+    refs = load()
+    found = kind_range(refs, kind, analysis.world_size, analysis.message_bytes)
+    if found is None:
+        analysis.notes.append(
+            f"no published measurement of a {kind} machine with {analysis.world_size} GPUs"
+            + ("" if refs else f" (no reference table: set {ENV_VAR})")
+            + ": the figures are the model's alone")
+        return None
+    if baseline_tok_s:
+        for row in analysis.cells:
+            if row.latency_us is not None:
+                row.projected_range = project_tok_s(baseline_tok_s, analysis.collectives,
+                                                    analysis.baseline.latency_us, row.latency_us,
+                                                    found)
+    return found

@@ -329,7 +329,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         if loaded:
             analysis.notes.insert(0, loaded.describe())
         else:
-            published = _published_range(analysis, topo_name, baseline_tok_s)
+            published = references.attach_published_range(analysis, topo_name, baseline_tok_s)
     engine_notes = engines.notes(engine, analysis.topology or topo_name,
                                  analysis.world_size or tp or 8, [nbytes, *extra_sizes])
     analysis.notes.extend(engine_notes)
@@ -373,26 +373,6 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
 
 
 MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
-
-
-def _published_range(analysis, topo_name: str, baseline_tok_s):
-    """The range reference machines of this kind measured at the decode size, and each
-    cell's tok/s over it (low-high); None without a reference table or such machines."""
-    refs = references.load()
-    found = references.kind_range(refs, topo_name, analysis.world_size, analysis.message_bytes)
-    if found is None:
-        analysis.notes.append(
-            f"no published measurement of a {topo_name} machine with {analysis.world_size} GPUs"
-            + ("" if refs else f" (no reference table: set {references.ENV_VAR})")
-            + ": the figures are the model's alone")
-        return None
-    if baseline_tok_s:
-        for row in analysis.cells:
-            if row.latency_us is not None:
-                row.projected_range = references.project_tok_s(
-                    baseline_tok_s, analysis.collectives, analysis.baseline.latency_us,
-                    row.latency_us, found)
-    return found
 
 
 def _published_lines(analysis, published) -> list[str]:
