@@ -61,6 +61,7 @@ class Options:
     results: str | None = None
     results_any_world: bool = False  # predict from --results of another world size
     topology: str = "pcie"
+    model_file: str | None = None  # a `model fit` file for the prediction (no --results)
     layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
     hidden: int | None = None
     dtype: str = "bf16"
@@ -387,18 +388,25 @@ def curves_from_results(path: str, profile_env: dict[str, str], world: int | Non
 
 
 def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str,
-                          sizes: list[int]) -> Curves:
-    """Modelled curves at the given sizes (nccl_tune.costmodel; not a measurement)."""
-    from nccl_tune import costmodel
+                          sizes: list[int], model_file: str | None = None) -> Curves:
+    """Modelled curves at the given sizes (nccl_tune.costmodel; not a measurement);
+    `model_file`: a `model fit` file whose fitted constants time NCCL's choice."""
+    from nccl_tune import calibrate, costmodel
 
+    params, fitted = None, ""
+    if model_file:
+        loaded = calibrate.load(model_file)
+        params, topology = loaded.params, loaded.topology
+        fitted = f", constants fitted in {model_file}"
     try:
-        base = [(b, costmodel.latency_us(b, world, topology, {})) for b in sizes]
-        prof = [(b, costmodel.latency_us(b, world, topology, profile_env)) for b in sizes]
+        base = [(b, costmodel.latency_us(b, world, topology, {}, params=params)) for b in sizes]
+        prof = [(b, costmodel.latency_us(b, world, topology, profile_env, params=params))
+                for b in sizes]
     except ValueError as exc:
         raise NcclTuneError(f"cost model: {exc}") from None
     return Curves(model.LatencyCurve.from_points(base, "baseline"),
                   model.LatencyCurve.from_points(prof, "profile"),
-                  f"modelled: nccl_tune.costmodel, topology {topology}, {world} ranks", False,
+                  f"modelled: nccl_tune.costmodel{fitted}, topology {topology}, {world} ranks", False,
                   kind="modelled")
 
 
@@ -562,8 +570,15 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
                                          opts.results_any_world)
         else:
             curves = curves_from_costmodel(opts.profile_env, world, opts.topology,
-                                           needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)))
+                                           needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)),
+                                           opts.model_file)
         notes.append(f"prediction from {curves.source}")
+        if opts.engine == "sglang":  # SGLang's own custom allreduce may bypass NCCL
+            from nccl_tune import engines
+
+            # --topology (or the --model file's) names the machine for the engine's rules
+            notes.extend(engines.notes("sglang", opts.topology, world, needed_sizes(
+                sizes["hidden"], sizes["dtype"], max(opts.steps))))
     if backend == "gloo":
         notes.append(f"engine {opts.engine} ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
                      "so any difference here is noise and the prediction (for NCCL) does not apply")

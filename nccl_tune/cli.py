@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "Summarise results: per cell and size, intervals and verdicts vs baseline."),
     "recommend": ("nccl_tune.commands.recommend:recommend",
                   "Turn latencies into time saved per token; pick and export a profile."),
+    "model": ("nccl_tune.commands.model:model",
+              "Predict NCCL's choice and latency, or fit the model to your measurements."),
     "spec-plan": ("nccl_tune.commands.spec_plan:spec_plan",
                   "Plan the speculative draft step count from verify/draft timings."),
     "validate": ("nccl_tune.commands.validate:validate",

@@ -29,10 +29,15 @@ Two views of the same machine, because NCCL cannot see everything:
   far slower per hop than P2P) and the channels and threads it really runs with.
 
 What NCCL's tables do not give, and this module adds as labelled guesses:
-- `shm` per-hop latencies (PCI's plus 2.5 us) and bandwidth (5 GB/s per channel): chosen
-  so that P2P over SYS paths saves about 38 us per 14 KB allreduce on 8 ranks, the
-  public 8x PCIe report's figure for NCCL_P2P_LEVEL=SYS. That agreement is by
-  construction, not evidence.
+- `shm` per-hop latencies: PCI's plus 0.3 us (LL), 0.5 (LL128) and 1.0 (Simple), and
+  5 GB/s per channel. Fitted to a public result: a 4-GPU RTX PRO 6000 box measured with
+  p2pmark (voipmonitor/rtx6kpro, hardware/asus-esc8000a-e13p-broadcom-switches.md) took
+  15.4 us at 32 KB by default (host memory for the pairs across virtual switches) and
+  13.4 us with NCCL_P2P_LEVEL=SYS: about 0.3 us more per LL ring step; LL128's and
+  Simple's extras are guesses in proportion. (Earlier versions used +2.5 us per hop,
+  chosen so that NCCL_P2P_LEVEL=SYS alone gave the 8x PCIe report's 38 us per allreduce;
+  the published tables do not support that: on that report's machines the gain comes
+  from the protocol NCCL picks, see `pcie-amd-2s`.)
 - per-channel bandwidths by link, a small per-channel launch cost, throughput scaling
   with a CTA's maximum threads (NCCL_NTHREADS) up to 512, and NCCL_BUFFSIZE limiting
   the bytes one Simple pipeline slot carries.
@@ -83,8 +88,8 @@ class ModelParams:
     hw_lat: dict = field(default_factory=lambda: {
         "nvlink": _table((0.6, 1.9, 3.4), (0.6, 1.25, 4.0)),
         "pci": _table((1.0, 2.5, 5.7), (1.0, 1.9, 4.0)),
-        # PCI + 2.5 us per hop: see the module doc for how this guess was chosen.
-        "shm": _table((3.5, 5.0, 8.2), (3.5, 4.4, 6.5)),
+        # PCI + 0.3 / 0.5 / 1.0 us per hop (LL / LL128 / Simple): see the module doc.
+        "shm": _table((1.3, 3.0, 6.7), (1.3, 2.4, 5.0)),
     })
     nvls_lat: float = 25.0  # tuning.cc hwLat[NVLINK][NVLS][Simple]; never wins small messages
     # GB/s one channel moves over each link (guesses in the range of NCCL's bwIntra).
@@ -98,6 +103,20 @@ class ModelParams:
     ll_max_bw: float = 87.7
     channel_cost_us: float = 0.04  # per extra channel (CTA launch and sync), a guess
     default_nthreads: int = 512  # threads at which a CTA's throughput is taken as full, a guess
+    # Simple over PCIe (and host memory) takes (base, per ring step) us in time, not NCCL's
+    # 8.4 + 5.7 per step, which NCCL's selection still uses. Fitted to public results:
+    # 2x L40S 21.5 us (2 steps; yumibyte/CS244C-Research, NCCL_PROTO=Simple) and 8x RTX
+    # 5090 36-38 us (14 steps; aikitoria/open-gpu-kernel-modules README) at 4-32 KB fit a
+    # larger fixed cost and a smaller per-step one. None: NCCL's table for time too.
+    pcie_simple_time: tuple | None = (15.0, 1.5)
+    # Eager mode only: host time to launch one collective that a timer between CUDA events
+    # sees (graph replay hides it). A guess; published eager figures imply 0.5 to 40 us
+    # (nccl-tests -g N in one process launches N kernels), so `model fit` replaces it.
+    launch_us: float = 4.0
+    # Calibration (`model fit`; 1.0 = NCCL's tables as they are): a factor on every latency
+    # term (baseLat, hops x hwLat, pipeline steps) and one on each protocol's bandwidth.
+    lat_scale: float = 1.0
+    bw_scale: dict = field(default_factory=lambda: {"LL": 1.0, "LL128": 1.0, "Simple": 1.0})
 
     def perturbed(self, **changes) -> "ModelParams":
         """A copy with some fields replaced (for sim landscapes)."""
@@ -107,29 +126,8 @@ class ModelParams:
 NCCL_PARAMS = ModelParams()
 
 
-@dataclass(frozen=True)
-class Topology:
-    """A one-node machine as the model sees it."""
-
-    name: str
-    link: str  # "nvlink" | "pci": what NCCL's tuning model calls the intra-node hardware
-    p2p_path: str  # farthest GPU-GPU path, as `nvidia-smi topo -m` / NCCL print it
-    nvswitch: bool = False
-    default_channels: int = 2  # channels NCCL's topology search typically finds
-    ll128_by_default: bool = False  # NCCL enables LL128 itself only on NVLink machines
-    description: str = ""
-
-
-TOPOLOGIES: dict[str, Topology] = {
-    "nvlink": Topology("nvlink", "nvlink", "NVL", nvswitch=True, default_channels=16,
-                       ll128_by_default=True,
-                       description="GPUs on NVLink/NVSwitch (DGX/HGX class)"),
-    "pcie": Topology("pcie", "pci", "PXB", default_channels=2,
-                     description="PCIe-only GPUs, P2P enabled between all pairs"),
-    "pcie-shm": Topology("pcie-shm", "pci", "SYS", default_channels=2,
-                         description="PCIe-only GPUs across CPU sockets: NCCL's default P2P "
-                                     "level excludes SYS paths, so data goes through host memory"),
-}
+# The machine kinds (Topology, TOPOLOGIES) live in nccl_tune.kinds; re-exported here.
+from nccl_tune.kinds import TOPOLOGIES, Topology  # noqa: E402,F401
 
 # Path order for NCCL_P2P_LEVEL comparisons (NCCL's PATH_* order); legacy integers 0-5
 # map through NCCL's levelsOldToNew. NODE is nvidia-smi's name for a PHB-class path.
@@ -202,7 +200,7 @@ def candidates(topo: Topology, env: dict[str, str], op: str = "allreduce") -> li
     for algo in ("Ring", "Tree", "NVLS"):
         if algo not in algos:
             continue
-        if algo == "NVLS" and not (topo.nvswitch and env.get("NCCL_NVLS_ENABLE", "2") != "0"):
+        if algo == "NVLS" and not (topo.has_nvls and env.get("NCCL_NVLS_ENABLE", "2") != "0"):
             continue
         if algo == "Tree" and op != "allreduce":
             continue  # NCCL's tree serves allreduce only among these collectives
@@ -274,18 +272,27 @@ def _pool(max_channels: int, min_channels: int) -> int:
 
 
 def latency_term_us(op: str, nranks: int, algo: str, proto: str, link: str,
-                    params: ModelParams = NCCL_PARAMS) -> float:
-    """The fixed part of a collective's time: baseLat + hops x hwLat (NVLS: its own)."""
+                    params: ModelParams = NCCL_PARAMS, for_time: bool = False) -> float:
+    """The fixed part of a collective's time: baseLat + hops x hwLat (NVLS: its own).
+
+    `for_time`: the time the machine takes rather than NCCL's estimate; differs only for
+    Simple over PCIe and host memory (`ModelParams.pcie_simple_time`).
+    """
     if algo == "NVLS":
         return params.nvls_lat
     hops = 2 * (nranks - 1) if op == "allreduce" else nranks - 1
+    if for_time and proto == "Simple" and link in ("pci", "shm") and params.pcie_simple_time:
+        base, hop = params.pcie_simple_time
+        extra = params.hw_lat["shm"][(algo, proto)] - params.hw_lat["pci"][(algo, proto)]
+        return base + hops * (hop + (extra if link == "shm" else 0.0))
     return params.base_lat[(algo, proto)] + hops * params.hw_lat[link][(algo, proto)]
 
 
 def _alg_bandwidth(op: str, nranks: int, algo: str, proto: str, link: str, channels: int,
-                   params: ModelParams) -> float:
+                   params: ModelParams, per_channel: float | None = None) -> float:
     """Algorithm bandwidth (GB/s) = bus bandwidth x NCCL's algorithm ratio."""
-    per_channel = params.bw_per_channel[link]
+    if per_channel is None:
+        per_channel = params.bw_per_channel[link] * params.bw_scale.get(proto, 1.0)
     if algo == "Tree":
         bus = channels * per_channel * params.tree_eff[proto]
         return (min(bus, params.ll_max_bw) if proto == "LL" else bus) * 0.5
@@ -299,7 +306,8 @@ def _alg_bandwidth(op: str, nranks: int, algo: str, proto: str, link: str, chann
 
 def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: str,
                channels: int, nthreads: int = 512, buffsize: int = DEFAULT_BUFFSIZE,
-               params: ModelParams = NCCL_PARAMS, pool: int | None = None) -> float:
+               params: ModelParams = NCCL_PARAMS, pool: int | None = None,
+               mode: str | None = None) -> float:
     """Modelled time of one collective (us) launched on `channels`, CTAs of up to `nthreads`.
 
     latency (baseLat + hops x hwLat) + bytes / algorithm bandwidth of the communicator's
@@ -307,13 +315,14 @@ def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: s
     bandwidth is not needed, so the pool's is used, as NCCL's own model does), where a CTA
     with fewer than `params.default_nthreads` threads moves proportionally less (a guess),
     plus a small cost per launched channel beyond the first and, for Simple, one hop
-    latency per pipeline slot beyond the first when NCCL_BUFFSIZE is small. Non-decreasing
-    in `nbytes` for a fixed (algo, proto).
+    latency per pipeline slot beyond the first when NCCL_BUFFSIZE is small; in `mode`
+    "eager", plus the host launch time (`params.launch_us`). Non-decreasing in `nbytes`
+    for a fixed (algo, proto).
     """
     if nranks <= 1:
         return params.base_lat[("Ring", proto)] if algo != "NVLS" else params.nvls_lat
     pool = max(pool or channels, channels)
-    latency = latency_term_us(op, nranks, algo, proto, link, params)
+    latency = latency_term_us(op, nranks, algo, proto, link, params, for_time=True) * params.lat_scale
     thread_scale = 1.0 if proto == "LL128" else min(1.0, nthreads / params.default_nthreads)
     bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, pool, params) * thread_scale
     transfer = nbytes / (bandwidth * 1e3)  # GB/s = 1e3 bytes/us
@@ -322,20 +331,29 @@ def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: s
         # NCCL_BUFFSIZE only sizes the Simple protocol's buffer (LL/LL128 have their own).
         slot = max(1, buffsize // STEPS_PER_BUFFER)
         per_step = nbytes / (pool * nranks)
-        step_cost = max(0, math.ceil(per_step / slot) - 1) * params.hw_lat[link][(algo, proto)]
-    return latency + transfer + step_cost + params.channel_cost_us * (channels - 1)
+        step_cost = (max(0, math.ceil(per_step / slot) - 1) * params.hw_lat[link][(algo, proto)]
+                     * params.lat_scale)
+    launch = params.launch_us if mode == "eager" else 0.0
+    return launch + latency + transfer + step_cost + params.channel_cost_us * (channels - 1)
 
 
 def nccl_estimate_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, topo: Topology,
-                     pool: int, params: ModelParams = NCCL_PARAMS) -> float:
+                     pool: int, params: ModelParams = NCCL_PARAMS,
+                     env: dict[str, str] | None = None) -> float:
     """NCCL's own time estimate for (algo, proto): what its selection compares.
 
     Uses NCCL's view of the hardware (NVLink or PCI, never SHM), the channel pool (not
-    the channels finally launched) and tuning.cc's tree correction factors.
+    the channels finally launched) and tuning.cc's tree correction factors; where the
+    kind's topology search finds a degraded graph (`search_bw`), that graph's bandwidth
+    and channels, unless NCCL_GRAPH_FILE supplies the graph instead.
     """
     link = _selection_link(topo)
     latency = latency_term_us(op, nranks, algo, proto, link, params)
-    bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, pool, params)
+    if topo.search_bw is not None and not (env or {}).get("NCCL_GRAPH_FILE"):
+        bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, topo.search_channels or pool,
+                                   params, per_channel=topo.search_bw)
+    else:
+        bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, pool, params)
     if algo == "Tree":
         log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
         if 0 <= log_size < len(_TREE_CORRECTION[proto]):
@@ -366,46 +384,71 @@ def channel_pool(topo: Topology, env: dict[str, str]) -> int:
 
 
 def _time_choice(op: str, nbytes: int, nranks: int, algo: str, proto: str, topo: Topology,
-                 env: dict[str, str], res: _Resources, params: ModelParams) -> Choice:
+                 env: dict[str, str], res: _Resources, params: ModelParams,
+                 mode: str | None = None) -> Choice:
     link = effective_link(topo, env)
     nt_max = max_threads(algo, proto, link, env)
     channels, nthreads = launch_shape(nbytes, algo, proto, res.pool, nt_max, nranks)
     t = op_time_us(op, nbytes, nranks, algo, proto, link, channels, nt_max, res.buffsize, params,
-                   pool=res.pool)
+                   pool=res.pool, mode=mode)
     return Choice(algo, proto, channels, link, t, nthreads)
 
 
 def choose(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-           params: ModelParams = NCCL_PARAMS) -> Choice:
+           params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
     """NCCL's choice under its own model, timed with the same parameters on the real transport."""
-    return simulate(op, nbytes, nranks, env, topo, params, params)
+    return simulate(op, nbytes, nranks, env, topo, params, params, mode=mode)
+
+
+def predict(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
+            params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
+    """NCCL's choice (with NCCL's own constants: it knows no calibration) timed with `params`.
+
+    This is how a calibrated model (`model fit`) predicts: the fit changes how long each
+    (algorithm, protocol) takes on the machine, never what NCCL selects.
+    """
+    return simulate(op, nbytes, nranks, env, topo, params, NCCL_PARAMS, mode=mode)
 
 
 def simulate(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
              true_params: ModelParams = NCCL_PARAMS,
-             select_params: ModelParams = NCCL_PARAMS) -> Choice:
+             select_params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
     """NCCL's choice (made with `select_params`, NCCL's view) timed with `true_params`."""
+    res = _resources(topo, env)
+    algo, proto = selected_pair(op, nbytes, nranks, env, topo, select_params)
+    return _time_choice(op, nbytes, nranks, algo, proto, topo, env, res, true_params, mode)
+
+
+def selected_pair(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
+                  select_params: ModelParams = NCCL_PARAMS) -> tuple[str, str]:
+    """The (algorithm, protocol) NCCL's own estimate picks; ValueError when none is allowed."""
     res = _resources(topo, env)
     pairs = candidates(topo, env, op)
     if not pairs:
         raise ValueError("no algorithm/protocol is allowed by this environment on this topology")
-    algo, proto = min(pairs, key=lambda ap: nccl_estimate_us(op, nbytes, nranks, ap[0], ap[1], topo,
-                                                             res.pool, select_params))
-    return _time_choice(op, nbytes, nranks, algo, proto, topo, env, res, true_params)
+    return min(pairs, key=lambda ap: nccl_estimate_us(op, nbytes, nranks, ap[0], ap[1], topo,
+                                                      res.pool, select_params, env))
 
 
 def latency_us(nbytes: int, nranks: int, topology_name: str, env: dict[str, str] | None = None,
-               op: str = "allreduce") -> float:
-    """Modelled latency (us) of one collective of `nbytes` under `env` on a named topology."""
-    return choose(op, nbytes, nranks, env or {}, topology(topology_name)).time_us
+               op: str = "allreduce", params: ModelParams | None = None,
+               mode: str | None = None) -> float:
+    """Modelled latency (us) of one collective of `nbytes` under `env` on a named topology.
+
+    With `params` (a calibrated model) NCCL's choice is timed with them (`predict`).
+    """
+    topo = topology(topology_name)
+    if params is None:
+        return choose(op, nbytes, nranks, env or {}, topo, mode=mode).time_us
+    return predict(op, nbytes, nranks, env or {}, topo, params, mode=mode).time_us
 
 
 def fastest(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-            params: ModelParams = NCCL_PARAMS) -> Choice:
+            params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
     """The allowed (algo, proto) this model times fastest (not necessarily NCCL's pick)."""
     res = _resources(topo, env)
     pairs = candidates(topo, env, op)
     if not pairs:
         raise ValueError("no algorithm/protocol is allowed by this environment on this topology")
-    timed = [_time_choice(op, nbytes, nranks, a, p, topo, env, res, params) for a, p in pairs]
+    timed = [_time_choice(op, nbytes, nranks, a, p, topo, env, res, params, mode) for a, p in pairs]
     return min(timed, key=lambda c: c.time_us)

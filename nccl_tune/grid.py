@@ -309,14 +309,16 @@ def topology_reason(env: dict[str, str], topology: str | None,
     topo = costmodel.topology(topology)
     notes: list[str] = []
     algo = env.get("NCCL_ALGO")
-    if algo is not None and not topo.nvswitch:
+    # NVLS needs NVSwitch with NVLink SHARP (Hopper or later): A100's NVSwitch has none.
+    lacks = "NVSwitch" if not topo.nvswitch else "NVLink SHARP"
+    if algo is not None and not topo.has_nvls:
         allowed = settings.allowed_algorithms(algo)
         if allowed and allowed <= NVLS_ALGOS:
-            return f"NCCL_ALGO={algo} allows only NVLS, which needs NVSwitch ('{topology}' has none)", []
+            return f"NCCL_ALGO={algo} allows only NVLS, which needs {lacks} ('{topology}' has none)", []
         if allowed & NVLS_ALGOS and not algo.startswith("^"):
-            notes.append(f"NCCL_ALGO={algo}: NVLS has no effect without NVSwitch")
-    if env.get("NCCL_NVLS_ENABLE") == "1" and not topo.nvswitch:
-        return f"NCCL_NVLS_ENABLE=1 needs NVSwitch ('{topology}' has none)", []
+            notes.append(f"NCCL_ALGO={algo}: NVLS has no effect without {lacks}")
+    if env.get("NCCL_NVLS_ENABLE") == "1" and not topo.has_nvls:
+        return f"NCCL_NVLS_ENABLE=1 needs {lacks} ('{topology}' has none)", []
     proto = env.get("NCCL_PROTO")
     if proto is not None and settings.enables_ll128(proto) and not topo.ll128_by_default:
         message = (f"NCCL_PROTO={proto} forces LL128 on '{topology}', where NCCL keeps it off "

@@ -69,6 +69,7 @@ class CellRow:
     saving: SavingEstimate | None = None
     projected_tok_s: float | None = None
     projected_ci: tuple[float, float] | None = None
+    projected_range: tuple[float, float] | None = None  # modelled: over published machines
     verdict: str = ""
     eligible: bool = False
     reason: str | None = None  # why it is not recommended
@@ -109,6 +110,7 @@ class CellRow:
             "extrapolated": saving.extrapolated if saving else False,
             "projected_tok_s": self.projected_tok_s,
             "projected_tok_s_ci": list(self.projected_ci) if self.projected_ci else None,
+            "projected_tok_s_range": list(self.projected_range) if self.projected_range else None,
             "verdict": self.verdict, "eligible": self.eligible, "reason": self.reason,
             "errors": self.errors,
         }
@@ -431,9 +433,11 @@ def _judge_measured(row: CellRow, base_records, cell_records, nbytes, collective
 
 # ---------------------------------------------------------------- modelled (embedded default)
 
-def model_curve(env: dict[str, str], topology_name: str, nranks: int, sizes) -> LatencyCurve:
-    """A latency curve from the cost model at `sizes` (bytes)."""
-    points = [(b, costmodel.latency_us(b, nranks, topology_name, env)) for b in sorted(set(sizes))]
+def model_curve(env: dict[str, str], topology_name: str, nranks: int, sizes,
+                params: costmodel.ModelParams | None = None) -> LatencyCurve:
+    """A latency curve from the cost model at `sizes` (bytes); `params`: a fitted model."""
+    points = [(b, costmodel.latency_us(b, nranks, topology_name, env, params=params))
+              for b in sorted(set(sizes))]
     return LatencyCurve.from_points(points, label=f"model {topology_name}")
 
 
@@ -444,19 +448,20 @@ def default_model_sizes(extra=()) -> list[int]:
 
 def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: int,
                   baseline_tok_s: float | None = None, candidates=MODELLED_CANDIDATES,
-                  extra_sizes=()) -> Analysis:
-    """The embedded default: NCCL's defaults against a few settings, all modelled."""
+                  extra_sizes=(), params: costmodel.ModelParams | None = None) -> Analysis:
+    """The embedded default: NCCL's defaults against a few settings, all modelled
+    (`params`: constants fitted by `model fit`; NCCL's own choice is kept)."""
     sizes = default_model_sizes([nbytes, *extra_sizes])
 
     def row_for(env: dict) -> CellRow:
         from nccl_tune.store import cell_id
 
-        curve = model_curve(env, topology_name, nranks, sizes)
+        curve = model_curve(env, topology_name, nranks, sizes, params)
         row = CellRow(cell=cell_id(env), env=dict(env), curve=curve, confirmed=None)
         row.latency_us = curve.at(nbytes)
         row.comm_ms = collectives * row.latency_us / 1000.0
-        choice = costmodel.choose("allreduce", nbytes, nranks, env,
-                                  costmodel.topology(topology_name))
+        choice = costmodel.predict("allreduce", nbytes, nranks, env,
+                                   costmodel.topology(topology_name), params or costmodel.NCCL_PARAMS)
         row.effective = {"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
                          "confirmed": None, "detail": f"modelled, transport {choice.link}"}
         return row

@@ -48,12 +48,16 @@ class Landscape:
     # Effects of pairs of settings together: ((NAME, value), (NAME, value), factor) triples
     # (hardware effects that no one-variable-at-a-time search can see alone).
     interactions: tuple = ()
+    # A `model fit` file whose constants are the true parameters (None: NCCL's tables);
+    # with one, eager records include its fitted launch time.
+    calibrated: str | None = None
 
     def describe(self) -> str:
         """One line saying what this landscape is."""
         what = {"nccl": "NCCL's own cost model", "flat": "a flat landscape (all cells equal)",
                 "perturbed": f"the cost model with perturbed true parameters (seed {self.seed})"}
-        return f"simulated: {what.get(self.kind, self.kind)} on topology '{self.topology}'"
+        fitted = f", constants fitted in {self.calibrated}" if self.calibrated else ""
+        return f"simulated: {what.get(self.kind, self.kind)}{fitted} on topology '{self.topology}'"
 
 
 def _scaled(table: dict, rng: np.random.Generator, sd: float) -> dict:
@@ -72,29 +76,37 @@ def perturbed_params(seed: int, strength: float = 0.25,
     )
 
 
-def make_landscape(kind: str, topology: str, seed: int = 0, **changes) -> Landscape:
-    """A landscape by name: 'nccl' (the model as is), 'perturbed' (seeded) or 'flat'."""
+def make_landscape(kind: str, topology: str, seed: int = 0, model=None, **changes) -> Landscape:
+    """A landscape by name: 'nccl' (the model as is), 'perturbed' (seeded) or 'flat';
+    `model` (calibrate.LoadedModel): its fitted constants are the true parameters."""
     if kind not in LANDSCAPES:
         raise ValueError(f"unknown sim landscape '{kind}' (known: {', '.join(LANDSCAPES)})")
     costmodel.topology(topology)  # validates the name
     land = Landscape(topology=topology, kind=kind, seed=seed)
+    base = costmodel.NCCL_PARAMS
+    if model is not None:
+        base = model.params
+        land = replace(land, true_params=base, calibrated=model.path)
     if kind == "perturbed":
-        land = replace(land, true_params=perturbed_params(seed))
+        land = replace(land, true_params=perturbed_params(seed, base=base))
     return replace(land, **changes)
 
 
 def true_choice(land: Landscape, env: dict, op: str, nbytes: int,
-                nranks: int) -> costmodel.Choice:
+                nranks: int, mode: str | None = None) -> costmodel.Choice:
     """The noiseless latency of a cell: NCCL's choice, timed with the true parameters.
 
     Raises ValueError when the environment allows no algorithm on this topology.
     """
     topo = costmodel.topology(land.topology)
+    mode = mode if land.calibrated else None  # launch time only as a fit measured it
     if land.kind == "flat":  # every cell runs as fast as NCCL's defaults
-        choice = costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
+        choice = costmodel.simulate(op, nbytes, nranks, {}, topo, land.true_params,
+                                    land.select_params, mode) if land.calibrated else \
+            costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
     else:
         choice = costmodel.simulate(op, nbytes, nranks, env, topo, land.true_params,
-                                    land.select_params)
+                                    land.select_params, mode)
     factor = math.prod(land.effects.get(name, {}).get(value, 1.0) for name, value in env.items())
     for (name_a, value_a), (name_b, value_b), pair_factor in land.interactions:
         if env.get(name_a) == value_a and env.get(name_b) == value_b:
@@ -144,7 +156,7 @@ def measure_cell(land: Landscape, *, run_id: str, env: dict, op: str, sizes: lis
         fields.update(extra or {})
         broken = land.broken.get(cell)
         try:
-            choice = true_choice(land, env, op, nbytes, nranks)
+            choice = true_choice(land, env, op, nbytes, nranks, mode)
         except ValueError as exc:
             out.append(store.make_record(**fields, status="failed", correct=None,
                                          error=f"simulated: NCCL would fail: {exc}"))

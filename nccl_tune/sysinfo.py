@@ -104,9 +104,10 @@ def topology_info(topo_file: str | None = None) -> dict:
     out = topo.to_dict()
     try:
         out["kind"] = topology.classify(topo, vendor)
-        level = topology.default_p2p_level(vendor)
+        level = topology.default_p2p_level(vendor, len(topo.gpus))
         out["note"] = (f"kind assumes NCCL's default P2P level {level}"
-                       + ("" if vendor else " (CPU vendor unknown; PXB is Intel's, AMD's is SYS)"))
+                       + ("" if vendor else " (CPU vendor unknown; NCCL's default is PXB, "
+                          "SYS on AMD hosts with two GPUs or fewer)"))
     except NcclTuneError as exc:
         out["kind"] = None
         out["note"] = exc.message

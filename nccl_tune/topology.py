@@ -12,11 +12,12 @@ The parser takes what people save and paste, not only what nvidia-smi prints:
   (`mlx5_0`); affinity columns `CPU Affinity`, `NUMA Affinity`, `GPU NUMA ID`, or
   only `CPU Affinity` in older layouts.
 
-`classify` reduces a matrix to the cost model's topology kinds (costmodel.TOPOLOGIES):
-`nvlink` (every GPU pair on NVLink), `pcie` (the non-NVLink pairs use P2P over PCIe) or
-`pcie-shm` (some pair is farther than NCCL's default P2P level, so NCCL moves that data
-through host memory). NCCL's default level (graph/paths.cc ncclTopoCheckP2p, 2.2x-2.3x)
-is PXB on Intel, Zhaoxin and ARM CPUs and SYS on others (AMD): pass the CPU vendor when
+`classify` reduces a matrix (and the CPU vendor, and GPU names where known) to the cost
+model's topology kinds (costmodel.TOPOLOGIES) by what NCCL would build: NVSwitch with or
+without NVLS, an NVLink hybrid cube mesh (SYS pairs, but NVLink rings), PCIe switches,
+direct attach on one socket, two sockets (Intel-like or AMD, where NCCL's topology
+search falls back). NCCL's default P2P level (graph/paths.cc ncclTopoCheckP2p,
+2.2x-2.30) is PXB, and SYS on AMD hosts with two GPUs or fewer: pass the CPU vendor when
 known; without it the common Intel case (PXB) is assumed. The driver may still refuse
 P2P between some GPUs (`nvidia-smi topo -p2p r` shows it); this module cannot see that.
 """
@@ -39,7 +40,8 @@ _LEGEND_RE = re.compile(r"^\s*(\S+)\s+=\s+(.+?)\s*$")
 # Multi-word affinity column names, longest first.
 _AFFINITY_NAMES = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
 PCIE_P2P_ENTRIES = ("PIX", "PXB")  # within NCCL's default P2P level on Intel (PXB)
-KINDS = ("nvlink", "pcie", "pcie-shm")
+KINDS = ("nvlink", "pcie", "pcie-shm", "nvswitch", "nvswitch-nvls", "nvlink-mesh",
+         "pcie-switch", "pcie-direct", "pcie-amd-2s")
 
 
 @dataclass
@@ -251,39 +253,93 @@ def _parse_legends(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     return legend, nic_names
 
 
-def default_p2p_level(cpu_vendor: str | None) -> str:
+def default_p2p_level(cpu_vendor: str | None, n_gpus: int | None = None) -> str:
     """NCCL's default P2P level for a CPU vendor string (as /proc/cpuinfo's vendor_id).
 
-    paths.cc: PXB on Intel, Zhaoxin and ARM, SYS otherwise. Unknown vendor: PXB (the
-    common Intel case, and the cautious one for latency estimates).
+    paths.cc (ncclTopoCheckP2p, 2.2x-2.30): PXB, except on AMD hosts with two GPUs or
+    fewer, where it is SYS. Unknown vendor: PXB (the common Intel case, and the cautious
+    one for latency estimates); AMD with an unknown GPU count: SYS (the two-GPU rule).
     """
     if cpu_vendor is None:
         return "PXB"
     vendor = cpu_vendor.lower()
-    if "amd" in vendor or "hygon" in vendor:
+    if ("amd" in vendor or "hygon" in vendor) and (n_gpus is None or n_gpus <= 2):
         return "SYS"
     return "PXB"
 
 
-def classify(topo: Topology, cpu_vendor: str | None = None) -> str:
-    """'nvlink', 'pcie' or 'pcie-shm' (the keys of costmodel.TOPOLOGIES).
+def _is_amd(cpu_vendor: str | None) -> bool:
+    return bool(cpu_vendor) and ("amd" in cpu_vendor.lower() or "hygon" in cpu_vendor.lower())
 
-    nvlink: every GPU pair is NV#. Otherwise the non-NVLink pairs decide (a ring crosses
-    its slowest hop): all within NCCL's default P2P level -> pcie (P2P over PCIe);
-    any beyond it (PHB/NODE/SYS with the PXB default) -> pcie-shm (through host memory).
+
+def _nvlink_ring(gpus: list[str], nv: set[frozenset]) -> bool:
+    """True when one ring can visit every GPU over NVLink hops only (a Hamiltonian cycle)."""
+    if len(gpus) < 3:
+        return all(frozenset(p) in nv for p in itertools.combinations(gpus, 2))
+    first, rest = gpus[0], gpus[1:]
+
+    def extend(path: list[str], left: set[str]) -> bool:
+        if not left:
+            return frozenset((path[-1], first)) in nv
+        return any(extend(path + [g], left - {g}) for g in sorted(left)
+                   if frozenset((path[-1], g)) in nv)
+
+    return extend([first], set(rest))
+
+
+def classify(topo: Topology, cpu_vendor: str | None = None,
+             gpu_names: list[str] | None = None) -> str:
+    """The cost model's topology kind (a key of costmodel.TOPOLOGIES), by what NCCL builds.
+
+    - every GPU pair NV#: `nvswitch-nvls` for Hopper/Blackwell names, `nvswitch` for
+      A100, `nvlink` when `gpu_names` does not tell;
+    - some pairs NV# and the others not, but one ring can visit every GPU over NVLink
+      (V100/P100 hybrid cube mesh: SYS pairs in the matrix): `nvlink-mesh`, since NCCL's
+      search builds its rings from NVLink hops and nothing goes through host memory;
+    - otherwise the non-NVLink pairs decide, against NCCL's default P2P level (PXB; SYS
+      on AMD with two GPUs or fewer): all PIX/PXB -> `pcie-switch`; all within the
+      level -> `pcie`; SYS pairs on an AMD host with more than two GPUs -> `pcie-amd-2s`
+      (NCCL's search fallback, see costmodel); other SYS pairs -> `pcie-shm`; PHB/NODE
+      pairs only -> `pcie-direct`.
     NcclTuneError when there are fewer than two GPUs.
     """
     gpus = topo.gpus
     if len(gpus) < 2:
         raise NcclTuneError(f"{len(gpus)} GPU in the topology: no GPU-to-GPU link to classify",
                             path=topo.source)
-    pairs = [topo.matrix[a][b] for a, b in itertools.combinations(gpus, 2)]
-    other = [p for p in pairs if not _NVLINK_RE.match(p)]
+    pairs = {frozenset(p): topo.matrix[p[0]][p[1]] for p in itertools.combinations(gpus, 2)}
+    nv = {p for p, link in pairs.items() if _NVLINK_RE.match(link)}
+    other = [link for p, link in pairs.items() if p not in nv]
     if not other:
+        names = " ".join(gpu_names or []).upper()
+        if re.search(r"H100|H200|H800|H20\b|B200|B100|GB200|B300|GH200", names):
+            return "nvswitch-nvls"
+        if re.search(r"A100|A800", names):
+            return "nvswitch"
         return "nvlink"
-    if default_p2p_level(cpu_vendor) == "SYS" or all(p in PCIE_P2P_ENTRIES for p in other):
+    if nv and _nvlink_ring(gpus, nv):
+        return "nvlink-mesh"
+    if all(p in PCIE_P2P_ENTRIES for p in other):
+        return "pcie-switch"
+    if default_p2p_level(cpu_vendor, len(gpus)) == "SYS":
         return "pcie"
-    return "pcie-shm"
+    if any(p in ("SYS", "SOC") for p in other):
+        return "pcie-amd-2s" if _is_amd(cpu_vendor) and len(gpus) > 2 else "pcie-shm"
+    return "pcie-direct"
+
+
+def gpu_names(timeout: float = 30.0) -> list[str] | None:
+    """GPU product names from `nvidia-smi --query-gpu=name`, or None when it cannot tell."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return names if done.returncode == 0 and names else None
 
 
 def run_nvidia_smi_topo(timeout: float = 30.0) -> str | None:
@@ -321,6 +377,7 @@ def detect_kind() -> str | None:
     if text is None:
         return None
     try:
-        return classify(parse_topo(text, source="nvidia-smi topo -m"), local_cpu_vendor())
+        return classify(parse_topo(text, source="nvidia-smi topo -m"), local_cpu_vendor(),
+                        gpu_names())
     except NcclTuneError:
         return None

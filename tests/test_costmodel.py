@@ -16,8 +16,12 @@ def test_one_node_ring_latency_is_baselat_plus_2n_minus_1_hops(link, proto, nran
     # tuning.cc: one-node ring allreduce latency = baseLat + 2(n-1) * hwLat.
     expected = P.base_lat[("Ring", proto)] + 2 * (nranks - 1) * P.hw_lat[link][("Ring", proto)]
     assert cm.latency_term_us("allreduce", nranks, "Ring", proto, link) == pytest.approx(expected)
-    # At a tiny size the whole modelled time is that latency (transfer of 8 bytes ~ 0).
+    # At a tiny size the whole modelled time is that latency (transfer of 8 bytes ~ 0),
+    # except Simple over PCIe, whose time (not NCCL's estimate) uses pcie_simple_time.
     tiny = cm.op_time_us("allreduce", 8, nranks, "Ring", proto, link, channels=1)
+    if proto == "Simple" and link == "pci":
+        base, hop = P.pcie_simple_time
+        expected = base + 2 * (nranks - 1) * hop
     assert tiny == pytest.approx(expected, abs=0.01)
 
 
@@ -74,7 +78,15 @@ def test_latency_monotone_in_size_for_each_algorithm_and_protocol(name, env):
 @pytest.mark.parametrize("name", list(cm.TOPOLOGIES))
 @pytest.mark.parametrize("env", [e for e in ENVS if "NCCL_NTHREADS" not in e])
 def test_latency_of_nccls_choice_monotone_in_size(name, env):
-    assert _nondecreasing([cm.latency_us(b, 8, name, env) for b in SIZES])
+    # Monotone while NCCL keeps its choice; where it switches (by its own estimate, which
+    # for Simple over PCIe is not the time the machine takes) the time may drop a little.
+    topo = cm.topology(name)
+    runs: dict = {}
+    for b in SIZES:
+        choice = cm.choose("allreduce", b, 8, env, topo)
+        runs.setdefault((choice.algo, choice.proto), []).append(choice.time_us)
+    for pair, times in runs.items():
+        assert _nondecreasing(times), (pair, times)
 
 
 def test_few_threads_can_fool_nccls_choice():
@@ -108,18 +120,55 @@ def test_p2p_level_decides_the_transport():
 
 def test_choice_uses_nccls_view_but_time_uses_the_real_transport():
     # NCCL's tuning model has no SHM entry: it picks the same pair on pcie and pcie-shm,
-    # but the collective takes longer through host memory.
+    # but the collective takes longer through host memory (0.3 us more per LL ring step,
+    # and host memory's lower bandwidth).
     on_p2p = cm.choose("allreduce", 14336, 8, {}, cm.topology("pcie"))
     on_shm = cm.choose("allreduce", 14336, 8, {}, cm.topology("pcie-shm"))
     assert (on_p2p.algo, on_p2p.proto) == (on_shm.algo, on_shm.proto)
-    assert on_shm.link == "shm" and on_shm.time_us > on_p2p.time_us + 20
+    assert on_shm.link == "shm" and on_shm.time_us > on_p2p.time_us + 14 * 0.3
 
 
-def test_shm_guess_reproduces_the_public_report_by_construction():
-    # Documented calibration (not evidence): P2P over SYS saves ~38 us per 14 KB allreduce.
+def test_p2p_level_alone_saves_little_on_an_intel_two_socket_box():
+    # Fitted to the published 4-GPU p2pmark table (default 15.4 us vs P2P_LEVEL=SYS 13.4 us
+    # at 32 KB): a few us per 8-rank allreduce, not the 38 us an earlier guess assumed.
     saved = cm.latency_us(14336, 8, "pcie-shm") - cm.latency_us(14336, 8, "pcie-shm",
                                                                 {"NCCL_P2P_LEVEL": "SYS"})
-    assert 33 < saved < 43
+    assert 2 < saved < 8
+
+
+def test_amd_two_socket_search_fallback_makes_nccl_pick_simple():
+    # search.cc falls back to 1 channel at 0.1 GB/s on two AMD sockets: NCCL's estimate
+    # then prefers Simple from about 4 KB (the published 8x 5090 Turin table jumps there).
+    topo = cm.topology("pcie-amd-2s")
+    assert cm.choose("allreduce", 2048, 8, {}, topo).proto == "LL"
+    assert cm.choose("allreduce", 8192, 8, {}, topo).proto == "Simple"
+    assert cm.choose("allreduce", 14336, 8, {"NCCL_P2P_LEVEL": "SYS"}, topo).proto == "Simple"
+    # A graph file replaces the search: NCCL's usual view, LL for small messages.
+    assert cm.choose("allreduce", 32768, 8, {"NCCL_GRAPH_FILE": "g.xml"}, topo).proto == "LL"
+    # So the protocol, not the P2P level, is where the time goes.
+    base = cm.latency_us(14336, 8, "pcie-amd-2s")
+    by_proto = base - cm.latency_us(14336, 8, "pcie-amd-2s", {"NCCL_PROTO": "LL"})
+    by_level = base - cm.latency_us(14336, 8, "pcie-amd-2s", {"NCCL_P2P_LEVEL": "SYS"})
+    assert by_proto > by_level > 0
+
+
+def test_nvls_only_where_the_kind_has_it():
+    big = 8 << 20
+    assert cm.choose("allreduce", big, 8, {"NCCL_ALGO": "NVLS"}, cm.topology("nvswitch-nvls")).algo == "NVLS"
+    with pytest.raises(ValueError):
+        cm.choose("allreduce", big, 8, {"NCCL_ALGO": "NVLS"}, cm.topology("nvswitch"))
+    assert cm.choose("allreduce", 1 << 20, 8, {}, cm.topology("nvswitch")).algo != "NVLS"
+
+
+def test_eager_mode_adds_the_launch_time_and_calibration_scales():
+    topo = cm.topology("pcie")
+    graph = cm.choose("allreduce", 16384, 8, {}, topo)
+    eager = cm.choose("allreduce", 16384, 8, {}, topo, mode="eager")
+    assert eager.time_us == pytest.approx(graph.time_us + P.launch_us)
+    slow = P.perturbed(lat_scale=2.0)
+    fitted = cm.predict("allreduce", 16384, 8, {}, topo, slow)
+    assert (fitted.algo, fitted.proto) == (graph.algo, graph.proto)  # NCCL's choice kept
+    assert fitted.time_us > 1.8 * graph.time_us
 
 
 def test_nthreads_matters_only_where_it_limits_threads():

@@ -49,15 +49,16 @@ def test_pcie_two_socket_tabs_gpu_numa_id():
     assert topo.matrix["GPU6"]["NIC1"] == "NODE"
     assert classify(topo) == "pcie-shm"                 # NODE/SYS pairs exceed PXB (Intel)
     assert classify(topo, "GenuineIntel") == "pcie-shm"
-    assert classify(topo, "AuthenticAMD") == "pcie"     # NCCL's default on AMD is SYS
+    # AMD with more than two GPUs keeps PXB (paths.cc), and NCCL's search falls back.
+    assert classify(topo, "AuthenticAMD") == "pcie-amd-2s"
 
 
-def test_pcie_switch_spaces_prompt_is_pcie():
+def test_pcie_switch_spaces_prompt_is_a_pcie_switch_box():
     topo = load(TOPO / "pcie_switch_4gpu_spaces_prompt.txt")
     assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
     assert topo.links()["GPU2"] == {"GPU0": "PXB", "GPU1": "PXB", "GPU3": "PIX"}
     assert topo.affinity["GPU3"]["GPU NUMA ID"] == "N/A"
-    assert classify(topo) == "pcie"
+    assert classify(topo) == "pcie-switch"
 
 
 def test_legacy_layout_mlx_columns_soc_cpu_affinity_only():
@@ -66,14 +67,16 @@ def test_legacy_layout_mlx_columns_soc_cpu_affinity_only():
     assert topo.links()["GPU0"] == {"GPU1": "NV2", "GPU2": "SOC", "GPU3": "SOC"}
     assert topo.matrix["mlx5_0"]["GPU0"] == "PHB"
     assert "SOC" in topo.legend
-    assert classify(topo) == "pcie-shm"   # NVLink pairs, but SOC (= SYS) pairs in the ring
+    # NVLink pairs, but no NVLink ring through all four GPUs: SOC (= SYS) hops in the ring
+    assert classify(topo) == "pcie-shm"
 
 
 def test_markdown_paste_reads_only_the_first_matrix():
     topo = load(TOPO / "markdown_indented_phb_then_p2p_matrix.txt")
     assert topo.links() == {"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}}
     assert "NS" not in topo.legend and "OK" not in topo.legend
-    assert classify(topo) == "pcie-shm"
+    assert classify(topo) == "pcie-direct"            # PHB on one socket: beyond PXB
+    assert classify(topo, "AuthenticAMD") == "pcie"   # two GPUs on AMD: SYS level, P2P
 
 
 def test_single_gpu_cannot_be_classified():
@@ -124,13 +127,31 @@ def test_detect_kind_runs_nvidia_smi(monkeypatch, tmp_path):
     fake.write_text(f"#!/bin/sh\ncat '{TOPO / 'pcie_switch_4gpu_spaces_prompt.txt'}'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    assert topology.detect_kind() == "pcie"
+    assert topology.detect_kind() == "pcie-switch"
 
 
 def test_default_p2p_level():
     assert topology.default_p2p_level(None) == "PXB"
     assert topology.default_p2p_level("GenuineIntel") == "PXB"
     assert topology.default_p2p_level("AuthenticAMD") == "SYS"
+    assert topology.default_p2p_level("AuthenticAMD", 2) == "SYS"
+    assert topology.default_p2p_level("AuthenticAMD", 8) == "PXB"
+
+
+def test_v100_hybrid_cube_mesh_is_classified_by_the_rings_nccl_builds():
+    # SYS pairs in the matrix, but every GPU reaches the ring over NVLink: NCCL's rings
+    # use NVLink hops only, so this is no host-memory (pcie-shm) machine.
+    topo = load(TOPO / "v100_hybrid_cube_mesh_8gpu_tabs.txt")
+    assert topo.links()["GPU0"]["GPU5"] == "SYS"
+    assert classify(topo) == "nvlink-mesh"
+    assert classify(topo, "GenuineIntel") == "nvlink-mesh"
+
+
+def test_nvswitch_kind_by_gpu_name(real_fixtures):
+    topo = load(real_fixtures / "topo" / "h100_8gpu_nv18_ht_affinity.txt")
+    assert classify(topo, None, ["NVIDIA H100 80GB HBM3"] * 8) == "nvswitch-nvls"
+    assert classify(topo, None, ["NVIDIA A100-SXM4-80GB"] * 8) == "nvswitch"
+    assert classify(topo, None, None) == "nvlink"
 
 
 def test_damaged_nic_cells_keep_the_gpu_block_and_warn():
@@ -169,19 +190,20 @@ def test_markdown_pipe_table():
     assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"] and topo.nics == []
     assert topo.links()["GPU0"] == {"GPU1": "PIX", "GPU2": "PXB", "GPU3": "PXB"}
     assert topo.affinity["GPU3"] == {"CPU Affinity": "0-31", "NUMA Affinity": "0", "GPU NUMA ID": "N/A"}
-    assert classify(topo) == "pcie" and not topo.warnings
+    assert classify(topo) == "pcie-switch" and not topo.warnings  # PIX/PXB only: P2P everywhere
 
 
 # PCIe machines whose GPU blocks were posted publicly (each file's .source names the post):
-# pcie (P2P over PCIe) or pcie-shm (through host memory) decides the shipped advice.
+# P2P over PCIe (pcie, pcie-switch) or through host memory (pcie-direct on one socket,
+# pcie-shm / pcie-amd-2s across sockets) decides the shipped advice.
 @pytest.mark.parametrize("name, vendor, kind", [
-    ("pcie_2gpu_phb_tabs_threadripper.txt", "AuthenticAMD", "pcie"),  # AMD: NCCL's default is SYS
-    ("pcie_2gpu_phb_tabs_threadripper.txt", "GenuineIntel", "pcie-shm"),
-    ("pcie_4gpu_all_phb_spaces.txt", None, "pcie-shm"),  # PHB beyond the PXB default
-    ("pcie_4gpu_all_phb_spaces.txt", "AuthenticAMD", "pcie"),
+    ("pcie_2gpu_phb_tabs_threadripper.txt", "AuthenticAMD", "pcie"),  # AMD, <= 2 GPUs: default SYS
+    ("pcie_2gpu_phb_tabs_threadripper.txt", "GenuineIntel", "pcie-direct"),  # PHB beyond PXB
+    ("pcie_4gpu_all_phb_spaces.txt", None, "pcie-direct"),  # PHB beyond the PXB default
+    ("pcie_4gpu_all_phb_spaces.txt", "AuthenticAMD", "pcie-direct"),  # AMD, > 2 GPUs: PXB too
     ("pcie_5gpu_sys_phb_node_spaces.txt", "GenuineIntel", "pcie-shm"),
-    ("pcie_5gpu_sys_phb_node_spaces.txt", "AuthenticAMD", "pcie"),
-    ("markdown_pipe_table_pcie_4gpu.txt", "GenuineIntel", "pcie"),  # PIX/PXB only
+    ("pcie_5gpu_sys_phb_node_spaces.txt", "AuthenticAMD", "pcie-amd-2s"),  # SYS pairs, AMD search
+    ("markdown_pipe_table_pcie_4gpu.txt", "GenuineIntel", "pcie-switch"),  # PIX/PXB only
 ])
 def test_pcie_classification_on_posted_machines(name, vendor, kind):
     topo = load(TOPO / name)

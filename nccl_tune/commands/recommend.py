@@ -11,16 +11,17 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, export, model, plotting, recommendation, spec_options, store
+from nccl_tune import (calibrate, costmodel, engines, export, model, plotting, recommendation,
+                       references, spec_options, store)
 from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
-ASSUMED_TOPOLOGY = "pcie-shm"
-# costmodel's doc: the `shm` (host memory) per-hop constants are guesses tuned to the report.
-MODEL_CALIBRATION = ("its host-memory (P2P off) per-hop constants were chosen to match the public "
-                     "8x PCIe report's ~38 us per allreduce, so the modelled NCCL_P2P_LEVEL=SYS "
-                     "saving agrees with that report by construction, not as evidence")
+ASSUMED_TOPOLOGY = "pcie-amd-2s"  # the public 8x PCIe report's machines: two AMD Turin sockets
+# costmodel's doc: which constants were fitted to public tables.
+MODEL_CALIBRATION = ("its host-memory per-hop and Simple-over-PCIe constants were fitted to "
+                     "published tables, and real machines of one kind differ by 1.5x and more: "
+                     "a published range (or a `model fit` of your machine) says by how much")
 MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
                 "microbench.allreduce`) and pass the results file with --results")
 
@@ -50,9 +51,11 @@ def resolve_topology(choice: str) -> tuple[str, str]:
             return kind, f"{kind} (detected)"
         reason = "no GPU found" if not kind else f"detected '{kind}', which the model does not know"
     return ASSUMED_TOPOLOGY, (
-        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machine, where "
-        "NCCL's default P2P level sends traffic between GPUs on different CPU sockets through "
-        "host memory; pass --topology nvlink|pcie|pcie-shm to model another machine")
+        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machines (two AMD "
+        "sockets), where NCCL's default P2P level sends traffic between GPUs on different "
+        "CPU sockets through "
+        "host memory, and NCCL's topology search on AMD hosts makes it pick Simple for small "
+        f"messages; pass --topology ({'|'.join(costmodel.TOPOLOGIES)}) to model another machine")
 
 
 def _read(paths: tuple[str, ...]) -> list[dict]:
@@ -123,7 +126,8 @@ def _table(analysis, baseline_tok_s) -> str:
         line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
                 _saving_text(row, modelled)]
         if baseline_tok_s:
-            line.append(_fmt(row.projected_tok_s, 1))
+            line.append(f"{row.projected_range[0]:.0f}-{row.projected_range[1]:.0f}"
+                        if row.projected_range else _fmt(row.projected_tok_s, 1))
         line += [row.verdict, "" if row.eligible else (row.reason or "")]
         rows.append(line)
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
@@ -148,7 +152,10 @@ def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
                   if analysis.family_size > 1 else "")
         text += (f" ({_ci_label(analysis)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}{family}; {basis}); "
                  f"{'confirmed by NCCL log' if rec.trust == 'confirmed' else 'declared, not confirmed by NCCL log'}")
-    if baseline_tok_s and rec.projected_tok_s:
+    if baseline_tok_s and rec.projected_range:
+        text += (f"; {baseline_tok_s:.1f} -> {rec.projected_range[0]:.0f}-{rec.projected_range[1]:.0f} "
+                 "tok/s over the published machines' range")
+    elif baseline_tok_s and rec.projected_tok_s:
         text += f"; {baseline_tok_s:.1f} -> {rec.projected_tok_s:.1f} tok/s"
         if rec.projected_ci:
             text += f" [{rec.projected_ci[0]:.1f}, {rec.projected_ci[1]:.1f}]"
@@ -245,6 +252,11 @@ def _plot(path, analysis, comp) -> None:
               help="Results file(s) (JSON Lines) from bench/sweep/import; repeatable.")
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
               show_default=True, help="Machine the model assumes without results (auto: detect).")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
+              show_default=True, help="Serving engine: says which decode allreduces its own "
+                                      "custom allreduce runs instead of NCCL.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="Without --results: a `model fit` file (constants fitted to your machine).")
 @click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
               help="Decode tok/s (per sequence) with NCCL's defaults, to project tok/s.")
 @click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
@@ -279,7 +291,7 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
+              topology, engine, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
               moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
               export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, **acceptance_opts):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
@@ -305,6 +317,9 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
             raise click.UsageError("--moe-experts and --moe-topk go together (topk <= experts)")
     topo_name, topo_note = resolve_topology(topology)
     extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
+    if results and model_path:
+        raise click.BadParameter("--model applies to the model, not to --results", param_hint="--model")
+    published = None
     if results:
         analysis = recommendation.analyze_records(
             _read(results), nbytes=nbytes, collectives=collectives, tp=tp, extrapolate=extrapolate,
@@ -312,10 +327,22 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         if analysis.topology in costmodel.TOPOLOGIES:
             topo_name = analysis.topology
     else:
+        loaded = None
+        if model_path:
+            loaded = calibrate.load(model_path)
+            topo_name, topo_note = loaded.topology, f"{loaded.topology} (from {model_path})"
         analysis = recommendation.analyze_model(
-            topology_name=topo_name, nranks=tp or 8, nbytes=nbytes, collectives=collectives,
-            baseline_tok_s=baseline_tok_s, extra_sizes=extra_sizes)
+            topology_name=topo_name, nranks=tp or (loaded.nranks if loaded else 8), nbytes=nbytes,
+            collectives=collectives, baseline_tok_s=baseline_tok_s, extra_sizes=extra_sizes,
+            params=loaded.params if loaded else None)
         analysis.topology_note = topo_note
+        if loaded:
+            analysis.notes.insert(0, loaded.describe())
+        else:
+            published = references.attach_published_range(analysis, topo_name, baseline_tok_s)
+    engine_notes = engines.notes(engine, analysis.topology or topo_name,
+                                 analysis.world_size or tp or 8, [nbytes, *extra_sizes])
+    analysis.notes.extend(engine_notes)
     comp = None
     if steps:
         from nccl_tune.spec_profiles import compare_profiles
@@ -351,6 +378,8 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out = analysis.to_dict()
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
+        out["published_range"] = published.to_dict() if published else None
+        out["engine"] = {"name": engine, "notes": engine_notes}
         out["acceptance"] = acceptance.description if acceptance else None
         out["acceptance_detail"] = acceptance.to_dict() if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
@@ -358,7 +387,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-                results)
+                results, published)
 
 
 def _spec_acceptance(accept_in, steps):
@@ -373,10 +402,24 @@ def _spec_acceptance(accept_in, steps):
 MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
 
 
+def _published_lines(analysis, published) -> list[str]:
+    lo, hi = published.measured
+    return [f"published: at {analysis.message_bytes} B, {len(published.machines)} reference machine(s) "
+            f"of kind {analysis.topology} with {analysis.world_size} GPUs measured {lo:.1f}-{hi:.1f} us "
+            f"({published.basis}; mostly eager nccl-tests-style timers): "
+            f"{', '.join(published.machines)}; range {published.low:.1f}-{published.high:.1f} us "
+            f"(widened to the {references.RANGE_MAX_RATIO}x machines of one kind differ by). "
+            f"The modelled default: {analysis.baseline.latency_us:.1f} us. tok/s ranges apply the "
+            "model's relative saving to that range."]
+
+
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-            results) -> None:
+            results, published=None) -> None:
     for line in _header(analysis, topo_note, workload, results):
         click.echo(line)
+    if published is not None:
+        for line in _published_lines(analysis, published):
+            click.echo(line)
     click.echo()
     click.echo(_table(analysis, baseline_tok_s))
     if analysis.source != MODELLED:

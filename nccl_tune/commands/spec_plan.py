@@ -73,6 +73,30 @@ def usage(fn, *args, **kwargs):
         raise click.UsageError(str(exc)) from None
 
 
+def engines_kinds() -> list[str]:
+    """The cost model's topology kinds (spec-plan's --topology choices)."""
+    from nccl_tune import costmodel
+
+    return list(costmodel.TOPOLOGIES)
+
+
+def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7168,
+                  dtype: str = "bf16") -> list[str]:
+    """Whether the engine's decode and verify allreduces bypass NCCL (nccl_tune.engines)."""
+    from nccl_tune import engines, model
+
+    if engine == "none":
+        return []
+    if kind is None:
+        return [f"engine {engine}: on NVLink machines (and two PCIe GPUs with P2P) its custom "
+                f"allreduce, not NCCL, runs allreduces below {engines.MAX_BYTES[engine]} B, so "
+                f"NCCL settings do not change them; {engines.TO_NCCL[engine]} sends them through "
+                "NCCL (pass --topology to decide for your machine)"]
+    sizes = [model.message_bytes(k + 1, hidden, dtype) for k in [0, *steps]]
+    return engines.notes(engine, kind, tp, sizes) + [
+        f"(sizes: verify of k+1 tokens at hidden {hidden}, {dtype})"]
+
+
 @click.command("spec-plan")
 @click.option("--decode-ms", help="Plain decoding's own time per token (ms), without speculation; "
                                   "D or D+-H (an interval).")
@@ -97,8 +121,9 @@ def usage(fn, *args, **kwargs):
 @click.option("--hidden", type=click.IntRange(min=1), default=7168, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True)
 @click.option("--tp", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--topology", type=click.Choice(["nvlink", "pcie", "pcie-shm"]), default="pcie-shm",
-              show_default=True, help="Machine the comm(n) cost model assumes (with --layers).")
+@click.option("--topology", type=click.Choice(sorted(engines_kinds())), default=None,
+              help="Machine kind: what the comm(n) cost model assumes with --layers (default "
+                   "pcie-shm), and what decides the engine's allreduce path with --engine.")
 @click.option("--profile", "profile_path", default=None,
               help="NCCL profile the timings were measured under (comm(n) with --layers; named in "
                    "the validate command).")
@@ -118,10 +143,13 @@ def usage(fn, *args, **kwargs):
               help="Batch sizes to plan, e.g. 1,8,32 (tokens per verify = batch x (k+1)).")
 @click.option("--extrapolate", is_flag=True,
               help="Extend measured verify points linearly beyond their token counts (rows marked *).")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
+              show_default=True, help="Serving engine: say whether its allreduces bypass NCCL "
+                                      "(decided with --topology and --tp).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe_experts, moe_topk,
               layers, hidden, dtype, tp, topology, profile_path, measured_tok_s, fit, rel_error,
-              tolerance, batch_text, extrapolate, as_json, **acceptance):
+              tolerance, batch_text, extrapolate, engine, as_json, **acceptance):
     """Plan the speculative draft step count from decode/draft/verify timings and acceptance.
 
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
@@ -155,7 +183,8 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
     if layers:
         from nccl_tune import spec_verify
 
-        comm, comm_note = usage(spec_verify.modelled_comm, layers, hidden, dtype, tp, topology, env)
+        comm, comm_note = usage(spec_verify.modelled_comm, layers, hidden, dtype, tp,
+                                 topology or "pcie-shm", env)
     req = PlanRequest(step_list, accept_in, decode_ms, points, flat, draft_ms, other_ms,
                       verify_model, moe_experts, moe_topk, comm, comm_note, extrapolate,
                       [(k, x) for x, k in measured], fit, rel_error, tolerance, batches,
@@ -164,12 +193,17 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
         result = plan(req)
     except PlanError as exc:
         raise click.UsageError(str(exc)) from None
+    engine_notes = _engine_notes(engine, topology, tp, step_list, hidden, dtype)
     if as_json:
         from nccl_tune.cli import emit_json
 
-        emit_json(result.to_dict())
+        out = result.to_dict()
+        out["engine_notes"] = engine_notes
+        emit_json(out)
         return
     click.echo(render(result))
+    for line in engine_notes:
+        click.echo(f"note: {line}")
 
 
 def _row(p, plain, best, cands):

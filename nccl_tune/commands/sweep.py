@@ -223,6 +223,8 @@ def _print_plan(plan: dict) -> None:
 @click.option("--sim-landscape", default="nccl", show_default=True,
               type=click.Choice(["nccl", "perturbed", "flat"]),
               help="sim only: the model as is, with perturbed true parameters, or flat.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="sim only: draw from a `model fit` file (constants fitted to one machine).")
 @click.option("--isolation", default="auto", show_default=True,
               type=click.Choice(sweeplib.ISOLATION_CHOICES),
               help="process: one launch per cell. group: one per combination of process-scoped "
@@ -264,7 +266,7 @@ def _print_plan(plan: dict) -> None:
               help="The module every rank runs (tests and custom measuring modules).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
-          warmup, mode, graph_ops, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation,
+          warmup, mode, graph_ops, op, verify_effective, op_timeout, label, backend, sim_landscape, model_path, isolation,
           nccl_version_option, rounds,
           strategy, budget, seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env,
           timeout, out, resume, dry_run, module, as_json):
@@ -274,6 +276,19 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     fresh communicator (with --isolation nocache, NCCL_NO_CACHE lets cached variables vary
     per communicator too); on NCCL a cell not confirmed by NCCL's log is re-run alone.
     """
+    sim_model = None
+    if model_path:
+        from nccl_tune import calibrate
+
+        if backend != "sim":
+            raise NcclTuneError("--model needs --backend sim (it changes what the model draws)")
+        sim_model = calibrate.load(model_path)
+        if topology_option == "auto":
+            topology_option = sim_model.topology
+        elif topology_option != sim_model.topology:
+            raise NcclTuneError(f"--topology {topology_option} differs from the model file's "
+                                f"'{sim_model.topology}'", path=model_path)
+        nproc = nproc or sim_model.nranks  # the fitted machine's world size
     gpus = gpu_count()
     backend, backend_note = _choose_backend(backend, gpus)
     nproc, nproc_note = _choose_nproc(nproc, backend, gpus)
@@ -335,7 +350,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
     _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
-         out, module, as_json, strategy, budget)
+         out, module, as_json, strategy, budget, sim_model)
 
 
 def _planned_requests(plan: dict, n_cells: int, rounds: int) -> int | None:
@@ -348,11 +363,11 @@ def _planned_requests(plan: dict, n_cells: int, rounds: int) -> int | None:
 
 
 def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
-         out, module, as_json, strategy, budget):
+         out, module, as_json, strategy, budget, sim_model=None):
     from nccl_tune import simbackend
 
     warnings: list[str] = []
-    landscape = (simbackend.make_landscape(sim_landscape, g.topology, seed)
+    landscape = (simbackend.make_landscape(sim_landscape, g.topology, seed, model=sim_model)
                  if options.backend == "sim" else None)
     engine = sweeplib.SweepEngine(
         options, launcher, out, isolation=isolation, timeout=timeout if timeout else 120.0,

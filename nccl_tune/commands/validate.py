@@ -137,6 +137,8 @@ def render(result: dict) -> str:
               help="Predict from --results of another world size than this run's (said in the output).")
 @click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="pcie", show_default=True,
               help="Cost-model topology when --results is not given.")
+@click.option("--model", "model_file", default=None, type=click.Path(dir_okay=False),
+              help="Without --results: predict with a `model fit` file (its topology).")
 @click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
 @click.option("--hidden", type=click.IntRange(1), default=None, help="Served model's hidden size (sglang prediction).")
 @click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
@@ -149,7 +151,7 @@ def render(result: dict) -> str:
               help="Replaces the engine's server command (tests use a stand-in).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
-             server_args, out, results_path, results_any_world, topology, layers, hidden, dtype,
+             server_args, out, results_path, results_any_world, topology, model_file, layers, hidden, dtype,
              draft_layers, timeout, health_timeout, server_command, as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
@@ -174,6 +176,12 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
             raise click.UsageError("engine vllm needs --server-args (at least --model)")
     if results_path and not os.path.isfile(results_path):
         raise NcclTuneError("cannot read: no such file", path=results_path)
+    if model_file:
+        from nccl_tune import calibrate
+
+        if results_path:
+            raise click.UsageError("--model and --results are two predictions: pass one")
+        topology = calibrate.load(model_file).topology  # checked before anything runs
     margs = lib.split_args(model_args, "--model-args")
     lib.check_model_args(margs)
     if nproc is None:
@@ -185,7 +193,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
                        results=results_path, results_any_world=results_any_world,
-                       topology=topology, layers=layers, hidden=hidden,
+                       topology=topology, model_file=model_file, layers=layers, hidden=hidden,
                        dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     if engine != "builtin":
