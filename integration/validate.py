@@ -89,7 +89,7 @@ def check_model_args(args: list[str]) -> None:
                                 "(use --steps, --runs, --warmup, --max-tokens)")
 
 
-def check_loop_args(args: list[str], nproc: int, steps: list[int]) -> None:
+def check_loop_args(args: list[str], nproc: int, steps: list[int], cuda: bool = True) -> None:
     """NcclTuneError (one line) when the built-in loop would refuse `args` on `nproc`
     ranks: parsed by spec_loop's own parser, then the model shape checked the way
     tp_model checks it (hidden divisible by heads, heads/vocab/ffn by the world size,
@@ -110,6 +110,12 @@ def check_loop_args(args: list[str], nproc: int, steps: list[int]) -> None:
         why = lines[-1] if lines else "not accepted"
         why = why.split(": error: ", 1)[-1]
         raise NcclTuneError(f"--model-args: {why}") from None
+    if not cuda and (parsed.backend == "nccl" or parsed.device == "cuda"):
+        # what the loop's ranks would fail on after the launch: refused here, as bench and
+        # sweep refuse --backend nccl and --mode graph without CUDA
+        asked = "--backend nccl" if parsed.backend == "nccl" else "--device cuda"
+        raise NcclTuneError(f"--model-args: {asked} needs CUDA GPUs (torch.cuda.is_available() "
+                            "is False); use --backend gloo --device cpu, or leave them on auto")
     config = spec_loop.config_from_args(parsed)
     ffn = config.ffn or 4 * config.hidden
     draft_layers = config.draft_layers or max(1, config.layers // 4)

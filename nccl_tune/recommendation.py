@@ -229,6 +229,16 @@ def _rank(rows: list[CellRow]) -> list[CellRow]:
 
 # ---------------------------------------------------------------- measured / simulated
 
+WORLD_ONE = ("a world of one rank has no collectives: tensor parallelism over one GPU runs no "
+             "allreduce, so NCCL settings save nothing")
+
+
+def check_world(world, what: str) -> None:
+    """NcclTuneError for a world of one rank (nothing to model or recommend)."""
+    if world is not None and int(world) < 2:
+        raise NcclTuneError(f"{what} {world}: {WORLD_ONE}; use the TP size the server runs (2 or more)")
+
+
 def _choose_subset(records: list[dict], tp: int | None) -> tuple[list[dict], int, str, list[str]]:
     notes = []
     allreduce = [r for r in records if (r.get("op") or "allreduce") == "allreduce"]
@@ -246,6 +256,7 @@ def _choose_subset(records: list[dict], tp: int | None) -> tuple[list[dict], int
         raise NcclTuneError(f"the results hold several world sizes ({found}): choose one with --tp")
     else:
         world = next(iter(worlds))
+    check_world(world, "the results' world size" if tp is None else "--tp")
     subset = [r for r in allreduce if r.get("world_size") == world]
     backends = Counter(r.get("backend") for r in subset)
     backend = next((b for b in BACKEND_PREFERENCE if b in backends), None) or backends.most_common(1)[0][0]
@@ -446,6 +457,7 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
                   baseline_tok_s: float | None = None, candidates=MODELLED_CANDIDATES,
                   extra_sizes=()) -> Analysis:
     """The embedded default: NCCL's defaults against a few settings, all modelled."""
+    check_world(nranks, "--tp")
     sizes = default_model_sizes([nbytes, *extra_sizes])
 
     def row_for(env: dict) -> CellRow:

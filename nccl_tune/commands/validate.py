@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
 from nccl_tune.costmodel import TOPOLOGIES
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.specdec.MAX_STEPS
 VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
@@ -163,7 +163,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
         nproc = (_gpu_count() or 2) if engine == "builtin" else (lib._tp_size(
             lib.split_args(server_args, "--server-args")) or 1)
     if engine == "builtin":
-        lib.check_loop_args(margs, nproc, steps)
+        lib.check_loop_args(margs, nproc, steps, cuda=_gpu_count() > 0)
     opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
@@ -182,8 +182,19 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
         emit_json(result)
     else:
         click.echo(render(result))
-    if not any(r["status"] == "ok" for r in result["rows"]):
-        sys.exit(1)  # no configuration ran: the table above shows why
+    failure = run_failure(result["rows"])
+    if failure:  # the table above shows why; the exit code is nccl_tune.errors' (1)
+        raise RunFailed(f"validate: {failure}; the records are in {result['out']}")
+
+
+def run_failure(rows: list[dict]) -> str | None:
+    """Why a validation compared nothing (every configuration failed, or the baseline did
+    at every step count), or None."""
+    if not any(r["status"] == "ok" for r in rows):
+        return "every configuration failed"
+    if not any(r["status"] == "ok" for r in rows if r["config"] == "baseline"):
+        return "the baseline (no NCCL_*) failed at every step count: nothing to compare with"
+    return None
 
 
 def _check_writable(path: str) -> None:
