@@ -202,11 +202,9 @@ def _tied(best: CellRow, other: CellRow, modelled: bool) -> bool:
     if modelled:
         return abs(a.saving_ms - b.saving_ms) <= TIE_FRACTION * abs(a.saving_ms)
     if a.per_round_ms and b.per_round_ms:
-        shared = sorted(set(a.per_round_ms) & set(b.per_round_ms))
-        if len(shared) >= MIN_ROUNDS:
-            diffs = [a.per_round_ms[r] - b.per_round_ms[r] for r in shared]
-            _, lo, hi = stats.t_ci(diffs)
-            return lo <= 0 <= hi
+        same = stats.tied(a.per_round_ms, b.per_round_ms)  # the one tie rule (stats.tied)
+        if same is not None:
+            return same
     return b.ci_ms is not None and b.ci_ms[1] >= a.saving_ms
 
 

@@ -20,7 +20,7 @@ CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "m
               "machine", "status", "n_rounds",
               "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
               "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
-              "effective_proto", "effective_channels", "flag", "simulated", "final", "errors")
+              "effective_proto", "effective_channels", "flag", "simulated", "final", "rung", "errors")
 
 
 def observation_flag(summary) -> str | None:
@@ -74,7 +74,12 @@ def group_title(s) -> str:
     return title + (" (SIMULATED)" if s.backend == "sim" else "")
 
 
-def _print_text(summaries, notes: list[str]) -> None:
+def ci_header(confidence: float) -> str:
+    """The interval column's name at the confidence asked for: '95% CI', '99.9% CI'."""
+    return f"{100 * confidence:.4g}% CI"
+
+
+def _print_text(summaries, notes: list[str], confidence: float = 0.95) -> None:
     for note in notes:
         click.echo(note)
     keys = []
@@ -89,11 +94,12 @@ def _print_text(summaries, notes: list[str]) -> None:
             verdict = (s.status if s.status != "ok" else s.verdict or
                        ("baseline" if s.cell == store.BASELINE else "pruned" if not s.final else "-"))
             flag = observation_flag(s)
-            table.append([s.label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
+            table.append([s.row_label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
                           _fmt(s.delta_us), _interval(s.delta_ci_us), verdict, _effective(s),
                           ("! " + flag.split(":")[0]) if flag else ""])
-        click.echo(tabulate(table, headers=["settings", "rounds", "p50 us", "95% CI", "delta us",
-                                            "delta CI", "verdict", "effective", "observed"]))
+        click.echo(tabulate(table, headers=["settings", "rounds", "p50 us", ci_header(confidence),
+                                            "delta us", "delta CI", "verdict", "effective",
+                                            "observed"]))
     bad = [s for s in summaries if s.status != "ok"]
     if bad:
         click.echo("\nFailed, timed-out and wrong cells (never candidates):")
@@ -125,7 +131,7 @@ def _write_csv(summaries) -> str:
             "verdict": s.verdict, "p_value": s.p_value, "p_adjusted": s.p_adjusted,
             "confirmed": s.confirmed, "effective_algo": e.get("algo"),
             "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
-            "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final,
+            "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final, "rung": s.rung,
             "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip())})
     return buffer.getvalue()
 
@@ -181,7 +187,7 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
 @click.option("--include-pruned/--final-only", default=True, show_default=True,
               help="Show cells pruned by a search strategy (never judged).")
 def report(results, as_json, as_csv, plot_path, confidence, adjust, include_pruned):
-    """Summarise results: per cell and size, median p50 over rounds, 95% intervals,
+    """Summarise results: per cell and size, median p50 over rounds, intervals (--confidence),
     the difference to the baseline and a verdict; failed, timed-out and wrong cells listed.
     """
     if as_json and as_csv:
@@ -212,4 +218,4 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     elif as_csv:
         click.echo(_write_csv(summaries), nl=False)
     else:
-        _print_text(summaries, notes)
+        _print_text(summaries, notes, confidence)

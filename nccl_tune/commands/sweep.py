@@ -10,7 +10,7 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, grid as gridlib, launch, search, sweep as sweeplib
+from nccl_tune import costmodel, grid as gridlib, launch, search, stats, sweep as sweeplib
 from nccl_tune.errors import EXIT_INTERRUPTED, NcclTuneError, RunFailed
 
 SIM_DEFAULT_TOPOLOGY = "pcie-shm"
@@ -505,8 +505,9 @@ def _print_search(s: dict) -> None:
             verdict = ("faster than the baseline" if found["winner"]
                        else "not significantly faster than the baseline")
         else:
-            interval = "no interval from one round"
-            verdict = "no verdict (--rounds 3 or more for one)"
+            interval = (f"too few rounds ({s['rounds']}) for an interval: --rounds "
+                        f"{stats.MIN_ROUNDS} or more")
+            verdict = "no verdict"
         click.echo(f"  best of {len(found['finalists'])} finalists: {found['best']} {label}: "
                    f"{found['best_score']:.3f} x baseline latency ({interval}): {verdict}"
                    + (" (simulated)" if s["simulated"] else ""))
