@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nccl_tune import model, stats, store
+from nccl_tune import costmodel, model, stats, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launch import AGENT_LOG_RE, without_launcher_noise
 
@@ -60,7 +60,7 @@ class Options:
     log_dir: str = "."
     results: str | None = None
     results_any_world: bool = False  # predict from --results of another world size
-    topology: str = "pcie"
+    topology: str = costmodel.DEFAULT_TOPOLOGY  # the one default (costmodel.resolve_topology)
     layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
     hidden: int | None = None
     dtype: str = "bf16"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from nccl_tune import costmodel, profile, settings, store, tuner
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow, default_model_sizes,
-                                      lint_problems)
+                                      lint_problems, source_words)
 from nccl_tune.store import cell_label
 
 
@@ -87,14 +87,14 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
     elif analysis.source == MODELLED:
         saving += " (modelled: no interval)"
     prov = {
-        "source": analysis.source,
+        "source": source_words(analysis),
         "what": workload.describe(analysis),
         "where": ", ".join(where),
         "nccl": analysis.nccl_version or installed_nccl(),
         "when": f"exported {store.now_iso()}" + (f"; measured {analysis.measured_at}"
                                                   if analysis.measured_at else ""),
         "saving": saving,
-        "trust": row.trust if analysis.source != MODELLED else "modelled",
+        "trust": row.trust,  # the word --json and the table print (CellRow.trust)
     }
     if baseline_tok_s and row.projected_tok_s:
         prov["predicted"] = f"{baseline_tok_s:.1f} -> {row.projected_tok_s:.1f} tok/s"
@@ -167,8 +167,8 @@ def _rule_confidence(analysis: Analysis) -> float:
     return analysis.cell_confidence if analysis.cell_confidence is not None else 0.95
 
 
-def tuner_points(analysis: Analysis, topology_name: str,
-                 row: CellRow | None = None) -> tuple[list[tuple], list[str]]:
+def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = None,
+                 forced: bool = False) -> tuple[list[tuple], list[str]]:
     """(bytes, algo, proto, channels) per size for the tuner CSV, and notes on how.
 
     The rules describe ONE cell, the one the .env profile exports (`row`; default the
@@ -177,7 +177,9 @@ def tuner_points(analysis: Analysis, topology_name: str,
     (family-wise) level, the algorithm/protocol/channels NCCL reported running there,
     else the ones its settings force, else the model's choice for its settings (the
     notes say which, per size); at other sizes no rule (NCCL's own choice). Modelled:
-    the fastest (algo, proto) the model finds under that cell's settings.
+    the fastest (algo, proto) the model finds under that cell's settings. `forced`
+    (--force without a significant winner): a rule wherever the cell's saving is above
+    zero, significant or not (the notes say so).
     """
     topo = costmodel.topology(topology_name)
     nranks = analysis.world_size or 8
@@ -203,7 +205,7 @@ def tuner_points(analysis: Analysis, topology_name: str,
                                     "modelled_channels": [], "not faster": []}
     for nbytes in sorted(set(by_size) & base_sizes):
         summary = by_size[nbytes]
-        faster = _faster_at(analysis, row, nbytes, level)
+        faster = _faster_at(analysis, row, nbytes, level, forced)
         if not faster:
             origin["not faster"].append(nbytes)
             points.append((nbytes, None, None, None))
@@ -238,9 +240,13 @@ def tuner_points(analysis: Analysis, topology_name: str,
                     channels = costmodel.launch_shape(nbytes, algo, proto, pool, nt, nranks)[0]
                     origin["modelled_channels"].append(nbytes)
         points.append((nbytes, algo, proto, int(channels)))
-    notes.append(f"rules describe one cell, the exported profile's: {cell_label(row.env)}; a rule only "
-                 f"at sizes where it is faster than the baseline ({ci_words(analysis, level)} above "
-                 f"zero{family_words(analysis, analysis.confidence)}, as recommend)")
+    if forced:
+        notes.append(f"--force: rules describe one cell, the exported profile's: {cell_label(row.env)}; "
+                     "a rule at sizes where its saving is above zero, NOT significant")
+    else:
+        notes.append(f"rules describe one cell, the exported profile's: {cell_label(row.env)}; a rule "
+                     f"only at sizes where it is faster than the baseline ({ci_words(analysis, level)} "
+                     f"above zero{family_words(analysis, analysis.confidence)}, as recommend)")
     words = {"observed": "algorithm/protocol as NCCL's log reported them at",
              "declared": "algorithm/protocol as the settings force them (declared, not seen in "
                          "NCCL's log) at",
@@ -254,8 +260,10 @@ def tuner_points(analysis: Analysis, topology_name: str,
     return points, notes
 
 
-def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float) -> bool:
-    """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend)."""
+def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float,
+               forced: bool = False) -> bool:
+    """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend);
+    `forced`: its saving is above zero, significant or not."""
     from nccl_tune.model import OutOfRangeError, estimate_saving
 
     if row.records is None or analysis.baseline.records is None:
@@ -264,6 +272,8 @@ def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float) -> b
         est = estimate_saving(analysis.baseline.records, row.records, nbytes, 1, False, level)
     except OutOfRangeError:
         return False
+    if forced:
+        return est is not None and est.saving_ms > 0
     return est is not None and est.ci_ms is not None and est.ci_ms[0] > 0
 
 
@@ -276,10 +286,11 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     if analysis.recommended is None and not force:
         return {"path": path, "written": False,
                 "reason": "not written: no recommendation (keep NCCL's defaults)"}
-    row, _, refusal = export_row(analysis, force)  # the same cell as the .env export
+    row, forced, refusal = export_row(analysis, force)  # the same cell as the .env export
     if row is None and analysis.source != MODELLED:
         return {"path": path, "written": False, "reason": refusal}
-    points, notes = tuner_points(analysis, topology_name, row)
+    points, notes = tuner_points(analysis, topology_name, row,
+                                 forced=bool(forced) and analysis.recommended is None)
     rules = tuner.rules_from_points(points, nnodes=1, nranks=analysis.world_size or 8)
     if not rules:
         return {"path": path, "written": False,
@@ -287,7 +298,7 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
                           "faster than NCCL's defaults"}
     header = [
         "NCCL tuner-plugin rules written by nccl-tune (format of NVIDIA/nccl ext-tuner/example).",
-        f"source: {analysis.source}; world size {analysis.world_size}; "
+        f"source: {source_words(analysis)}; world size {analysis.world_size}; "
         + (f"NCCL {analysis.nccl_version}; " if analysis.nccl_version else "")
         + f"written {store.now_iso()}",
         "Load: build NCCL's example plugin (nccl/ext-tuner/example: make ->"
@@ -302,4 +313,5 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     text = tuner.render(rules, header)
     tuner.parse(text)  # the plugin's own reading must accept every line
     profile.write_atomic(path, text)
-    return {"path": path, "written": True, "rules": [r.line() for r in rules]}
+    return {"path": path, "written": True, "rules": [r.line() for r in rules],
+            "forced": bool(forced)}

@@ -45,6 +45,8 @@ from nccl_tune import stats, store
 from nccl_tune.store import BASELINE, cell_label
 
 MIN_ROUNDS_FOR_ROUND_CI = stats.MIN_ROUNDS
+# What every reader of gloo results says (report, recommend, their exports).
+GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
 MAX_POOLED_SAMPLES = 4000  # bootstrap cost bound; a deterministic subsample beyond it
 
 
@@ -308,6 +310,28 @@ def adjust_p(pvalues: list[float], method: str = "bh") -> list[float]:
         running = min(running, pvalues[index] * count / rank)
         adjusted[index] = running
     return adjusted
+
+
+VALIDATE_OP = "spec_decode"  # integration.validate's records: decode tok/s, not latencies
+VALIDATE_HINT = ("validate records (op spec_decode: decode tok/s per configuration, not collective "
+                 "latencies); nccl-tune validate prints their comparison when it runs (--json for "
+                 "all of it); report and recommend --results read latency records from nccl-tune "
+                 "bench, sweep or import-nccl-tests")
+
+
+def latency_records(records: list[dict], warn=None) -> list[dict]:
+    """The collective-latency records among `records`; validate's (op spec_decode) are set
+    aside with one warning naming what they are, and a file of nothing else is refused
+    (NcclTuneError) instead of summarised as an empty table."""
+    from nccl_tune.errors import NcclTuneError
+
+    kept = [r for r in records if r.get("op") != VALIDATE_OP]
+    dropped = len(records) - len(kept)
+    if dropped and not kept:
+        raise NcclTuneError(f"these are {VALIDATE_HINT}")
+    if dropped and warn:
+        warn(f"{dropped} {VALIDATE_HINT.split(';')[0]} left out")
+    return kept
 
 
 def shown_rungs(cells: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:

@@ -16,7 +16,8 @@ from nccl_tune.commands.spec_plan import acceptance_options, parse_plan_inputs, 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
-ASSUMED_TOPOLOGY = "pcie-shm"
+ASSUMED_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
+resolve_topology = costmodel.resolve_topology  # the one default, shared with validate and sweep
 # costmodel's doc: the `shm` (host memory) per-hop constants are guesses tuned to the report.
 MODEL_CALIBRATION = ("its host-memory (P2P off) per-hop constants were chosen to match the public "
                      "8x PCIe report's ~38 us per allreduce, so the modelled NCCL_P2P_LEVEL=SYS "
@@ -31,28 +32,6 @@ class _ArgvCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["nccl_tune.argv"] = list(args)
         return super().parse_args(ctx, args)
-
-
-def resolve_topology(choice: str) -> tuple[str, str]:
-    """(topology name, how it was found) for --topology; falls back to an assumption."""
-    if choice != "auto":
-        return choice, f"{choice} (--topology)"
-    try:
-        from nccl_tune import topology as topo_mod  # helper module; may be absent or fail
-
-        kind = topo_mod.detect_kind()
-    except ImportError:
-        reason = "topology detection is not available in this install"
-    except Exception as exc:  # detection is best effort: never let it stop a recommendation
-        reason = f"topology detection failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-    else:
-        if isinstance(kind, str) and kind in costmodel.TOPOLOGIES:
-            return kind, f"{kind} (detected)"
-        reason = "no GPU found" if not kind else f"detected '{kind}', which the model does not know"
-    return ASSUMED_TOPOLOGY, (
-        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machine, where "
-        "NCCL's default P2P level sends traffic between GPUs on different CPU sockets through "
-        "host memory; pass --topology nvlink|pcie|pcie-shm to model another machine")
 
 
 def _read(paths: tuple[str, ...]) -> list[dict]:
@@ -129,17 +108,19 @@ def _table(analysis, baseline_tok_s) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
-def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
+def _summary_line(analysis, confidence: float, baseline_tok_s, force: bool = False) -> str:
     rec = analysis.recommended
     if rec is None:
         if analysis.source == MODELLED:
             return ("Keep NCCL's defaults: no setting saves time under the model on this topology.")
         return ("Keep NCCL's defaults: no cell's saving has an interval that excludes zero "
-                "(--export and --tuner-csv write nothing without --force).")
+                + ("(--force: files asked for hold the best cell anyway, marked NOT significant)."
+                   if force else "(--export and --tuner-csv write nothing without --force)."))
     s = rec.saving
     text = f"Recommended: {rec.label}: saves {s.saving_ms:.3f} ms/token"
     if analysis.source == MODELLED:
-        text += " (MODELLED, not measured; export needs --force)"
+        text += (" (MODELLED, not measured; --force: files asked for are written, their headers "
+                 "say so)" if force else " (MODELLED, not measured; export needs --force)")
     else:
         basis = {"rounds": f"{s.n_rounds} rounds, paired with the baseline",
                  "rounds (unpaired)": f"{s.n_rounds}+ rounds, unpaired",
@@ -340,14 +321,14 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-                results)
+                results, force)
 
 
 MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
 
 
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-            results) -> None:
+            results, force: bool = False) -> None:
     for line in _header(analysis, topo_note, workload, results):
         click.echo(line)
     click.echo()
@@ -366,7 +347,7 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
                    + "; ".join(f"{r.label} ({_fmt(r.latency_us, 2)} us)" for r in shown)
                    + (f"; ... and {more} more" if more else ""))
     click.echo()
-    click.echo(_summary_line(analysis, confidence, baseline_tok_s))
+    click.echo(_summary_line(analysis, confidence, baseline_tok_s, force))
     if comp is not None:
         click.echo()
         click.echo(f"Speculative decoding ({acceptance.description}):")

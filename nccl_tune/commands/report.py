@@ -12,10 +12,9 @@ from tabulate import tabulate
 from nccl_tune import plotting, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launch import summarize_error
-from nccl_tune.report import ADJUSTMENTS, summarize
+from nccl_tune.report import ADJUSTMENTS, GLOO_NOTE, latency_records, summarize
 
 SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
-GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
 CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",
               "machine", "status", "n_rounds",
               "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
@@ -198,6 +197,7 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
         click.echo(f"warning: {message}", err=True)
     if not records:
         raise NcclTuneError(f"no records in {', '.join(results)}")
+    records = latency_records(records, lambda m: click.echo(f"warning: {m}", err=True))
     summaries = summarize(records, confidence=confidence, adjust=adjust)
     if not include_pruned:
         summaries = [s for s in summaries if s.final]

@@ -13,7 +13,7 @@ from tabulate import tabulate
 from nccl_tune import costmodel, grid as gridlib, launch, search, stats, sweep as sweeplib
 from nccl_tune.errors import EXIT_INTERRUPTED, NcclTuneError, RunFailed
 
-SIM_DEFAULT_TOPOLOGY = "pcie-shm"
+SIM_DEFAULT_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
 MAX_DROPPED_LISTED = 20
 MAX_UNFINISHED_LISTED = 8
 

@@ -11,7 +11,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
-from nccl_tune.costmodel import TOPOLOGIES
+from nccl_tune.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.specdec.MAX_STEPS
@@ -123,8 +123,9 @@ def render(result: dict) -> str:
               help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
 @click.option("--results-any-world", is_flag=True,
               help="Predict from --results of another world size than this run's (said in the output).")
-@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="pcie", show_default=True,
-              help="Cost-model topology when --results is not given.")
+@click.option("--topology", type=click.Choice(["auto", *TOPOLOGIES]), default="auto", show_default=True,
+              help="Cost-model topology when --results is not given (auto: detect, else "
+                   f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
 @click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
 @click.option("--hidden", type=click.IntRange(1), default=None, help="Served model's hidden size (sglang prediction).")
 @click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
@@ -164,6 +165,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
             lib.split_args(server_args, "--server-args")) or 1)
     if engine == "builtin":
         lib.check_loop_args(margs, nproc, steps, cuda=_gpu_count() > 0)
+    topology, topology_note = resolve_topology(topology)
     opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
@@ -178,6 +180,8 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     total = 2 * len(steps)
     with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
+    if not results_path and result.get("prediction_kind"):
+        result["notes"].append(f"cost-model topology: {topology_note}")
     if as_json:
         emit_json(result)
     else:
