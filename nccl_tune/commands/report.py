@@ -154,23 +154,44 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
                   for k, v in curves.items()}
     ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
     labelled = set(ranked[:8]) | {k for k in curves if k[0] == store.BASELINE}
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    all_p50 = []
     for key in ranked:
         points = sorted(curves[key], key=lambda x: x.bytes)
         xs, ys = [p.bytes for p in points], [p.p50_us for p in points]
+        all_p50 += ys + [v for p in points if p.ci_us for v in p.ci_us]
         baseline = key[0] == store.BASELINE
-        ax.plot(xs, ys, marker="o", color="black" if baseline else None,
-                linewidth=3.0 if baseline else 1.0, alpha=1.0 if baseline or key in labelled else 0.35,
-                zorder=3 if baseline else 2, label=key[1] if key in labelled else None)
+        shown = baseline or key in labelled
+        line, = ax.plot(xs, ys, marker="o", color="black" if baseline else None,
+                        linewidth=3.0 if baseline else 1.0, alpha=1.0 if shown else 0.35,
+                        zorder=3 if baseline else 2,
+                        label=plotting.wrap(key[1], 45) if key in labelled else None)
+        if shown and any(p.ci_us for p in points):  # the interval of each p50
+            err = [[p.p50_us - p.ci_us[0] if p.ci_us else 0 for p in points],
+                   [p.ci_us[1] - p.p50_us if p.ci_us else 0 for p in points]]
+            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=line.get_color(), elinewidth=1.0,
+                        capsize=3, alpha=0.8, zorder=line.get_zorder())
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("p50 latency (us)")
+    sizes = sorted({p.bytes for v in curves.values() for p in v})
+    plotting.byte_axis(ax.xaxis, sizes)
+    if len(sizes) == 1:  # one size: a readable span around it, not matplotlib's default
+        ax.set_xlim(sizes[0] / 2, sizes[0] * 2)
+    plotting.plain_axis(ax.yaxis, all_p50)
+    ax.set_xlabel("message size (bytes; K = 1024)")
+    ax.set_ylabel("p50 latency (us); bars: intervals")
     simulated = any(k[4] == "sim" for k in curves)
     ax.set_title((title or "allreduce latency by NCCL settings") + (" (SIMULATED)" if simulated else ""))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    notes = []
+    if any(k[4] == "gloo" for k in curves):
+        notes.append("gloo: NCCL settings do not affect gloo; differences between lines are noise")
+    if simulated:
+        notes.append("simulated: drawn from the cost model, not measured")
+    if notes:
+        plotting.caption(fig, "; ".join(notes))
+    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
     plotting.save(fig, path, dpi=120)
     return len(curves)
 
@@ -211,7 +232,7 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
         notes.append("no baseline records: no differences or verdicts can be given")
     if plot_path:
         drawn = plot_latency(summaries, plot_path)
-        click.echo(f"plot: {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
+        click.echo(f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
                    err=as_json or as_csv)
     if as_json:
         click.echo(json.dumps([_row_dict(s) for s in summaries], indent=2, default=str))
