@@ -167,8 +167,10 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
                         zorder=3 if baseline else 2,
                         label=plotting.wrap(key[1], 45) if key in labelled else None)
         if shown and any(p.ci_us for p in points):  # the interval of each p50
-            err = [[p.p50_us - p.ci_us[0] if p.ci_us else 0 for p in points],
-                   [p.ci_us[1] - p.p50_us if p.ci_us else 0 for p in points]]
+            # the interval is of the geometric mean over rounds, the point the median: the
+            # median can sit just outside it, so the bar is clipped at the point
+            err = [[max(0.0, p.p50_us - p.ci_us[0]) if p.ci_us else 0 for p in points],
+                   [max(0.0, p.ci_us[1] - p.p50_us) if p.ci_us else 0 for p in points]]
             ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=line.get_color(), elinewidth=1.0,
                         capsize=3, alpha=0.8, zorder=line.get_zorder())
     ax.set_xscale("log")
