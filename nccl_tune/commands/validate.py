@@ -165,6 +165,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
             lib.split_args(server_args, "--server-args")) or 1)
     if engine == "builtin":
         lib.check_loop_args(margs, nproc, steps, cuda=_gpu_count() > 0)
+    topology_asked = topology
     topology, topology_note = resolve_topology(topology)
     opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
@@ -180,7 +181,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     total = 2 * len(steps)
     with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
-    if not results_path and result.get("prediction_kind"):
+    if not results_path and result.get("prediction_kind") and topology_asked == "auto":
         result["notes"].append(f"cost-model topology: {topology_note}")
     if as_json:
         emit_json(result)
