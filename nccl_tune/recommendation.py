@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from nccl_tune import costmodel, settings, stats
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.model import (LatencyCurve, MIN_ROUNDS, OutOfRangeError, SavingEstimate,
+from nccl_tune.model import (LatencyCurve, OutOfRangeError, SavingEstimate,
                              estimate_saving, projected_tok_s,
                              projected_tok_s_interval)
 from nccl_tune.report import GLOO_NOTE, latency_records
