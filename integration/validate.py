@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nccl_tune import model, stats, store
+from nccl_tune import costmodel, model, stats, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launch import AGENT_LOG_RE, without_launcher_noise
 
@@ -60,7 +60,7 @@ class Options:
     log_dir: str = "."
     results: str | None = None
     results_any_world: bool = False  # predict from --results of another world size
-    topology: str = "pcie"
+    topology: str = costmodel.DEFAULT_TOPOLOGY  # the one default (costmodel.resolve_topology)
     model_file: str | None = None  # a `model fit` file for the prediction (no --results)
     layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
     hidden: int | None = None
@@ -91,7 +91,7 @@ def check_model_args(args: list[str]) -> None:
                                 "(use --steps, --runs, --warmup, --max-tokens)")
 
 
-def check_loop_args(args: list[str], nproc: int, steps: list[int]) -> None:
+def check_loop_args(args: list[str], nproc: int, steps: list[int], cuda: bool = True) -> None:
     """NcclTuneError (one line) when the built-in loop would refuse `args` on `nproc`
     ranks: parsed by spec_loop's own parser, then the model shape checked the way
     tp_model checks it (hidden divisible by heads, heads/vocab/ffn by the world size,
@@ -112,6 +112,12 @@ def check_loop_args(args: list[str], nproc: int, steps: list[int]) -> None:
         why = lines[-1] if lines else "not accepted"
         why = why.split(": error: ", 1)[-1]
         raise NcclTuneError(f"--model-args: {why}") from None
+    if not cuda and (parsed.backend == "nccl" or parsed.device == "cuda"):
+        # what the loop's ranks would fail on after the launch: refused here, as bench and
+        # sweep refuse --backend nccl and --mode graph without CUDA
+        asked = "--backend nccl" if parsed.backend == "nccl" else "--device cuda"
+        raise NcclTuneError(f"--model-args: {asked} needs CUDA GPUs (torch.cuda.is_available() "
+                            "is False); use --backend gloo --device cpu, or leave them on auto")
     config = spec_loop.config_from_args(parsed)
     ffn = config.ffn or 4 * config.hidden
     draft_layers = config.draft_layers or max(1, config.layers // 4)

@@ -112,10 +112,8 @@ class Bench:
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.backend, self.mode = resolve_backend_mode(args.backend, args.mode)
+        self.backend, self.mode = resolve_backend_mode(args.backend, args.mode, args.verify)
         self.verify = self.backend == "nccl" if args.verify is None else args.verify
-        if self.verify and self.backend != "nccl":
-            raise NcclTuneError("--verify-effective needs the NCCL backend (gloo has no NCCL log)")
         if args.gap_us and self.backend != "gloo":
             raise NcclTuneError("--gap-us times collectives by host stamps, which only gloo on "
                                 "CPU completes on the host; on GPUs use --mode graph")
@@ -146,6 +144,8 @@ class Bench:
 
         if self.capture:
             self.capture.install()
+        if self.world == 1 and self.rank == 0:
+            _say(f"note: {options.WORLD_ONE_NOTE}")
         if self.backend == "nccl":
             torch.cuda.set_device(self.local_rank)
         self.watchdog.start()
@@ -531,26 +531,14 @@ def merge_conf_files(per_rank: list[tuple[str, dict]]) -> dict[str, dict[str, st
     return merged
 
 
-def resolve_backend_mode(backend: str, mode: str) -> tuple[str, str]:
-    """auto -> nccl with CUDA (else gloo); auto mode -> graph on CUDA, eager on CPU."""
+def resolve_backend_mode(backend: str, mode: str, verify: bool | None = None) -> tuple[str, str]:
+    """auto -> nccl with CUDA (else gloo); auto mode -> graph on CUDA, eager on CPU
+    (options.check_backend_mode is the rule; this asks torch what the machine has)."""
     import torch
     import torch.distributed as dist
 
-    cuda = torch.cuda.is_available()
-    if backend == "auto":
-        backend = "nccl" if cuda and dist.is_nccl_available() else "gloo"
-    if backend == "nccl" and not (cuda and dist.is_nccl_available()):
-        raise NcclTuneError("--backend nccl needs CUDA GPUs and a torch built with NCCL "
-                            f"(torch.cuda.is_available() is {cuda})")
-    if mode == "auto":
-        mode = "graph" if backend == "nccl" else "eager"
-    if mode == "graph" and not cuda:
-        raise NcclTuneError("--mode graph needs CUDA (torch.cuda.is_available() is False); "
-                            "use --mode eager")
-    if mode == "graph" and backend != "nccl":
-        raise NcclTuneError("--mode graph needs the NCCL backend (gloo collectives cannot be "
-                            "captured in a CUDA graph)")
-    return backend, mode
+    return options.check_backend_mode(backend, mode, verify, cuda=torch.cuda.is_available(),
+                                      nccl=dist.is_nccl_available())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -570,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None
+        options.check_out(args.out if rank == 0 else None)  # rank 0 writes --out
         env_process = options.settings_env(os.environ)  # before any instrumentation
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
         _standalone_env()

@@ -41,6 +41,8 @@ MODES = ("auto", "graph", "eager")
 DEFAULT_TOKENS = "1,2,3,4,6,8"
 DEFAULT_HIDDEN = 7168
 DEFAULT_DTYPE = "bf16"
+WORLD_ONE_NOTE = ("a world of 1 rank measures no communication (an allreduce over one rank "
+                  "moves no data: busbw is 0); use 2 ranks or more (nccl-tune bench --nproc 2)")
 DEFAULT_ITERS = 200  # timed iterations per size (the sweep counts budgets in these)
 DEFAULT_WARMUP = 20
 # The NCCL_DEBUG family is instrumentation, not a setting under test: it never enters
@@ -267,6 +269,63 @@ def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str],
             return (f"cell needs {name}={value} but the process has "
                     f"{name}={process_env.get(name, '(unset)')}: the launcher must set it")
     return None
+
+
+# ---------------------------------------------------------------- what can run here
+
+def check_backend_mode(backend: str, mode: str | None, verify: bool | None, *, cuda: bool,
+                       nccl: bool = True) -> tuple[str, str]:
+    """(backend, mode) resolved for a machine with (`cuda`) or without CUDA GPUs, or
+    NcclTuneError for a combination no rank could run. The one rule for `nccl-tune bench`,
+    `nccl-tune sweep` (before launching) and every microbench rank, so all refuse alike.
+
+    auto backend: nccl with CUDA and a torch built with NCCL, else gloo; auto mode: graph
+    on NCCL, eager otherwise. graph needs CUDA and NCCL (gloo collectives cannot be
+    captured); --verify-effective needs NCCL (it reads NCCL's own log).
+    """
+    if backend == "auto":
+        backend = "nccl" if cuda and nccl else "gloo"
+    if backend == "nccl" and not (cuda and nccl):
+        raise NcclTuneError("--backend nccl needs CUDA GPUs and a torch built with NCCL "
+                            f"(torch.cuda.is_available() is {cuda})")
+    if mode in (None, "auto"):
+        mode = "graph" if backend == "nccl" else "eager"
+    if mode == "graph" and not cuda:
+        raise NcclTuneError("--mode graph needs CUDA (torch.cuda.is_available() is False); "
+                            "use --mode eager")
+    if mode == "graph" and backend != "nccl":
+        raise NcclTuneError("--mode graph needs the NCCL backend (gloo collectives cannot be "
+                            "captured in a CUDA graph)")
+    if verify and backend != "nccl":
+        raise NcclTuneError(f"--verify-effective needs the NCCL backend (backend {backend} has "
+                            "no NCCL log): drop it, or use --backend nccl")
+    return backend, mode
+
+
+def check_out(path: str | None) -> None:
+    """NcclTuneError when the results file `path` cannot be appended to (its folder is
+    missing, or it is not writable), so that nothing is measured for a file that cannot
+    be written. Creates nothing that was not there."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise NcclTuneError(f"--out {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise NcclTuneError(f"--out {path}: is a folder, not a results file")
+    target = path if os.path.exists(path) else folder
+    if not os.access(target, os.W_OK):
+        raise NcclTuneError(f"--out {path}: not writable ({'the file' if target == path else 'its folder'})")
+
+
+def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes_out: bool = True):
+    """Everything about a parsed command line that can be refused before any rank starts:
+    backend and mode, --verify-effective, --out (where this node writes it: node 0),
+    --plan. Returns (backend, mode, plan or None); raises NcclTuneError (one line, exit 2)."""
+    backend, mode = check_backend_mode(args.backend, args.mode, args.verify, cuda=cuda, nccl=nccl)
+    check_out(args.out if writes_out else None)
+    plan = load_plan(args.plan) if args.plan else None
+    return backend, mode, plan
 
 
 # ---------------------------------------------------------------- the command line

@@ -4,8 +4,10 @@ Each command lives in `nccl_tune/commands/<module>.py` (one concern each, so the
 stays thin and no single file holds every command). The group lists them from the
 table below without importing them, so `nccl-tune --help` never imports torch.
 
-Errors: a command raises `NcclTuneError` (or click's own exceptions) for bad input;
-the group turns it into one line on stderr and exit code 2. Ctrl-C exits 130.
+Errors: a command raises `NcclTuneError` (or click's own exceptions) for bad input, or
+another `nccl_tune.errors.ToolError` (a run that failed, a command exec cannot start);
+the group turns it into one line on stderr and the exit code its kind carries
+(nccl_tune.errors decides them all: 2 bad input, 1 failed run, 127/126). Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import click
 
 from nccl_tune import __version__
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import ToolError
 
 # name -> (module:attribute, one-line description); the order is the workflow's.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,14 +76,16 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except NcclTuneError as exc:
-            raise InputError(str(exc)) from None
+        except ToolError as exc:  # the error's kind decides the exit code (nccl_tune.errors)
+            raise CodedError(str(exc), exc.exit_code) from None
 
 
-class InputError(click.ClickException):
-    """Bad input: one line on stderr, exit code 2 (as click's usage errors)."""
+class CodedError(click.ClickException):
+    """One line on stderr and the exit code nccl_tune.errors decided (2 for bad input)."""
 
-    exit_code = 2
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

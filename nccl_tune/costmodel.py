@@ -149,6 +149,38 @@ class Choice:
     nthreads: int = 0  # threads per channel NCCL launches for this size (0: not modelled)
 
 
+# The machine the model assumes when none is given or detected: the public 8x PCIe report's
+# (P2P between CPU sockets through host memory). One default for recommend, validate and
+# the sim sweep (resolve_topology).
+DEFAULT_TOPOLOGY = "pcie-amd-2s"  # the public 8x PCIe report's machines: two AMD Turin sockets
+
+
+def resolve_topology(choice: str) -> tuple[str, str]:
+    """(topology name, how it was found) for a --topology choice ('auto' detects); without
+    a detected machine, DEFAULT_TOPOLOGY, said to be ASSUMED. recommend and validate (and
+    the sim sweep) model the same machine by default because they all ask here."""
+    if choice != "auto":
+        return choice, f"{choice} (--topology)"
+    try:
+        from nccl_tune import topology as topo_mod  # helper module; may be absent or fail
+
+        kind = topo_mod.detect_kind()
+    except ImportError:
+        reason = "topology detection is not available in this install"
+    except Exception as exc:  # detection is best effort: never let it stop a recommendation
+        reason = f"topology detection failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    else:
+        if isinstance(kind, str) and kind in TOPOLOGIES:
+            return kind, f"{kind} (detected)"
+        reason = "no GPU found" if not kind else f"detected '{kind}', which the model does not know"
+    return DEFAULT_TOPOLOGY, (
+        f"{DEFAULT_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machines (two AMD "
+        "sockets), where NCCL's default P2P level sends traffic between GPUs on different "
+        "CPU sockets through host memory, and NCCL's topology search on AMD hosts makes it "
+        f"pick Simple for small messages; pass --topology ({'|'.join(TOPOLOGIES)}) to model "
+        "another machine")
+
+
 def topology(name: str) -> Topology:
     """The named topology; ValueError listing the known ones otherwise."""
     try:

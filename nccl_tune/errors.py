@@ -1,14 +1,54 @@
-"""The tool's own error: bad input reported in one line, never as a traceback."""
+"""The tool's own errors, each reported in one line (never a traceback), and their exit codes.
+
+Every exit code a command can end with is decided here, by the kind of error it raises;
+the CLI group (nccl_tune.cli) maps each kind to its code and nothing else picks one:
+
+- 2 (EXIT_BAD_INPUT): bad input (`NcclTuneError`), refused before anything is launched;
+- 1 (EXIT_RUN_FAILED): the run went ahead but every measurement failed, or the baseline
+  did, so nothing can be compared (`RunFailed`; the results file keeps what was written);
+- 127 / 126: `exec` could not start its command: not found / not executable
+  (`CannotExecute`), as shells and env(1) report them;
+- 130: interrupted (Ctrl-C, SIGTERM).
+"""
 
 from __future__ import annotations
 
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+EXIT_INTERRUPTED = 130
 
-class NcclTuneError(Exception):
+
+class ToolError(Exception):
+    """Base of the errors the CLI prints on one line; `exit_code` is the process's exit code."""
+
+    exit_code = EXIT_RUN_FAILED
+
+
+class RunFailed(ToolError):
+    """A run whose every measurement failed (or whose baseline did): one line, exit 1."""
+
+    exit_code = EXIT_RUN_FAILED
+
+
+class CannotExecute(ToolError):
+    """A command `exec` cannot start: exit 127 when it does not exist, 126 when it is not
+    executable (a directory, no execute permission, a bad binary)."""
+
+    def __init__(self, message: str, *, found: bool):
+        super().__init__(message)
+        self.exit_code = EXIT_NOT_EXECUTABLE if found else EXIT_NOT_FOUND
+
+
+class NcclTuneError(ToolError):
     """Bad input (a file, a line, an option): the CLI prints it on one line and exits 2.
 
     `path` and `line` locate the problem when it is in a file; str() gives
     ``path:line: message`` so every caller reports it the same way.
     """
+
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
         super().__init__(message)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from nccl_tune import costmodel, profile, settings, store, tuner
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow,
-                                      lint_problems)
+                                      lint_problems, source_words)
 from nccl_tune.store import cell_label
 
 
@@ -87,14 +87,14 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
     elif analysis.source == MODELLED:
         saving += " (modelled: no interval)"
     prov = {
-        "source": analysis.source,
+        "source": source_words(analysis),
         "what": workload.describe(analysis),
         "where": ", ".join(where),
         "nccl": analysis.nccl_version or installed_nccl(),
         "when": f"exported {store.now_iso()}" + (f"; measured {analysis.measured_at}"
                                                   if analysis.measured_at else ""),
         "saving": saving,
-        "trust": row.trust if analysis.source != MODELLED else "modelled",
+        "trust": row.trust,  # the word --json and the table print (CellRow.trust)
     }
     if baseline_tok_s and row.projected_tok_s:
         prov["predicted"] = f"{baseline_tok_s:.1f} -> {row.projected_tok_s:.1f} tok/s"
@@ -216,8 +216,8 @@ def _modelled_channels(nbytes: int, algo: str, proto: str, env: dict, topo, nran
     return costmodel.launch_shape(nbytes, algo, proto, pool, nt, nranks)[0]
 
 
-def tuner_points(analysis: Analysis, topology_name: str,
-                 row: CellRow | None = None) -> tuple[list[tuner.Point], list[str]]:
+def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = None,
+                 forced: bool = False) -> tuple[list[tuner.Point], list[str]]:
     """allreduce Points at every size the CSV needs, and header notes on how.
 
     The rules describe ONE cell, the one the .env profile exports (`row`; default the
@@ -252,10 +252,11 @@ def tuner_points(analysis: Analysis, topology_name: str,
     points: list[tuner.Point] = []
     log = "NCCL's log" if analysis.source == MEASURED else "the sim backend"
     win = "measured winner" if analysis.source == MEASURED else "SIMULATED winner"
+    win += ", NOT significant (--force)" if forced else ""
     for nbytes in measured:
         eff = by_size[nbytes].effective or {}
         algo, proto, channels = eff.get("algo"), eff.get("proto"), eff.get("channels")
-        if not _faster_at(analysis, row, nbytes, level):
+        if not _faster_at(analysis, row, nbytes, level, forced):
             origin["not faster"].append(nbytes)
             if algo and proto and channels and not _check_allowed(
                     [tuner.Rule("allreduce", 0, 0, tuner.plugin_algorithm(algo),
@@ -303,7 +304,10 @@ def tuner_points(analysis: Analysis, topology_name: str,
                 points.append(_model_point("allreduce", nbytes, nranks, env, topo, topology_name))
             except ValueError:
                 notes.append(f"allreduce {nbytes} B: {cell_label(env)} allows nothing the model knows")
-    if row is not None:
+    if row is not None and forced:
+        notes.append(f"--force: rules describe one cell, the exported profile's: {cell_label(row.env)}; "
+                     "its choice wherever its saving is above zero, NOT significant")
+    elif row is not None:
         notes.append(f"rules describe one cell, the exported profile's: {cell_label(row.env)}; a "
                      f"measured winner only where it is faster than the baseline "
                      f"({ci_words(analysis, level)} above zero"
@@ -323,8 +327,10 @@ def tuner_points(analysis: Analysis, topology_name: str,
     return points, notes
 
 
-def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float) -> bool:
-    """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend)."""
+def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float,
+               forced: bool = False) -> bool:
+    """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend);
+    `forced`: its saving is above zero, significant or not."""
     from nccl_tune.model import OutOfRangeError, estimate_saving
 
     if row is None or row.records is None or analysis.baseline.records is None:
@@ -333,6 +339,8 @@ def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float) -> b
         est = estimate_saving(analysis.baseline.records, row.records, nbytes, 1, False, level)
     except OutOfRangeError:
         return False
+    if forced:
+        return est is not None and est.saving_ms > 0
     return est is not None and est.ci_ms is not None and est.ci_ms[0] > 0
 
 
@@ -400,7 +408,7 @@ def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nrank
     for item in uncovered:
         header.append(f"NO RULE (runs on ONE channel): {item}")
     header += [
-        f"source: {analysis.source}; world size {analysis.world_size}; nodes {nnodes}; "
+        f"source: {source_words(analysis)}; world size {analysis.world_size}; nodes {nnodes}; "
         + (f"NCCL {analysis.nccl_version}; " if analysis.nccl_version else "")
         + f"written {store.now_iso()}",
         "Process-wide settings (NCCL_P2P_LEVEL, NCCL_BUFFSIZE, NCCL_NTHREADS, ...) cannot be"
@@ -424,12 +432,13 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     if analysis.recommended is None and not force:
         return {"path": path, "written": False,
                 "reason": "not written: no recommendation (keep NCCL's defaults)"}
-    row, _, refusal = export_row(analysis, force)  # the same cell as the .env export
+    row, forced, refusal = export_row(analysis, force)  # the same cell as the .env export
     if row is None and analysis.source != MODELLED:
         return {"path": path, "written": False, "reason": refusal}
     env = row.env if row is not None else {}
     nranks, nnodes = analysis.world_size or 8, records_nnodes(analysis, row)
-    points, notes = tuner_points(analysis, topology_name, row)
+    points, notes = tuner_points(analysis, topology_name, row,
+                                 forced=bool(forced) and analysis.recommended is None)
     if nnodes > 1:
         notes.append(f"{nnodes}-node communicator: the cost model knows one node's links only, so "
                      "its choices here are rougher guesses than on one node")
@@ -456,4 +465,4 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     tuner.parse(text)  # the plugin's own reading must accept every line
     profile.write_atomic(path, text)
     return {"path": path, "written": True, "rules": [r.line() for r in rules],
-            "nnodes": nnodes, "nranks": nranks, "one_channel": uncovered}
+            "nnodes": nnodes, "nranks": nranks, "one_channel": uncovered, "forced": bool(forced)}

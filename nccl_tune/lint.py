@@ -228,6 +228,14 @@ def lint_env(env: dict[str, str], source: str = "<environment>",
     return findings
 
 
+def unknown_names(names, source: str = "<names>", known: KnownNames | None = None) -> list[Finding]:
+    """The unknown-name findings (with their did-you-mean) for variable `names`: the one
+    rule `lint` warns with and `sweep` refuses with (unless --allow-unknown)."""
+    known = installed_names() if known is None else known
+    found = (_unknown_name_finding(source, None, name, known) for name in dict.fromkeys(names))
+    return [f for f in found if f is not None]
+
+
 def has_errors(findings: list[Finding]) -> bool:
     """True when any finding is an error."""
     return any(f.severity == ERROR for f in findings)

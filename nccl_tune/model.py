@@ -24,6 +24,8 @@ from typing import Iterable
 
 import numpy as np
 
+from nccl_tune import stats
+
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2,
                "fp32": 4, "float32": 4, "float": 4, "fp64": 8, "float64": 8, "double": 8,
                "fp8": 1, "int8": 1, "uint8": 1}
@@ -149,7 +151,7 @@ def projected_tok_s(baseline_tok_s: float, saving_ms_per_token: float) -> float:
 #   bracketing sizes, interpolated log-log); that interval ignores drift between rounds
 #   and is labelled "iterations".
 
-MIN_ROUNDS = 3
+MIN_ROUNDS = stats.MIN_ROUNDS
 BASIS_ROUNDS = "rounds"
 BASIS_ROUNDS_UNPAIRED = "rounds (unpaired)"
 BASIS_ITERATIONS = "iterations"

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 from nccl_tune import costmodel, settings, stats
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.model import (LatencyCurve, MIN_ROUNDS, OutOfRangeError, SavingEstimate,
+from nccl_tune.model import (LatencyCurve, OutOfRangeError, SavingEstimate,
                              estimate_saving, projected_tok_s,
                              projected_tok_s_interval)
+from nccl_tune.report import GLOO_NOTE, latency_records
 from nccl_tune.store import BASELINE, cell_label
 
 MEASURED, MODELLED, SIMULATED = "measured", "modelled", "simulated"
@@ -76,6 +77,7 @@ class CellRow:
     errors: list = field(default_factory=list)
     curve: LatencyCurve | None = field(default=None, repr=False)
     records: list | None = field(default=None, repr=False)  # final records (measured cells)
+    modelled: bool = False  # figures from the cost model, not from records
 
     @property
     def label(self) -> str:
@@ -89,7 +91,10 @@ class CellRow:
 
     @property
     def trust(self) -> str:
-        """confirmed (NCCL's log showed the settings), contradicted, or declared (unseen)."""
+        """confirmed (NCCL's log showed the settings), contradicted, declared (unseen), or
+        modelled (nothing ran): the one word the table, --json and the export all print."""
+        if self.modelled:
+            return MODELLED
         if self.confirmed is True:
             return "confirmed"
         if self.confirmed is False:
@@ -179,6 +184,32 @@ class Analysis:
 
 # ---------------------------------------------------------------- shared helpers
 
+def source_words(analysis: Analysis) -> str:
+    """The source in words for exported headers: 'measured', 'measured on gloo', 'modelled',
+    'simulated'. gloo is named because its figures say nothing about NCCL settings."""
+    if analysis.source == MEASURED and analysis.backend == "gloo":
+        return "measured on gloo (NCCL settings do not affect gloo: differences are noise)"
+    return analysis.source
+
+
+def check_tok_s(analysis: Analysis, baseline_tok_s: float | None) -> str | None:
+    """A note when the baseline's collectives alone take longer per token than the whole
+    token does at --baseline-tok-s: the latencies (or the layer count, world, message
+    size) do not describe that server, so its projections mean nothing."""
+    comm = analysis.baseline.comm_ms
+    if not baseline_tok_s or comm is None:
+        return None
+    whole = 1000.0 / baseline_tok_s
+    if comm <= whole:
+        return None
+    note = (f"IMPLAUSIBLE: the baseline's collectives take {comm:.1f} ms per token, more than the "
+            f"whole {whole:.1f} ms per token at --baseline-tok-s {baseline_tok_s:g}: these "
+            "latencies (or --layers, the world size, the message size) do not describe that "
+            "server; the projected tok/s mean nothing")
+    analysis.notes.append(note)
+    return note
+
+
 def lint_problems(env: dict[str, str]) -> list[str]:
     """Findings (errors and warnings) that keep a profile from linting clean."""
     out = []
@@ -204,11 +235,9 @@ def _tied(best: CellRow, other: CellRow, modelled: bool) -> bool:
     if modelled:
         return abs(a.saving_ms - b.saving_ms) <= TIE_FRACTION * abs(a.saving_ms)
     if a.per_round_ms and b.per_round_ms:
-        shared = sorted(set(a.per_round_ms) & set(b.per_round_ms))
-        if len(shared) >= MIN_ROUNDS:
-            diffs = [a.per_round_ms[r] - b.per_round_ms[r] for r in shared]
-            _, lo, hi = stats.t_ci(diffs)
-            return lo <= 0 <= hi
+        same = stats.tied(a.per_round_ms, b.per_round_ms)  # the one tie rule (stats.tied)
+        if same is not None:
+            return same
     return b.ci_ms is not None and b.ci_ms[1] >= a.saving_ms
 
 
@@ -231,8 +260,19 @@ def _rank(rows: list[CellRow]) -> list[CellRow]:
 
 # ---------------------------------------------------------------- measured / simulated
 
+WORLD_ONE = ("a world of one rank has no collectives: tensor parallelism over one GPU runs no "
+             "allreduce, so NCCL settings save nothing")
+
+
+def check_world(world, what: str) -> None:
+    """NcclTuneError for a world of one rank (nothing to model or recommend)."""
+    if world is not None and int(world) < 2:
+        raise NcclTuneError(f"{what} {world}: {WORLD_ONE}; use the TP size the server runs (2 or more)")
+
+
 def _choose_subset(records: list[dict], tp: int | None) -> tuple[list[dict], int, str, list[str]]:
     notes = []
+    records = latency_records(records, notes.append)
     allreduce = [r for r in records if (r.get("op") or "allreduce") == "allreduce"]
     if not allreduce:
         raise NcclTuneError("the results hold no allreduce records")
@@ -248,6 +288,7 @@ def _choose_subset(records: list[dict], tp: int | None) -> tuple[list[dict], int
         raise NcclTuneError(f"the results hold several world sizes ({found}): choose one with --tp")
     else:
         world = next(iter(worlds))
+    check_world(world, "the results' world size" if tp is None else "--tp")
     subset = [r for r in allreduce if r.get("world_size") == world]
     backends = Counter(r.get("backend") for r in subset)
     backend = next((b for b in BACKEND_PREFERENCE if b in backends), None) or backends.most_common(1)[0][0]
@@ -341,6 +382,8 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
                         world_size=world, backend=backend, notes=notes, summaries=summaries,
                         family_size=family, cell_confidence=cell_confidence,
                         confidence=confidence)
+    if backend == "gloo":
+        analysis.notes.append(GLOO_NOTE)
     analysis.recommended = pick(ranked)
     analysis.nccl_version = _most_common(subset, lambda r: (r.get("versions") or {}).get("nccl"))
     analysis.gpus = _describe_gpus(subset)
@@ -351,6 +394,7 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     if any(row.saving and row.saving.extrapolated for row in ranked) or baseline.verdict == "extrapolated":
         analysis.notes.append(f"{nbytes} B lies outside the measured sizes: latencies there are "
                               "EXTRAPOLATED (--extrapolate)")
+    check_tok_s(analysis, baseline_tok_s)
     return analysis
 
 
@@ -451,13 +495,14 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
                   extra_sizes=(), params: costmodel.ModelParams | None = None) -> Analysis:
     """The embedded default: NCCL's defaults against a few settings, all modelled
     (`params`: constants fitted by `model fit`; NCCL's own choice is kept)."""
+    check_world(nranks, "--tp")
     sizes = default_model_sizes([nbytes, *extra_sizes])
 
     def row_for(env: dict) -> CellRow:
         from nccl_tune.store import cell_id
 
         curve = model_curve(env, topology_name, nranks, sizes, params)
-        row = CellRow(cell=cell_id(env), env=dict(env), curve=curve, confirmed=None)
+        row = CellRow(cell=cell_id(env), env=dict(env), curve=curve, confirmed=None, modelled=True)
         row.latency_us = curve.at(nbytes)
         row.comm_ms = collectives * row.latency_us / 1000.0
         choice = costmodel.predict("allreduce", nbytes, nranks, env,
@@ -489,4 +534,5 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
                         baseline=baseline, cells=ranked, world_size=nranks, backend=None,
                         topology=topology_name)
     analysis.recommended = pick(ranked, modelled=True)
+    check_tok_s(analysis, baseline_tok_s)
     return analysis

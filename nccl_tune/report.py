@@ -12,7 +12,8 @@ into one baseline, while a sweep's own records (one host, several rounds, resume
 not) stay together.
 
 Interval basis: with at least `MIN_ROUNDS_FOR_ROUND_CI` rounds, rounds are the unit:
-Student-t intervals over per-round p50s, differences paired by round when both cells
+Student-t intervals over per-round p50s (a cell's own latency on the log scale, so it
+never reaches below zero: stats.positive_ci), differences paired by round when both cells
 share rounds (which cancels drift that hits a whole round), Welch's otherwise. A
 percentile bootstrap over 3-5 rounds is far too narrow (stats.t_ci says why). With
 fewer rounds, the per-iteration samples are pooled and bootstrapped, and the point
@@ -20,7 +21,8 @@ estimate is the pooled median (the statistic that interval is about); that inter
 ignores drift between rounds and says so (`ci_basis: "iterations"`).
 
 Records with `final: false` (early rungs of a search) never enter a verdict; they are
-summarised apart as pruned. Records marked `superseded` (a sweep re-ran the cell alone
+summarised apart as pruned, by rung (`shown_rungs`: a finalist only by its final
+records, a pruned cell by the rung that dropped it, the baseline by rung beside them). Records marked `superseded` (a sweep re-ran the cell alone
 because NCCL's log did not confirm it in a shared process) are left out entirely.
 
 Many cells compared with one baseline: at 95% per comparison, a flat landscape of 20
@@ -42,7 +44,9 @@ import numpy as np
 from nccl_tune import stats, store
 from nccl_tune.store import BASELINE, cell_label
 
-MIN_ROUNDS_FOR_ROUND_CI = 3
+MIN_ROUNDS_FOR_ROUND_CI = stats.MIN_ROUNDS
+# What every reader of gloo results says (report, recommend, their exports).
+GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
 MAX_POOLED_SAMPLES = 4000  # bootstrap cost bound; a deterministic subsample beyond it
 
 
@@ -76,11 +80,18 @@ class CellSizeSummary:
     dtype: str | None = None
     machine: str | None = None  # where it was measured, in words (see machine_identity)
     redop: str | None = None  # nccl-tests' reduction op (sum, prod, max, min, avg), if said
+    rung: int | None = None  # the search rung of non-final records (None: final)
 
     @property
     def label(self) -> str:
         """The cell's settings in words."""
         return cell_label(self.env)
+
+    @property
+    def row_label(self) -> str:
+        """The label a table shows: the settings, and the rung of a pruned row (a search
+        measures the baseline in every rung, so its rows differ only by rung)."""
+        return self.label + ("" if self.final or self.rung is None else f" [rung {self.rung}]")
 
     def to_dict(self, with_samples: bool = False) -> dict:
         """JSON-ready form (per-iteration samples left out unless asked for)."""
@@ -219,8 +230,9 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
     p50s = [p for _, p in rounds]
     samples = _pooled(ok)
     p50 = ci = basis = None
-    if len(p50s) >= MIN_ROUNDS_FOR_ROUND_CI:
-        _, lo, hi = stats.t_ci(p50s, confidence)
+    if len(p50s) >= MIN_ROUNDS_FOR_ROUND_CI and min(p50s) > 0:
+        # on the log scale: a latency interval never reaches below zero (stats.positive_ci)
+        _, lo, hi = stats.positive_ci(p50s, confidence)
         p50, ci, basis = float(np.median(p50s)), (lo, hi), "rounds"
     elif samples:
         # The pooled median: the statistic the bootstrap interval (and the difference to
@@ -302,6 +314,52 @@ def adjust_p(pvalues: list[float], method: str = "bh") -> list[float]:
     return adjusted
 
 
+VALIDATE_OP = "spec_decode"  # integration.validate's records: decode tok/s, not latencies
+VALIDATE_HINT = ("validate records (op spec_decode: decode tok/s per configuration, not collective "
+                 "latencies); nccl-tune validate prints their comparison when it runs (--json for "
+                 "all of it); report and recommend --results read latency records from nccl-tune "
+                 "bench, sweep or import-nccl-tests")
+
+
+def latency_records(records: list[dict], warn=None) -> list[dict]:
+    """The collective-latency records among `records`; validate's (op spec_decode) are set
+    aside with one warning naming what they are, and a file of nothing else is refused
+    (NcclTuneError) instead of summarised as an empty table."""
+    from nccl_tune.errors import NcclTuneError
+
+    kept = [r for r in records if r.get("op") != VALIDATE_OP]
+    dropped = len(records) - len(kept)
+    if dropped and not kept:
+        raise NcclTuneError(f"these are {VALIDATE_HINT}")
+    if dropped and warn:
+        warn(f"{dropped} {VALIDATE_HINT.split(';')[0]} left out")
+    return kept
+
+
+def shown_rungs(cells: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
+    """Which (cell, rung) groups of one family a report shows; rung None = final records.
+
+    A search measures a cell in several rungs: a finalist is shown by its final records
+    only (not again as pruned), a pruned cell by the rung where it was dropped (its last),
+    and the baseline, measured in every rung, in its final rung and in each rung where a
+    shown pruned cell was dropped, labelled by rung, so no two rows look alike.
+    """
+    final = {cell for cell, rung in cells if rung is None}
+    last: dict[str, int] = {}
+    for cell, rung in cells:
+        if rung is not None and cell not in final:
+            last[cell] = max(last.get(cell, rung), rung)
+    pruned_rungs = {rung for cell, rung in last.items() if cell != BASELINE}
+    if BASELINE in last and not pruned_rungs:  # only the baseline stopped early: show it
+        pruned_rungs = {last[BASELINE]}
+    out = {}
+    for (cell, rung), recs in cells.items():
+        if rung is None or (cell == BASELINE and rung in pruned_rungs) or (
+                cell != BASELINE and last.get(cell) == rung):
+            out[(cell, rung)] = recs
+    return out
+
+
 def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
               adjust: str = "bh") -> list[CellSizeSummary]:
     """Summaries of every (cell, size) group, each compared with its baseline.
@@ -317,25 +375,26 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
     # memory, so nothing downstream needs its own checks of sizes and latencies.
     kept = [r for r in records if not r.get("superseded") and store.field_problem(r) is None]
     known = _known_gpus(kept)
-    groups: dict[tuple, dict[str, list[dict]]] = {}
+    groups: dict[tuple, dict[tuple, list[dict]]] = {}
     for r in kept:
         final = r.get("final", True) is not False
-        cell = (r.get("cell") or BASELINE) + ("" if final else "\x00pruned")
+        cell = (r.get("cell") or BASELINE, None if final else int(r.get("rung") or 0))
         groups.setdefault(_key(r, known), {}).setdefault(cell, []).append(r)
     out: list[CellSizeSummary] = []
     order = lambda k: (k[0], k[2] or 0, str(k[4]), describe_machine(k[7]), str(k[5]), str(k[6]), k[1], str(k[8]))  # noqa: E731
     for key in sorted(groups, key=order):
-        cells = groups[key]
+        cells = shown_rungs(groups[key])
         machine = describe_machine(key[7])
-        base_records = cells.get(BASELINE)
+        base_records = cells.get((BASELINE, None))
         base = summarize_group(base_records, confidence, seed) if base_records else None
         if base is not None:
             base.machine = machine
         rows, compared = [], []
         for cell_key, recs in cells.items():
-            summary = base if cell_key == BASELINE else summarize_group(recs, confidence, seed)
+            summary = base if cell_key == (BASELINE, None) else summarize_group(recs, confidence, seed)
             summary.machine = machine
-            if (cell_key != BASELINE and summary.final and base is not None
+            summary.rung = cell_key[1]
+            if (cell_key[0] != BASELINE and summary.final and base is not None
                     and summary.status == "ok" and base.status == "ok" and summary.p50_us is not None):
                 delta = _delta(summary, base, recs, base_records, confidence, seed)
                 if delta is not None:
@@ -350,7 +409,7 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
             lo, hi = summary.delta_ci_us
             raw = stats.verdict(lo, hi)
             summary.verdict = raw if (raw == stats.NO_DIFFERENCE or p_adj < alpha) else stats.NO_DIFFERENCE
-        rows.sort(key=lambda s: (s.cell != BASELINE, not s.final, s.status != "ok",
+        rows.sort(key=lambda s: (not s.final, s.rung or 0, s.cell != BASELINE, s.status != "ok",
                                  s.p50_us if s.p50_us is not None else float("inf")))
         out.extend(rows)
     return out

@@ -20,10 +20,12 @@ timed-out and wrong cells score infinity and are never kept.
 
 Verdict: finalists are measured at full iterations for `rounds` rounds, baseline in
 every round, records marked `final: true` (earlier rungs `final: false`, so `report` and
-`recommend` judge only the final ones). The best finalist by median score is a winner
-only when the Student-t interval of its per-round log score excludes 0 at confidence
-1 - alpha/k, k = number of finalists (Bonferroni: the best of k equal cells would
-otherwise "win" by chance). Exhaustive compares every cell, so k is the whole grid and
+`recommend` judge only the final ones). The best finalist is the one with the lowest
+median score or, among those statistically tied with it, the one that sets the fewest
+variables (stats.tied: the rule recommend picks by too). It is a winner only when the
+Student-t interval of its per-round log score excludes 0 at confidence 1 - alpha/k,
+k = number of finalists (Bonferroni: the best of k equal cells would otherwise "win" by
+chance); with fewer than stats.MIN_ROUNDS rounds there is no interval and no winner. Exhaustive compares every cell, so k is the whole grid and
 it needs more rounds to declare a winner than strategies that narrow the field first.
 """
 
@@ -181,22 +183,36 @@ def cell_scores(records: Sequence[dict]) -> dict[str, float]:
             for c, v in per_cell.items()}
 
 
-def final_verdict(records: Sequence[dict], finalists: Sequence[str], confidence: float = 0.95):
-    """(best cell, winner?, median score, interval) over the final rung's records."""
-    per_round: dict[str, list[float]] = {}
-    for (cell, _), score in batch_scores(records).items():
+def final_verdict(records: Sequence[dict], finalists: Sequence[str], confidence: float = 0.95,
+                  n_vars: dict[str, int] | None = None):
+    """(best cell, winner?, median score, interval) over the final rung's records.
+
+    The decision rule recommend applies too (stats.tied): the cell with the lowest median
+    score, or, among the cells statistically tied with it (paired by round), the one that
+    sets the fewest variables (`n_vars`), so a minimal profile beats a superset that only
+    adds noise. A winner needs the Bonferroni interval of its per-round log score to
+    exclude 0; with fewer than stats.MIN_ROUNDS rounds there is no interval (None) and no
+    winner: a t interval from two rounds spans many orders of magnitude.
+    """
+    per_round: dict[str, dict[int, float]] = {}
+    for (cell, round_), score in batch_scores(records).items():
         if cell in finalists:
-            per_round.setdefault(cell, []).append(score)
-    candidates = {c: v for c, v in per_round.items() if v and not any(math.isinf(s) for s in v)}
+            per_round.setdefault(cell, {})[round_] = score
+    candidates = {c: v for c, v in per_round.items() if v and not any(math.isinf(s) for s in v.values())}
     if not candidates:
         return None, False, None, None
-    best = min(candidates, key=lambda c: (float(np.median(candidates[c])), c))
-    logs = [math.log(s) for s in candidates[best]]
-    if len(logs) < 2:  # one round: no spread, so no interval and no winner
-        return best, False, float(np.median(candidates[best])), None
+    median = {c: float(np.median(list(v.values()))) for c, v in candidates.items()}
+    best = min(candidates, key=lambda c: (median[c], c))
+    if n_vars:
+        logs = {c: {r: math.log(s) for r, s in v.items()} for c, v in candidates.items()}
+        tied = [c for c in candidates if c == best or stats.tied(logs[best], logs[c])]
+        best = min(tied, key=lambda c: (n_vars.get(c, 0), median[c], c))
+    logs = [math.log(s) for s in candidates[best].values()]
+    if len(logs) < stats.MIN_ROUNDS:  # too few rounds: no interval and no winner
+        return best, False, median[best], None
     level = 1 - (1 - confidence) / max(1, len(finalists))
     _, lo, hi = stats.t_ci(logs, level)
-    return best, hi < 0, float(np.median(candidates[best])), (math.exp(lo), math.exp(hi))
+    return best, hi < 0, median[best], (math.exp(lo), math.exp(hi))
 
 
 # ---------------------------------------------------------------- shared machinery
@@ -237,7 +253,8 @@ class _Run:
     def outcome(self, finalists: list[str], final_records: list[dict], pruned: dict[str, int],
                 unfinished: list[str], envs: dict[str, dict], stopped: str | None,
                 confidence: float) -> Outcome:
-        best, winner, score, ci = (final_verdict(final_records, finalists, confidence)
+        n_vars = {c: len(env) for c, env in envs.items()}
+        best, winner, score, ci = (final_verdict(final_records, finalists, confidence, n_vars)
                                    if final_records else (None, False, None, None))
         return Outcome(self.strategy, best, envs.get(best) if best else None, winner, score, ci,
                        finalists, pruned, unfinished, self.ledger.spent, self.rungs, stopped,
@@ -299,17 +316,50 @@ def plan_halving(n_cells: int, full_iters: int, rounds: int, eta: int = 2,
     return plan
 
 
+def minimal_parts(survivors: list[str], ranked: list[str], scores: dict[str, float],
+                  envs: dict[str, dict]) -> list[str]:
+    """Cells brought back into the final rung: for each finalist, the best-scoring cell
+    (that did not fail, in the last rung it was measured in) whose settings are a proper
+    part of the finalist's.
+
+    Without this, halving can prune NCCL_P2P_LEVEL=SYS alone in an early, noisy rung
+    while keeping a cell that adds three more variables to it; then the minimal profile
+    never reaches the final rung, where ties go to the cell that sets fewer variables
+    (final_verdict), and the superset wins by default. At most one part per finalist,
+    so the final rung measures at most twice the planned cells.
+    """
+    kept = set(survivors)
+    extra: list[str] = []
+    for survivor in survivors:
+        mine = set(envs.get(survivor, {}).items())
+        for c in ranked:  # best first
+            env = set(envs.get(c, {}).items())
+            if c in kept or math.isinf(scores.get(c, math.inf)) or not env or not env < mine:
+                continue
+            extra.append(c)
+            kept.add(c)
+            break
+    return extra
+
+
 def run_halving(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
                 seed: int = 0, isolation: str = "group", eta: int = 2,
                 min_fraction: float = 1 / 8, keep: int = 4, confidence: float = 0.95) -> Outcome:
-    """Successive halving: every cell briefly, the better 1/eta longer, until `keep` remain."""
+    """Successive halving: every cell briefly, the better 1/eta longer, until `keep` remain
+    (plus, in the final rung, each finalist's best-scoring proper part: minimal_parts)."""
     baseline, by_id = _split(cells)
     run = _Run("halving", measure, ledger, baseline, seed, isolation)
     envs = {cid: c.env for cid, c in by_id.items()}
     alive = sorted(by_id)
     pruned: dict[str, int] = {}
+    last_score: dict[str, float] = {}  # each cell's score in the last rung it was measured in
     for rung, step in enumerate(plan_halving(len(alive), ledger.full_iters, rounds, eta,
                                              min_fraction, keep)):
+        if step.final and rung > 0:  # a finalist's minimal part reaches the final too
+            ranked_all = sorted(last_score, key=lambda c: (last_score[c], c))
+            for c in minimal_parts(alive, ranked_all, last_score, envs):
+                alive.append(c)
+                pruned.pop(c, None)
         try:
             got = run.batch([by_id[c] for c in alive], step.iters, rung, step.rounds, step.final)
         except BudgetExhausted as exc:
@@ -320,6 +370,7 @@ def run_halving(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds:
         ranked = sorted(alive, key=lambda c: (scores.get(c, math.inf), c))
         survivors = [c for c in ranked if not math.isinf(scores.get(c, math.inf))]
         survivors = survivors[:math.ceil(len(alive) / eta)]
+        last_score.update({c: scores.get(c, math.inf) for c in alive})
         for c in alive:
             if c not in survivors:
                 pruned[c] = rung
@@ -437,7 +488,9 @@ def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_i
                   keep: int = 4, top_subspaces: int = 3, probe_fraction: float = 0.5) -> float:
     """Planned measurements (budget units, baseline included) before running.
 
-    Exact for exhaustive and halving when nothing fails; for descent an upper estimate
+    Exact for exhaustive, and for halving when nothing fails and no finalist's proper part
+    is brought back into the final rung (minimal_parts: at most as many cells again
+    there); for descent an upper estimate
     (two descent passes from each of two starts in each probed subspace).
     """
     if strategy == "exhaustive":

@@ -10,6 +10,11 @@ from typing import Sequence
 
 import numpy as np
 
+# The fewest rounds an interval over rounds is computed from. With two, Student's t has
+# one degree of freedom (t = 12.7 at 95%, 63.7 at 99%): bounds from 0 to 10^15 times the
+# median say nothing, so with fewer rounds callers say "too few rounds" instead.
+MIN_ROUNDS = 3
+
 FASTER = "faster"
 SLOWER = "slower"
 NO_DIFFERENCE = "no significant difference"
@@ -121,6 +126,38 @@ def t_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, floa
         return mean, mean, mean
     half = float(student_t.ppf(0.5 + confidence / 2, data.size - 1) * data.std(ddof=1) / np.sqrt(data.size))
     return mean, mean - half, mean + half
+
+
+def positive_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Interval for a positive quantity (a latency, a throughput) from a few round values:
+    Student's t on the log scale, mapped back: (geometric mean, lo, hi) with 0 < lo <= hi.
+
+    The plain t interval of a few noisy latencies reaches below zero (-1690 us around a
+    2510 us p50 over 3 rounds), which no latency can; on the log scale the interval is
+    multiplicative and stays positive. Values <= 0 are an error.
+    """
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("no values")
+    if np.any(data <= 0) or not np.all(np.isfinite(data)):
+        raise ValueError("positive_ci needs finite values > 0")
+    centre, lo, hi = t_ci(np.log(data), confidence)
+    return float(np.exp(centre)), float(np.exp(lo)), float(np.exp(hi))
+
+
+def tied(best_rounds: dict, other_rounds: dict, confidence: float = 0.95) -> bool | None:
+    """Whether `other` is statistically tied with `best`: the paired Student-t interval of
+    their per-round differences (rounds both were measured in) includes zero. None with
+    fewer than MIN_ROUNDS shared rounds (no interval: the caller decides).
+
+    The tie rule of every pick (sweep's best finalist, recommend's cell): among the cells
+    tied with the best, the one that sets the fewest variables wins.
+    """
+    shared = sorted(set(best_rounds) & set(other_rounds))
+    if len(shared) < MIN_ROUNDS:
+        return None
+    _, lo, hi = t_ci([best_rounds[r] - other_rounds[r] for r in shared], confidence)
+    return lo <= 0 <= hi
 
 
 def paired_t_ci(a: Sequence[float], b: Sequence[float],

@@ -86,6 +86,32 @@ class SweepStats:
         return dict(self.__dict__)
 
 
+def run_failure(records: list[dict]) -> str | None:
+    """Why a finished sweep compared nothing, in words, or None when it did.
+
+    Every cell failed (no record ok and correct), or the baseline did in every round:
+    then no cell can be compared with NCCL's defaults, so the command exits 1
+    (nccl_tune.errors.RunFailed) after printing its summary. Superseded records (a cell
+    re-run alone, or measured again on resume) do not count.
+    """
+    live = [r for r in records if not r.get("superseded")]
+    if not live:
+        return None
+
+    def ok(record: dict) -> bool:
+        return (record.get("status") or "ok") == "ok" and record.get("correct") is not False
+
+    if not any(ok(r) for r in live):
+        statuses = sorted({str(r.get("status") or "ok") for r in live})
+        return f"every cell failed ({', '.join(statuses)}): nothing was measured"
+    baseline = [r for r in live if (r.get("cell") or store.BASELINE) == store.BASELINE]
+    if baseline and not any(ok(r) for r in baseline):
+        statuses = sorted({str(r.get("status") or "ok") for r in baseline})
+        return (f"the baseline (NCCL defaults) failed in every round ({', '.join(statuses)}): "
+                "no cell can be compared with it")
+    return None
+
+
 class SweepInterrupted(Exception):
     """Ctrl-C during a sweep: the running launch was killed, finished records kept."""
 

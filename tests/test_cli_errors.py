@@ -35,7 +35,6 @@ ONE_LINE = [
     (["exec", "--profile", "{d}/missing.env", "--", "true"], "missing.env: no such file or shipped profile"),
     (["exec", "--profile", "{d}/malformed.env", "--", "true"], "malformed.env:2:"),
     (["exec", "--profile", "{d}/invalid.env", "--", "true"], "invalid.env:1:"),
-    (["exec", "--profile", "{d}/good.env", "--", "{d}/not-a-program"], "cannot run"),
     (["check", "--profile", "{d}/malformed.env", "--pid", "1"], "malformed.env:2: malformed line"),
     (["check", "--profile", "{d}/good.env", "--pid", "999999999"], "no process with pid 999999999"),
     (["check", "--profile", "nope", "--pid", "1"], "nope: no such file or shipped profile"),
@@ -50,6 +49,15 @@ def test_tool_errors_are_one_line(files, args, fragment):
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_exec_of_a_missing_program_is_one_line_exit_127(files):
+    # not bad input to nccl-tune but a command that cannot start: 127, as shells and env(1)
+    done = run("exec", "--profile", f"{files}/good.env", "--", f"{files}/not-a-program")
+    assert done.returncode == 127, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot run" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 

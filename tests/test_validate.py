@@ -379,15 +379,20 @@ def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_fil
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
-def test_a_real_failed_launch_reports_the_rank_error(cli_runner, profile_file, tmp_path):
+def test_a_real_failed_launch_reports_the_rank_error(cli_runner, profile_file, tmp_path, monkeypatch):
     import torch
+
+    from nccl_tune.commands import validate as command
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine where --device cuda fails")
+    # validate refuses --device cuda up front without GPUs; pretend one is visible so the
+    # launch happens and fails on the ranks, as a real runtime failure does
+    monkeypatch.setattr(command, "_gpu_count", lambda: 1)
     out = tmp_path / "o.jsonl"
     res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--steps", "0", "--runs", "1",
                                   "--max-tokens", "4", "--model-args", TINY + " --device cuda",
-                                  "--out", str(out)])
+                                  "--nproc", "2", "--out", str(out)])
     assert res.exit_code == 1, res.output
     for record in _records(out):
         assert record["status"] == "failed"

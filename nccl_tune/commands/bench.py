@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import NcclTuneError, RunFailed
 
 _REASON_PREFIX = "microbench.allreduce: "
 
@@ -85,6 +85,15 @@ def failure_summary(lines: list[str]) -> str | None:
              if r not in reasons and c != 0]
     parts += [text for _, text in sorted(reasons.items())]
     return "; ".join(parts) or None
+
+
+def _machine() -> tuple[bool, bool, int]:
+    """(CUDA available, torch built with NCCL, GPUs visible), as the ranks will see them."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    return cuda, dist.is_nccl_available(), torch.cuda.device_count() if cuda else 0
 
 
 _STOPPED_BY_AGENT = (-15, -9)  # SIGTERM, then SIGKILL: torchrun stopping the other ranks
@@ -158,8 +167,9 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes (GPUs) per node.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Processes (GPUs) per node [one per GPU with NCCL; 2 on CPU, as sweep and "
+                   "validate].")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Nodes; with more than one, run the same command on every node with its "
                    "--node-rank and node 0's --rdzv-endpoint.")
@@ -171,27 +181,32 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
               help="Rendezvous port on one node (default: --standalone).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def bench(nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None, master_port: int | None,
+def bench(nproc: int | None, nnodes: int, node_rank: int, rdzv_endpoint: str | None, master_port: int | None,
           dry_run: bool, args: tuple[str, ...]) -> None:
     """Measure small-message collective latency: torchrun -m microbench.allreduce.
 
     Example: nccl-tune bench --nproc 8 --tokens 1,2,4 --out results.jsonl
     """
-    from microbench.options import parse_args
+    from microbench.options import WORLD_ONE_NOTE, parse_args, preflight
 
     from nccl_tune.launch import Launcher
 
     options = parse_args(list(args))  # raises NcclTuneError: one line, exit 2
     if rdzv_endpoint is not None and master_port is not None:
         raise click.UsageError("--master-port is for one node; with --rdzv-endpoint give HOST:PORT there")
+    # What every rank would refuse (backend, mode, --verify-effective, --out, --plan) is
+    # said once, here, before torchrun starts (microbench.options.preflight is the rule).
+    cuda, nccl, gpus = _machine()
+    backend, _, _ = preflight(options, cuda=cuda, nccl=nccl, writes_out=node_rank == 0)
+    if nproc is None:
+        nproc = max(1, gpus) if backend == "nccl" else 2
     Launcher(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)  # checks
     argv = torchrun_argv(nproc, nnodes, master_port, list(args), node_rank, rdzv_endpoint)
     if dry_run:
+        if nproc * nnodes == 1:  # a run says it itself (rank 0), as under plain torchrun
+            click.echo(f"note: {WORLD_ONE_NOTE}", err=True)
         click.echo(" ".join(argv))
         return
-    from microbench.allreduce import resolve_backend_mode
-
-    resolve_backend_mode(options.backend, options.mode)  # what every rank would refuse, said once
     try:
         code, reason, refused = _stream(argv)
     except OSError as exc:
@@ -199,8 +214,7 @@ def bench(nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None, ma
     if refused:
         raise NcclTuneError(reason)
     if code != 0:
-        raise click.ClickException(
-            f"torchrun exited with code {code}" + (f": {reason}" if reason else ""))
+        raise RunFailed(f"torchrun exited with code {code}" + (f": {reason}" if reason else ""))
 
 
 bench.help = (bench.help or "") + "\n\n\b\nOptions passed to microbench.allreduce:\n" + "\n".join(

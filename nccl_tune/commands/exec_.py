@@ -3,7 +3,8 @@
 Runs CMD with the profile applied, by replacing this process (os.execvpe): CMD keeps
 this pid (so `nccl-tune check --pid` sees the server itself), receives signals directly,
 and its exit code is the exit code. argv goes to the kernel as given; no shell is
-involved. A profile with lint errors is refused (exit 2) before anything runs.
+involved. A profile with lint errors is refused (exit 2) before anything runs; a command
+that does not exist exits 127, one that is not executable 126 (as shells and env(1)).
 """
 
 from __future__ import annotations
@@ -15,8 +16,30 @@ import sys
 import click
 
 from nccl_tune import lint as linter
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import CannotExecute, NcclTuneError
 from nccl_tune.profile import load_profile, read_text, resolve_profile
+
+
+def check_runnable(name: str, path: str | None) -> None:
+    """CannotExecute when `name` (a path, or a command looked up on `path`) cannot be run:
+    exit 127 when nothing by that name exists, 126 when it exists but cannot be executed,
+    as bash and env(1) report them."""
+    if os.sep in name:
+        if not os.path.exists(name):
+            raise CannotExecute(f"cannot run {name!r}: no such file", found=False)
+        if os.path.isdir(name) or not os.access(name, os.X_OK):
+            raise CannotExecute(f"cannot run {name!r}: "
+                                + ("a directory" if os.path.isdir(name) else "not executable"),
+                                found=True)
+        return
+    if shutil.which(name, path=path) is not None:
+        return
+    # On PATH but not executable is 126 (bash: "Permission denied"); absent is 127.
+    for folder in (path or os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate):
+            raise CannotExecute(f"cannot run {name!r}: {candidate} is not executable", found=True)
+    raise CannotExecute(f"cannot run {name!r}: no such command on PATH", found=False)
 
 
 def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) -> tuple[dict[str, str], list[str]]:
@@ -58,10 +81,7 @@ def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> N
         warnings += len(findings)
         applied.update(load_profile(path).env)
     env, removed = build_env(dict(os.environ), applied, clean)
-    program = command[0] if os.sep in command[0] else shutil.which(command[0], path=env.get("PATH"))
-    if program is None or not os.path.isfile(program) or not os.access(program, os.X_OK):
-        raise NcclTuneError(f"cannot run {command[0]!r}: no such executable "
-                            f"{'file' if os.sep in command[0] else 'on PATH'}")
+    check_runnable(command[0], env.get("PATH"))
     names = ", ".join(os.path.basename(p) for p in used)
     summary = " ".join(f"{k}={v}" for k, v in applied.items()) or "(no variables)"
     line = f"nccl-tune exec: applied {names}: {summary}"
@@ -74,5 +94,7 @@ def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> N
     sys.stderr.flush()
     try:
         os.execvpe(command[0], list(command), env)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+    except FileNotFoundError as exc:
+        raise CannotExecute(f"cannot run {command[0]!r}: {exc.strerror or exc}", found=False) from None
+    except OSError as exc:  # permission, a bad binary format: found but not executable
+        raise CannotExecute(f"cannot run {command[0]!r}: {exc.strerror or exc}", found=True) from None

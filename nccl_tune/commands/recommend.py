@@ -17,7 +17,8 @@ from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, u
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
-ASSUMED_TOPOLOGY = "pcie-amd-2s"  # the public 8x PCIe report's machines: two AMD Turin sockets
+ASSUMED_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
+resolve_topology = costmodel.resolve_topology  # the one default, shared with validate and sweep
 # costmodel's doc: which constants were fitted to public tables.
 MODEL_CALIBRATION = ("its host-memory per-hop and Simple-over-PCIe constants were fitted to "
                      "published tables, and real machines of one kind differ by 1.5x and more: "
@@ -32,30 +33,6 @@ class _ArgvCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["nccl_tune.argv"] = list(args)
         return super().parse_args(ctx, args)
-
-
-def resolve_topology(choice: str) -> tuple[str, str]:
-    """(topology name, how it was found) for --topology; falls back to an assumption."""
-    if choice != "auto":
-        return choice, f"{choice} (--topology)"
-    try:
-        from nccl_tune import topology as topo_mod  # helper module; may be absent or fail
-
-        kind = topo_mod.detect_kind()
-    except ImportError:
-        reason = "topology detection is not available in this install"
-    except Exception as exc:  # detection is best effort: never let it stop a recommendation
-        reason = f"topology detection failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-    else:
-        if isinstance(kind, str) and kind in costmodel.TOPOLOGIES:
-            return kind, f"{kind} (detected)"
-        reason = "no GPU found" if not kind else f"detected '{kind}', which the model does not know"
-    return ASSUMED_TOPOLOGY, (
-        f"{ASSUMED_TOPOLOGY} ASSUMED ({reason}): the public 8x PCIe report's machines (two AMD "
-        "sockets), where NCCL's default P2P level sends traffic between GPUs on different "
-        "CPU sockets through "
-        "host memory, and NCCL's topology search on AMD hosts makes it pick Simple for small "
-        f"messages; pass --topology ({'|'.join(costmodel.TOPOLOGIES)}) to model another machine")
 
 
 def _read(paths: tuple[str, ...]) -> list[dict]:
@@ -133,17 +110,19 @@ def _table(analysis, baseline_tok_s) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
-def _summary_line(analysis, confidence: float, baseline_tok_s) -> str:
+def _summary_line(analysis, confidence: float, baseline_tok_s, force: bool = False) -> str:
     rec = analysis.recommended
     if rec is None:
         if analysis.source == MODELLED:
             return ("Keep NCCL's defaults: no setting saves time under the model on this topology.")
         return ("Keep NCCL's defaults: no cell's saving has an interval that excludes zero "
-                "(--export, --export-conf and --tuner-csv write nothing without --force).")
+                + ("(--force: files asked for hold the best cell anyway, marked NOT significant)."
+                   if force else "(--export, --export-conf and --tuner-csv write nothing without --force)."))
     s = rec.saving
     text = f"Recommended: {rec.label}: saves {s.saving_ms:.3f} ms/token"
     if analysis.source == MODELLED:
-        text += " (MODELLED, not measured; export needs --force)"
+        text += (" (MODELLED, not measured; --force: files asked for are written, their headers "
+                 "say so)" if force else " (MODELLED, not measured; export needs --force)")
     else:
         basis = {"rounds": f"{s.n_rounds} rounds, paired with the baseline",
                  "rounds (unpaired)": f"{s.n_rounds}+ rounds, unpaired",
@@ -204,35 +183,47 @@ def _spec_table(comp, baseline_label: str, rec_label: str | None) -> str:
 def _plot(path, analysis, comp) -> None:
     plt = plotting.pyplot()
     rows = [r for r in analysis.cells if r.saving is not None]
+    labels = [plotting.wrap(_short(r.label), 28) for r in rows]
+    lines = sum(label.count("\n") + 1 for label in labels)
     panels = 2 if comp is not None else 1
-    fig, axes = plt.subplots(1, panels, figsize=(7 * panels, max(3.0, 0.45 * len(rows) + 1.5)))
+    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, max(3.5, 0.32 * lines + 2.0)))
     axes = axes if panels > 1 else [axes]
     ax = axes[0]
-    labels = [r.label if len(r.label) < 48 else r.label[:45] + "..." for r in rows]
     values = [r.saving.saving_ms for r in rows]
     err = None
     if any(r.saving.ci_ms for r in rows):
         err = [[max(0.0, r.saving.saving_ms - r.saving.ci_ms[0]) if r.saving.ci_ms else 0 for r in rows],
                [max(0.0, r.saving.ci_ms[1] - r.saving.saving_ms) if r.saving.ci_ms else 0 for r in rows]]
     colors = ["tab:green" if r is analysis.recommended else "tab:gray" for r in rows]
-    ax.barh(range(len(rows)), values, xerr=err, color=colors)
+    ax.barh(range(len(rows)), values, xerr=err, color=colors, capsize=3 if err else 0)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("saving per token (ms)")
-    ax.set_title(f"{analysis.source}: saving per token vs NCCL defaults")
+    ax.set_xlabel("saving per token (ms; NCCL_ omitted from names)" + ("; bars: intervals" if err else ""))
+    ax.set_title(f"{analysis.source}: saving per token vs NCCL defaults"
+                 + (" (green: recommended)" if analysis.recommended else ""))
     if comp is not None:
         ax2 = axes[1]
-        plans = [p for p in comp.baseline if p.k >= 1]
-        ax2.plot([p.k for p in plans], [p.tok_s for p in plans], marker="o", label="baseline")
+        plans = list(comp.baseline)  # k = 0 (plain decoding) included: the plan's reference
+        ax2.plot([p.k for p in plans], [p.tok_s for p in plans], marker="o", label="NCCL defaults")
         if comp.recommended:
-            rec = [p for p in comp.recommended if p.k >= 1]
+            rec = list(comp.recommended)
             ax2.plot([p.k for p in rec], [p.tok_s for p in rec], marker="o", label="recommended")
-        ax2.set_xlabel("draft steps k")
+        ax2.set_xticks([p.k for p in plans],
+                       ["0\nplain" if p.k == 0 else str(p.k) for p in plans])
+        ax2.set_xlabel("draft steps k (0: plain decoding)")
         ax2.set_ylabel("tok/s")
         ax2.set_title("speculative decoding: tok/s against steps")
+        ax2.grid(True, alpha=0.3)
         ax2.legend()
-    fig.tight_layout()
+    notes = []
+    if analysis.backend == "gloo":
+        notes.append("gloo: NCCL settings do not affect gloo; differences between cells are noise")
+    if analysis.source != recommendation.MEASURED:
+        notes.append(f"{analysis.source.upper()}: not measured")
+    if notes:
+        plotting.caption(fig, "; ".join(notes))
+    fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, 1))
     plotting.save(fig, path, dpi=110)
 
 
@@ -387,7 +378,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-                results, published)
+                results, published, force)
 
 
 def _spec_acceptance(accept_in, steps):
@@ -414,7 +405,7 @@ def _published_lines(analysis, published) -> list[str]:
 
 
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
-            results, published=None) -> None:
+            results, published=None, force: bool = False) -> None:
     for line in _header(analysis, topo_note, workload, results):
         click.echo(line)
     if published is not None:
@@ -436,7 +427,7 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
                    + "; ".join(f"{r.label} ({_fmt(r.latency_us, 2)} us)" for r in shown)
                    + (f"; ... and {more} more" if more else ""))
     click.echo()
-    click.echo(_summary_line(analysis, confidence, baseline_tok_s))
+    click.echo(_summary_line(analysis, confidence, baseline_tok_s, force))
     if comp is not None:
         click.echo()
         click.echo(f"Speculative decoding ({acceptance.description}):")

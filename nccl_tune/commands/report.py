@@ -12,15 +12,14 @@ from tabulate import tabulate
 from nccl_tune import plotting, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launch import summarize_error
-from nccl_tune.report import ADJUSTMENTS, summarize
+from nccl_tune.report import ADJUSTMENTS, GLOO_NOTE, latency_records, summarize
 
 SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
-GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
 CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",
               "machine", "status", "n_rounds",
               "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
               "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
-              "effective_proto", "effective_channels", "flag", "simulated", "final", "errors")
+              "effective_proto", "effective_channels", "flag", "simulated", "final", "rung", "errors")
 
 
 def observation_flag(summary) -> str | None:
@@ -75,7 +74,12 @@ def group_title(s) -> str:
     return title + (" (SIMULATED)" if s.backend == "sim" else "")
 
 
-def _print_text(summaries, notes: list[str]) -> None:
+def ci_header(confidence: float) -> str:
+    """The interval column's name at the confidence asked for: '95% CI', '99.9% CI'."""
+    return f"{100 * confidence:.4g}% CI"
+
+
+def _print_text(summaries, notes: list[str], confidence: float = 0.95) -> None:
     for note in notes:
         click.echo(note)
     keys = []
@@ -90,11 +94,12 @@ def _print_text(summaries, notes: list[str]) -> None:
             verdict = (s.status if s.status != "ok" else s.verdict or
                        ("baseline" if s.cell == store.BASELINE else "pruned" if not s.final else "-"))
             flag = observation_flag(s)
-            table.append([s.label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
+            table.append([s.row_label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
                           _fmt(s.delta_us), _interval(s.delta_ci_us), verdict, _effective(s),
                           ("! " + flag.split(":")[0]) if flag else ""])
-        click.echo(tabulate(table, headers=["settings", "rounds", "p50 us", "95% CI", "delta us",
-                                            "delta CI", "verdict", "effective", "observed"]))
+        click.echo(tabulate(table, headers=["settings", "rounds", "p50 us", ci_header(confidence),
+                                            "delta us", "delta CI", "verdict", "effective",
+                                            "observed"]))
     bad = [s for s in summaries if s.status != "ok"]
     if bad:
         click.echo("\nFailed, timed-out and wrong cells (never candidates):")
@@ -126,7 +131,7 @@ def _write_csv(summaries) -> str:
             "verdict": s.verdict, "p_value": s.p_value, "p_adjusted": s.p_adjusted,
             "confirmed": s.confirmed, "effective_algo": e.get("algo"),
             "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
-            "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final,
+            "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final, "rung": s.rung,
             "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip())})
     return buffer.getvalue()
 
@@ -150,23 +155,46 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
                   for k, v in curves.items()}
     ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
     labelled = set(ranked[:8]) | {k for k in curves if k[0] == store.BASELINE}
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    all_p50 = []
     for key in ranked:
         points = sorted(curves[key], key=lambda x: x.bytes)
         xs, ys = [p.bytes for p in points], [p.p50_us for p in points]
+        all_p50 += ys + [v for p in points if p.ci_us for v in p.ci_us]
         baseline = key[0] == store.BASELINE
-        ax.plot(xs, ys, marker="o", color="black" if baseline else None,
-                linewidth=3.0 if baseline else 1.0, alpha=1.0 if baseline or key in labelled else 0.35,
-                zorder=3 if baseline else 2, label=key[1] if key in labelled else None)
+        shown = baseline or key in labelled
+        line, = ax.plot(xs, ys, marker="o", color="black" if baseline else None,
+                        linewidth=3.0 if baseline else 1.0, alpha=1.0 if shown else 0.35,
+                        zorder=3 if baseline else 2,
+                        label=plotting.wrap(key[1], 45) if key in labelled else None)
+        if shown and any(p.ci_us for p in points):  # the interval of each p50
+            # the interval is of the geometric mean over rounds, the point the median: the
+            # median can sit just outside it, so the bar is clipped at the point
+            err = [[max(0.0, p.p50_us - p.ci_us[0]) if p.ci_us else 0 for p in points],
+                   [max(0.0, p.ci_us[1] - p.p50_us) if p.ci_us else 0 for p in points]]
+            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=line.get_color(), elinewidth=1.0,
+                        capsize=3, alpha=0.8, zorder=line.get_zorder())
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("p50 latency (us)")
+    sizes = sorted({p.bytes for v in curves.values() for p in v})
+    plotting.byte_axis(ax.xaxis, sizes)
+    if len(sizes) == 1:  # one size: a readable span around it, not matplotlib's default
+        ax.set_xlim(sizes[0] / 2, sizes[0] * 2)
+    plotting.plain_axis(ax.yaxis, all_p50)
+    ax.set_xlabel("message size (bytes; K = 1024)")
+    ax.set_ylabel("p50 latency (us); bars: intervals")
     simulated = any(k[4] == "sim" for k in curves)
     ax.set_title((title or "allreduce latency by NCCL settings") + (" (SIMULATED)" if simulated else ""))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    notes = []
+    if any(k[4] == "gloo" for k in curves):
+        notes.append("gloo: NCCL settings do not affect gloo; differences between lines are noise")
+    if simulated:
+        notes.append("simulated: drawn from the cost model, not measured")
+    if notes:
+        plotting.caption(fig, "; ".join(notes))
+    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
     plotting.save(fig, path, dpi=120)
     return len(curves)
 
@@ -182,7 +210,7 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
 @click.option("--include-pruned/--final-only", default=True, show_default=True,
               help="Show cells pruned by a search strategy (never judged).")
 def report(results, as_json, as_csv, plot_path, confidence, adjust, include_pruned):
-    """Summarise results: per cell and size, median p50 over rounds, 95% intervals,
+    """Summarise results: per cell and size, median p50 over rounds, intervals (--confidence),
     the difference to the baseline and a verdict; failed, timed-out and wrong cells listed.
     """
     if as_json and as_csv:
@@ -193,6 +221,7 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
         click.echo(f"warning: {message}", err=True)
     if not records:
         raise NcclTuneError(f"no records in {', '.join(results)}")
+    records = latency_records(records, lambda m: click.echo(f"warning: {m}", err=True))
     summaries = summarize(records, confidence=confidence, adjust=adjust)
     if not include_pruned:
         summaries = [s for s in summaries if s.final]
@@ -206,11 +235,11 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
         notes.append("no baseline records: no differences or verdicts can be given")
     if plot_path:
         drawn = plot_latency(summaries, plot_path)
-        click.echo(f"plot: {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
+        click.echo(f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
                    err=as_json or as_csv)
     if as_json:
         click.echo(json.dumps([_row_dict(s) for s in summaries], indent=2, default=str))
     elif as_csv:
         click.echo(_write_csv(summaries), nl=False)
     else:
-        _print_text(summaries, notes)
+        _print_text(summaries, notes, confidence)

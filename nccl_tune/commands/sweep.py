@@ -10,10 +10,10 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, grid as gridlib, launch, search, sweep as sweeplib
-from nccl_tune.errors import NcclTuneError
+from nccl_tune import costmodel, grid as gridlib, launch, search, stats, sweep as sweeplib
+from nccl_tune.errors import EXIT_INTERRUPTED, NcclTuneError, RunFailed
 
-SIM_DEFAULT_TOPOLOGY = "pcie-shm"
+SIM_DEFAULT_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
 MAX_DROPPED_LISTED = 20
 MAX_UNFINISHED_LISTED = 8
 
@@ -74,6 +74,32 @@ def _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_
         raise NcclTuneError("--backend sim needs a topology to model: pass --topology "
                             f"({', '.join(costmodel.TOPOLOGIES)})")
     return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note), spec
+
+
+def _refuse_unknown_names(g, allow_unknown: bool) -> None:
+    """NcclTuneError for a variable neither the catalogue nor the installed libnccl knows
+    (a typo such as NCCL_PROTOO would be measured as a cell NCCL ignores), with lint's
+    did-you-mean; --allow-unknown keeps it."""
+    from nccl_tune import lint
+
+    names = [name for cell in [*g.cells, *g.dropped] for name in cell.env]
+    findings = lint.unknown_names(names, "sweep")
+    if findings and not allow_unknown:
+        first = findings[0]
+        more = f" (and {len(findings) - 1} more unknown name(s))" if len(findings) > 1 else ""
+        raise NcclTuneError(f"{first.variable}: {first.message}{more}; --allow-unknown to sweep "
+                            "it anyway")
+
+
+def _check_runnable(backend: str, mode: str | None, verify_effective: bool | None) -> None:
+    """Refuse (exit 2, before any launch) what no rank could run on this backend: the
+    microbench's own rule (microbench.options.check_backend_mode). sim models anything."""
+    if backend == "sim":
+        return
+    from microbench.options import check_backend_mode
+
+    # nccl without GPUs is refused below with the GPU count; here: mode and log checks.
+    check_backend_mode(backend, mode, verify_effective, cuda=backend == "nccl" or gpu_count() > 0)
 
 
 def _measurements(g, spec, options, rounds) -> dict:
@@ -202,6 +228,8 @@ def _print_plan(plan: dict) -> None:
               type=click.Choice(["auto", "none", *costmodel.TOPOLOGIES]),
               help="Machine kind for pruning (NVLS without NVSwitch, LL128 on PCIe).")
 @click.option("--allow-unsafe", is_flag=True, help="Keep cells that force LL128 on PCIe.")
+@click.option("--allow-unknown", is_flag=True,
+              help="Keep NCCL_* names neither the catalogue nor the installed libnccl knows.")
 @click.option("--sizes", help="Message sizes: bytes or K/M/G, comma list.")
 @click.option("--tokens", help="Decode token counts (sizes = tokens x hidden x dtype).")
 @click.option("--hidden", type=int, help="Hidden size for --tokens [7168].")
@@ -265,7 +293,7 @@ def _print_plan(plan: dict) -> None:
 @click.option("--module", default=sweeplib.MODULE, hidden=True,
               help="The module every rank runs (tests and custom measuring modules).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
-def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
+def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes, tokens, hidden, dtype, iters,
           warmup, mode, graph_ops, op, verify_effective, op_timeout, label, backend, sim_landscape, model_path, isolation,
           nccl_version_option, rounds,
           strategy, budget, seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env,
@@ -298,12 +326,14 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
     if not sets and not grid_option:
         raise NcclTuneError("no grid: give --set NAME=V1,V2 (repeatable) or --grid decode|FILE.toml")
     dtype = sweeplib.canonical_dtype(dtype)
+    _check_runnable(backend, mode, verify_effective)
     options = sweeplib.MeasureOptions(
         backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
         dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode, graph_ops=graph_ops,
         verify_effective=verify_effective, op_timeout=op_timeout, label=label)
     nccl_version, version_source = sweeplib.planned_nccl_version(backend, nccl_version_option)
     g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_version)
+    _refuse_unknown_names(g, allow_unknown)
     if strategy == "descent" and not spec.axes:
         raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
                             "[grid] table), not only explicit [[cells]]")
@@ -408,7 +438,16 @@ def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim
     else:
         _print_summary(summary)
     if interrupted:
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    failure = sweeplib.run_failure(outcome.records) if outcome and launcher_writes(launcher, options) else None
+    if failure:
+        raise RunFailed(f"sweep: {failure}; the records are in {out} (nccl-tune report {out} "
+                        "lists the errors)")
+
+
+def launcher_writes(launcher, options) -> bool:
+    """True when this node writes the records (node 0, or the sim backend)."""
+    return options.backend == "sim" or launcher is None or launcher.writes_records
 
 
 def _raise_interrupt(signum, frame):
@@ -493,8 +532,9 @@ def _print_search(s: dict) -> None:
             verdict = ("faster than the baseline" if found["winner"]
                        else "not significantly faster than the baseline")
         else:
-            interval = "no interval from one round"
-            verdict = "no verdict (--rounds 3 or more for one)"
+            interval = (f"too few rounds ({s['rounds']}) for an interval: --rounds "
+                        f"{stats.MIN_ROUNDS} or more")
+            verdict = "no verdict"
         click.echo(f"  best of {len(found['finalists'])} finalists: {found['best']} {label}: "
                    f"{found['best_score']:.3f} x baseline latency ({interval}): {verdict}"
                    + (" (simulated)" if s["simulated"] else ""))

@@ -11,8 +11,8 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
-from nccl_tune.costmodel import TOPOLOGIES
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
+from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.specdec.MAX_STEPS
 VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
@@ -135,8 +135,9 @@ def render(result: dict) -> str:
               help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
 @click.option("--results-any-world", is_flag=True,
               help="Predict from --results of another world size than this run's (said in the output).")
-@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="pcie", show_default=True,
-              help="Cost-model topology when --results is not given.")
+@click.option("--topology", type=click.Choice(["auto", *TOPOLOGIES]), default="auto", show_default=True,
+              help="Cost-model topology when --results is not given (auto: detect, else "
+                   f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
 @click.option("--model", "model_file", default=None, type=click.Path(dir_okay=False),
               help="Without --results: predict with a `model fit` file (its topology).")
 @click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
@@ -188,7 +189,9 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
         nproc = (_gpu_count() or 2) if engine == "builtin" else (lib._tp_size(
             lib.split_args(server_args, "--server-args"), engine) or 1)
     if engine == "builtin":
-        lib.check_loop_args(margs, nproc, steps)
+        lib.check_loop_args(margs, nproc, steps, cuda=_gpu_count() > 0)
+    topology_asked = topology
+    topology, topology_note = resolve_topology(topology)
     opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
@@ -205,12 +208,25 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     total = 2 * len(steps)
     with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
+    if not results_path and result.get("prediction_kind") and topology_asked == "auto":
+        result["notes"].append(f"cost-model topology: {topology_note}")
     if as_json:
         emit_json(result)
     else:
         click.echo(render(result))
-    if not any(r["status"] == "ok" for r in result["rows"]):
-        sys.exit(1)  # no configuration ran: the table above shows why
+    failure = run_failure(result["rows"])
+    if failure:  # the table above shows why; the exit code is nccl_tune.errors' (1)
+        raise RunFailed(f"validate: {failure}; the records are in {result['out']}")
+
+
+def run_failure(rows: list[dict]) -> str | None:
+    """Why a validation compared nothing (every configuration failed, or the baseline did
+    at every step count), or None."""
+    if not any(r["status"] == "ok" for r in rows):
+        return "every configuration failed"
+    if not any(r["status"] == "ok" for r in rows if r["config"] == "baseline"):
+        return "the baseline (no NCCL_*) failed at every step count: nothing to compare with"
+    return None
 
 
 def _check_writable(path: str) -> None:

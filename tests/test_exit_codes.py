@@ -1,0 +1,235 @@
+"""Exit codes, decided in one place (nccl_tune.errors), and refusals before anything runs.
+
+1: a run that went ahead but compared nothing (every cell failed, or the baseline did);
+2: bad input, refused before a launch (sweep, bench, validate, recommend);
+127 / 126: exec of a command that does not exist / is not executable.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from nccl_tune import sweep as sweeplib
+from nccl_tune.cli import cli
+from nccl_tune.errors import (EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
+                              EXIT_RUN_FAILED)
+
+try:
+    import torch
+
+    CUDA = torch.cuda.is_available()
+except ImportError:  # pragma: no cover - torch is a dependency
+    CUDA = False
+
+
+def _rec(cell, status="ok", round_=1, **extra):
+    return {"cell": cell, "status": status, "round": round_, "bytes": 1024,
+            "lat_us": {"p50": 10.0} if status == "ok" else {}, **extra}
+
+
+# ---------------------------------------------------------------- 1: nothing compared
+
+def test_sweep_whose_every_launch_fails_exits_1(cli_runner, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo",
+                                     "--launcher", "false {module} {args}", "--out", str(out)])
+    assert result.exit_code == EXIT_RUN_FAILED, result.output
+    assert "every cell failed" in result.output
+    assert out.exists()  # the failures are recorded, not lost
+
+
+def test_sweep_json_summary_still_printed_before_exit_1(cli_runner, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo", "--json",
+                                     "--launcher", "false {module} {args}", "--out", str(out)])
+    assert result.exit_code == EXIT_RUN_FAILED
+    assert '"failures"' in result.output
+
+
+def test_run_failure_baseline_failed_in_every_round():
+    records = [_rec("baseline", "failed", 1), _rec("baseline", "timeout", 2),
+               _rec("c-1", "ok", 1), _rec("c-1", "ok", 2)]
+    assert "baseline" in sweeplib.run_failure(records)
+
+
+def test_run_failure_none_when_baseline_ok_in_one_round_and_superseded_ignored():
+    records = [_rec("baseline", "failed", 1), _rec("baseline", "ok", 2), _rec("c-1", "failed", 1)]
+    assert sweeplib.run_failure(records) is None
+    # an old failed record superseded by a re-run does not count against the run
+    records = [_rec("baseline", "ok", 1), _rec("c-1", "failed", 1, superseded=True), _rec("c-1", "ok", 1)]
+    assert sweeplib.run_failure(records) is None
+    assert sweeplib.run_failure([_rec("baseline", "ok"), _rec("c-1", "wrong", correct=False)]) is None
+
+
+def test_run_failure_wrong_everywhere_is_a_failure():
+    records = [_rec("baseline", "ok", correct=False), _rec("c-1", "wrong", correct=False)]
+    assert "every cell failed" in sweeplib.run_failure(records)
+
+
+def test_validate_run_failure_rule():
+    from nccl_tune.commands.validate import run_failure
+
+    rows = [{"config": "baseline", "status": "failed"}, {"config": "profile", "status": "ok"}]
+    assert "baseline" in run_failure(rows)
+    rows[0]["status"] = "ok"
+    assert run_failure(rows) is None
+    assert "every configuration" in run_failure([{"config": "profile", "status": "timeout"}])
+
+
+# ---------------------------------------------------------------- 2: refused before a launch
+
+NOTHING_LAUNCHES = "false {module} {args}"  # any launch would record failures in --out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--mode", "graph"], "--mode graph needs"),
+    (["--verify-effective"], "--verify-effective needs the NCCL backend"),
+])
+def test_sweep_refuses_what_gloo_cannot_run(cli_runner, tmp_path, extra, words):
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo", *extra,
+                                     "--launcher", NOTHING_LAUNCHES, "--out", str(out)])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert words in result.output
+    assert not out.exists()
+
+
+def test_sweep_refuses_unknown_variable_with_did_you_mean(cli_runner, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTOO=LL", "--backend", "sim",
+                                     "--out", str(out)])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert "did you mean NCCL_PROTO?" in result.output and "--allow-unknown" in result.output
+    assert not out.exists()
+    forced = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTOO=LL", "--backend", "sim",
+                                     "--allow-unknown", "--out", str(out)])
+    assert forced.exit_code == 0, forced.output
+    assert out.exists()
+
+
+def test_sweep_refuses_unknown_names_from_a_grid_file(cli_runner, tmp_path):
+    grid = tmp_path / "g.toml"
+    grid.write_text('[grid]\nNCCL_ALGO = ["Ring"]\n[[cells]]\nNCCL_BUFFSIZ = "4194304"\n')
+    result = cli_runner.invoke(cli, ["sweep", "--grid", str(grid), "--backend", "sim",
+                                     "--out", str(tmp_path / "r.jsonl")])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "NCCL_BUFFSIZ" in result.output and "did you mean NCCL_BUFFSIZE?" in result.output
+
+
+@pytest.fixture
+def no_torchrun(monkeypatch):
+    """bench's launch, replaced: a refusal must come before it."""
+    from nccl_tune.commands import bench
+
+    def launched(argv):
+        raise AssertionError(f"torchrun was started: {argv}")
+
+    monkeypatch.setattr(bench, "_stream", launched)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--out", "/nonexistent/dir/r.jsonl"], "/nonexistent/dir does not exist"),
+    (["--verify-effective"], "--verify-effective needs the NCCL backend"),
+    (["--plan", "missing.json"], "missing.json: cannot read plan"),
+    (["--mode", "graph"], "--mode graph needs"),
+])
+def test_bench_refuses_before_torchrun(cli_runner, no_torchrun, tmp_path, args, words):
+    if CUDA and args[0] in ("--verify-effective", "--mode"):
+        pytest.skip("these run on a CUDA machine")
+    with cli_runner.isolated_filesystem(temp_dir=tmp_path):
+        result = cli_runner.invoke(cli, ["bench", *args])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert result.output.count(words) == 1, result.output  # said once, not once per rank
+
+
+def test_bench_refuses_an_unwritable_out(cli_runner, no_torchrun, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root)")
+        result = cli_runner.invoke(cli, ["bench", "--out", str(folder / "r.jsonl")])
+        assert result.exit_code == EXIT_BAD_INPUT
+        assert "not writable" in result.output
+    finally:
+        folder.chmod(0o700)
+
+
+def test_check_out_refuses_a_folder_and_accepts_a_new_file(tmp_path):
+    from microbench.options import check_out
+    from nccl_tune.errors import NcclTuneError
+
+    with pytest.raises(NcclTuneError, match="is a folder"):
+        check_out(str(tmp_path))
+    check_out(str(tmp_path / "new.jsonl"))
+    assert not (tmp_path / "new.jsonl").exists()  # checked, not created
+
+
+@pytest.mark.skipif(CUDA, reason="the CPU default")
+def test_bench_defaults_to_two_ranks_on_cpu(cli_runner):
+    result = cli_runner.invoke(cli, ["bench", "--dry-run", "--sizes", "1K"])
+    assert result.exit_code == 0, result.output
+    assert "--nproc-per-node=2" in result.output
+    assert "no communication" not in result.output
+
+
+def test_bench_says_a_world_of_one_measures_no_communication(cli_runner):
+    result = cli_runner.invoke(cli, ["bench", "--nproc", "1", "--dry-run", "--sizes", "1K"])
+    assert result.exit_code == 0, result.output
+    assert "a world of 1 rank measures no communication" in result.output
+
+
+def test_recommend_refuses_tp_1(cli_runner):
+    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--tp", "1"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "world of one rank has no collectives" in result.output
+
+
+def test_recommend_refuses_results_of_a_world_of_one(cli_runner, tmp_path):
+    import json
+
+    path = tmp_path / "r.jsonl"
+    rows = [{"schema": 1, "cell": c, "env": e, "backend": "gloo", "op": "allreduce", "world_size": 1,
+             "bytes": 14336, "lat_us": {"p50": 5.0}, "samples_us": [5.0, 5.1], "status": "ok",
+             "round": 1} for c, e in (("baseline", {}), ("c-x", {"NCCL_PROTO": "LL"}))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path)])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert "world of one rank" in result.output
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA is available here")
+def test_validate_refuses_a_cuda_loop_on_cpu(cli_runner, tmp_path):
+    profile = tmp_path / "p.env"
+    profile.write_text("NCCL_PROTO=LL\n")
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(profile), "--model-args",
+                                     "--backend nccl", "--out", str(tmp_path / "v.jsonl")])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert "needs CUDA" in result.output
+
+
+# ---------------------------------------------------------------- 127 / 126: exec
+
+def test_exec_missing_command_127(cli_runner, tmp_path):
+    profile = tmp_path / "p.env"
+    profile.write_text("NCCL_PROTO=LL\n")
+    for command in ("nccl-tune-no-such-command", str(tmp_path / "absent")):
+        result = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", command])
+        assert result.exit_code == EXIT_NOT_FOUND, result.output
+
+
+def test_exec_not_executable_126(cli_runner, tmp_path):
+    profile = tmp_path / "p.env"
+    profile.write_text("NCCL_PROTO=LL\n")
+    plain = tmp_path / "plain.sh"
+    plain.write_text("echo hi\n")
+    plain.chmod(0o644)
+    for command in (str(plain), str(tmp_path)):
+        result = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", command])
+        assert result.exit_code == EXIT_NOT_EXECUTABLE, result.output
+    on_path = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", "plain.sh"],
+                                env={"PATH": str(tmp_path)})
+    assert on_path.exit_code == EXIT_NOT_EXECUTABLE, on_path.output
