@@ -44,8 +44,9 @@ from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.grid import Cell
 from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
-    BACKENDS, GLOO_NOTE, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype, conf_files,
-    count_launches, estimate_seconds, launch_environment, resolve_sizes, round_order)
+    BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype,
+    conf_cell_conflicts, conf_files, count_launches, estimate_seconds, launch_environment,
+    resolve_sizes, round_order)
 
 
 
