@@ -494,8 +494,10 @@ def _print_text(record: dict) -> None:
           f"({fmt(s['verify'], '.0%')}) + other {fmt(record['other_ms'])} ({fmt(s['other'], '.0%')})")
     a = record["allreduces"]
     print(f"  allreduces: {a['per_target_forward']} per target forward, {a['per_draft_forward']} "
-          f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')}); "
-          f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify")
+          f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')})"
+          + (f" + {a['decision_broadcasts_per_cycle']} acceptance broadcast"
+             if a.get("decision_broadcasts_per_cycle") else "") + "; "
+          + f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify")
     split = record.get("comm_split")
     if split and "collective_ms" in split:
         print(f"  per cycle (all ranks' host clocks): collectives {split['collective_ms']:.3f} ms "

@@ -220,6 +220,10 @@ class Bench:
         for name, value in (self.capture.previous.items() if self.capture else ()):
             if value is not None:
                 notes.append(f"note: your {name}={value} is replaced while verifying")
+        if self.backend == "nccl":
+            v = self.versions
+            notes.append(f"libnccl: {v.get('nccl_library') or '(not found)'} ncclGetVersion "
+                         f"{v.get('nccl_library_version') or '-'}; torch built with {v.get('nccl_build') or '-'}")
         if self.versions.get("nccl_note"):
             notes.append(f"note: NCCL versions differ: {self.versions['nccl_note']}")
         if self.backend == "nccl":
@@ -401,7 +405,7 @@ class Bench:
         dist.destroy_process_group(group)
         if self.rank == 0 and self.capture and self.args.show_nccl_log:
             for name, line in self.capture.read_since(snapshot, with_files=True):
-                print(f"# nccl-log {name}: {line}", file=sys.stderr)
+                print(f"# nccl-log {cell.cell} {name}: {line}", file=sys.stderr)
 
     def size_record(self, cell, nbytes: int, samples: list[float], wrong: int, snapshot) -> dict:
         """The record of one measured size (rank 0)."""
