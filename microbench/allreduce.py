@@ -195,7 +195,8 @@ class Bench:
             raise NcclTuneError("--gap-us compares every rank's host clock, so every rank must "
                                 f"run on one host (these run on {self.nnodes})")
         self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
-        clash = options.conf_file_conflicts(self.conf_files, self.cells())
+        # Only NCCL reads the conf files: gloo cells cannot lose what NCCL never set.
+        clash = options.conf_file_conflicts(self.conf_files, self.cells()) if self.backend == "nccl" else None
         if clash:
             raise NcclTuneError(clash)
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
@@ -489,8 +490,14 @@ class Bench:
         torch.cuda.synchronize()
         host_us = timing.host_time_us(call)  # enqueue only: nothing waits on the host
         torch.cuda.synchronize()
-        device_align = timing.DeviceAlign(pre, timing.head_start_us(host_us), self.sleep_rate)
-        self.last_timing.update(host_enqueue_us=round(host_us, 2), **device_align.describe())
+        # One head start for every rank (the slowest host's): ranks whose waits differed
+        # would leave them apart again, which is what the alignment is for.
+        slowest = torch.tensor([host_us], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the default (gloo) group, on the host
+        device_align = timing.DeviceAlign(pre, timing.head_start_us(slowest.item()), self.sleep_rate)
+        self.last_timing.update(host_enqueue_us=round(host_us, 2),
+                                host_enqueue_slowest_us=round(slowest.item(), 2),
+                                **device_align.describe())
         return device_align
 
     def _align(self):
@@ -638,7 +645,6 @@ def main(argv: list[str] | None = None) -> int:
                  "torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d "
                  f"--rdzv-endpoint HOST:PORT -m {PROG} ...")
         return 2
-    teardown.install()  # the log folder goes on every exit path, signals included
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None
@@ -652,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         # soon as one exits, so no single rank can be relied on to be the one that speaks.
         _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
+    teardown.install()  # the log folder goes on every exit path, signals included
     try:
         bench.start()
         return bench.run()

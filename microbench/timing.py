@@ -15,8 +15,9 @@ all ranks and keeps the slowest rank per iteration (stats.slowest_rank).
   roughly together), then an untimed one-element allreduce of the *same group*
   (`DeviceAlign.pre`): it completes on every GPU only once the last rank's kernel has
   joined, so every rank leaves it together; then a device-side busy wait (`head start`,
-  torch.cuda._sleep, the same number of cycles on every rank) long enough for the host
-  to enqueue the start event and the timed op before the GPU reaches them; then start
+  torch.cuda._sleep; one duration for every rank, the slowest host's need, in each GPU's
+  own cycles) long enough for the host to enqueue the start event and the timed op
+  before the GPU reaches them; then start
   event, op(s), end event on the current stream. torch makes the current stream wait
   for NCCL's stream after a collective (WorkNCCL::wait -> synchronizeStream blocks the
   current stream on the work's end event), so the start event fires after the aligning

@@ -308,7 +308,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         for path, names in conf:
             notes.append(f"conf file {path} still supplies {', '.join(names) or 'nothing'} "
                          "to every cell, the baseline included")
-        clashes = sweeplib.conf_cell_conflicts(conf, g.cells)
+        clashes = sweeplib.conf_cell_conflicts(conf, g.cells) if backend == "nccl" else []
         if clashes and isolation == "group":
             what = ", ".join(f"{name} ({path})" for path, name in clashes)
             if chosen_isolation == "group":
