@@ -269,18 +269,18 @@ def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str
         "matches_greedy": None if greedy is None else greedy == tokens,
         "tokens": tokens,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
-        "versions": {"torch": torch.__version__, "nccl": _nccl_version(backend),
-                     "cuda": torch.version.cuda},
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, **_nccl_versions(backend)},
     }
 
 
-def _nccl_version(backend: str) -> str | None:
+def _nccl_versions(backend: str) -> dict:
+    """The NCCL this process really runs (the mapped libnccl's ncclGetVersion beside
+    torch's build version, microbench.nccllib); {"nccl": None} off NCCL."""
     if backend != "nccl":
-        return None
-    try:
-        return ".".join(str(x) for x in torch.cuda.nccl.version())
-    except Exception:  # noqa: BLE001 - a version we cannot read is reported as unknown
-        return None
+        return {"nccl": None}
+    from microbench import nccllib
+
+    return nccllib.version_record(nccllib.build_version(torch), nccllib.loaded_library(), None)
 
 
 def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backend: str,
