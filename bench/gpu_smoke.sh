@@ -21,7 +21,8 @@
 #       enqueue time the record gives;
 #   (e) the built-in loop on NCCL: float64 --check-greedy gives matches_greedy true, a
 #       bf16 run completes (at world 1 it runs no collective: CUDA only).
-# Prints PASS / FAIL / INFO lines and exits 1 when any check fails. Works offline: the
+# Each launch is bounded (100 s, the loop 120 s: under 10 minutes in all). Prints PASS /
+# FAIL / INFO lines and exits 1 when any check fails. Works offline: the
 # checkout is used through PYTHONPATH (torch, numpy, scipy, click, tabulate must be there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,7 @@ bench() {  # bench NAME ARGS...: one torchrun launch of the microbench, bounded
   local name=$1; shift
   echo
   echo "== $name: microbench.allreduce $*"
-  timeout 180 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
+  timeout 100 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
     -m microbench.allreduce --backend nccl --op all_gather --sizes 14336 --timeout 60 \
     --out "$OUT/$name.jsonl" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
   echo "$?" >"$OUT/$name.rc"
@@ -59,7 +60,7 @@ loop() {  # loop NAME ARGS...: one torchrun launch of the built-in loop, bounded
   local name=$1; shift
   echo
   echo "== $name: integration.spec_loop $*"
-  timeout 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
+  timeout 120 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
     -m integration.spec_loop --backend nccl --json "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
   echo "$?" >"$OUT/$name.rc"
   tail -n 3 "$OUT/$name.err"

@@ -17,8 +17,6 @@ torch's; `versions.nccl_note` says when they differ.
 
 from __future__ import annotations
 
-import ctypes
-
 from nccl_tune import ncclinfo
 from microbench.nccllog import loaded_nccl_paths
 
@@ -108,11 +106,3 @@ def reset_debug_init_note(available: bool | None, version: str | None) -> str:
         return f"NCCL {version} has no ncclResetDebugInit (it exists from 2.24.3)"
     return "ncclResetDebugInit not found in the loaded libnccl"
 
-
-def is_symbol_exported(lib_path: str | None, name: str) -> bool:
-    """True when `name` resolves in `lib_path` (None: the process's global namespace)."""
-    try:
-        getattr(ctypes.CDLL(lib_path), name)
-        return True
-    except (OSError, AttributeError):
-        return False
