@@ -269,6 +269,7 @@ def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str
         "matches_greedy": None if greedy is None else greedy == tokens,
         "tokens": tokens,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+        "torch_nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TORCH_NCCL_")},
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, **_nccl_versions(backend)},
     }
 

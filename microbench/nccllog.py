@@ -10,7 +10,8 @@ The cost problem, and what this module does about it: NCCL writes the per-collec
 TUNING line ("AllReduce: 14336 Bytes -> Algo RING proto LL ...") at every enqueue, on
 rank 0, under a mutex, through a line-buffered file (a write(2) per line; NCCL
 src/debug.cc). In graph mode that happens at capture only, so replays cost nothing. In
-eager mode it would sit inside every timed interval. So eager timing runs "quiet":
+eager mode it would sit inside every timed interval. So timed iterations run "quiet"
+(in graph mode too: each sample's aligning collective, microbench.timing, is eager):
 `quiet()` switches NCCL_DEBUG_SUBSYS to INIT,ENV (keeping WARN and INFO init lines)
 and NCCL_DEBUG_FILE to a new file, then calls NCCL's exported ncclResetDebugInit(),
 which makes NCCL re-read those variables at its next log call; `loud()` switches back.
