@@ -24,7 +24,7 @@ from typing import Callable
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 _callbacks: list[Callable[[], object]] = []
-_lock = threading.Lock()
+_lock = threading.RLock()  # held through the clean-ups: a second exit waits for them
 _watching = False
 
 
@@ -35,15 +35,16 @@ def add(callback: Callable[[], object]) -> None:
 
 
 def run() -> None:
-    """Run and forget every registered clean-up (idempotent)."""
+    """Run and forget every registered clean-up (idempotent; a concurrent caller waits
+    until they are done, so no exit path ends the process half-way through them)."""
     with _lock:
         todo = list(_callbacks)
         _callbacks.clear()
-    for callback in todo:
-        try:
-            callback()
-        except Exception:  # noqa: BLE001 - the process is going down: clean what we can
-            pass
+        for callback in todo:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the process is going down: clean what we can
+                pass
 
 
 def exit_now(code: int) -> None:
@@ -57,8 +58,10 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _on_signal(signum, frame) -> None:  # noqa: ARG001 - the main thread got there first
-    exit_now(128 + signum)
+def _on_signal(signum, frame) -> None:  # noqa: ARG001
+    # Installed only so that Python's C-level handler (which feeds the wakeup pipe)
+    # replaces the default action; the watcher thread does the exit, once.
+    return None
 
 
 def _watch(read_fd: int) -> None:

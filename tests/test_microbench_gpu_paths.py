@@ -364,7 +364,8 @@ teardown.add(lambda: shutil.rmtree(folder))
 print("ready", flush=True)
 if sys.argv[2] == "block":
     import ctypes
-    ctypes.CDLL(None).sleep(60)   # stuck in C: Python's own handler cannot run meanwhile
+    while True:  # stuck in C (a signal only cuts one sleep short): only the watcher can end it
+        ctypes.CDLL(None).sleep(60)
 elif sys.argv[2] == "exit":
     teardown.exit_now(3)
 """
