@@ -196,5 +196,12 @@ print(f"\n{len(failed)} check(s) failed" + (": " + "; ".join(failed) if failed e
 sys.exit(1 if failed else 0)
 EOF
 status=$?
+# ---- begin: NCCL_NO_CACHE check (issue 15; bench/gpu_nocache_check.sh) ----
+echo
+echo "== nocache (world 1): two communicators, different NCCL_NTHREADS / NCCL_MAX_NCHANNELS"
+bash bench/gpu_nocache_check.sh "$OUT/nocache" || status=1
+# ---- end: NCCL_NO_CACHE check ----
+
+echo
 echo "gpu_smoke: outputs in $OUT; ${SECONDS} s; overall status $status"
 exit $status

@@ -1,23 +1,21 @@
-"""Step-count sweep of the built-in TP speculative decode loop: measured vs predicted best k.
+"""Step-count sweep of the built-in TP speculative decode loop: measured best k vs the planner.
 
-Runs `integration.spec_loop` on gloo at world 2 (CPU), draft steps 0..5, at two draft
+Runs `integration.spec_loop` on gloo at world 2 (CPU), draft steps 0..6, at two draft
 noise levels (how far the draft's weights are perturbed, i.e. how often it is accepted),
-all in one torchrun launch, and prints per step count: tok/s, accept length (bonus
-token included), draft / verify / other ms per cycle. Then, per noise level, the
-measured best step count and the one the speculative decoding model predicts
-(nccl_tune.specdec, DESIGN.md section 6) from the k = 0 and k = 1 runs only:
+all in one torchrun launch, and prints per step count: measured tok/s, accept length
+(bonus token included), draft / verify / other ms per cycle, and the planner's predicted
+tok/s. The planner (nccl_tune.spec_planner.plan_from_loop, the one spec-plan, recommend
+and validate use) gets the loop's own measured plain decode time (k = 0), verify times at
+1..7 tokens, draft step and other time (means over k >= 1) and its measured per-position
+acceptance (from the k = 6 run), and answers a best k and candidates (within the stated
+5% relative error). Target: the measured best is among the candidates in every run, with
+at most 3 candidates.
 
-    a         = iid per-token acceptance with tau(1) = accept length at k = 1
-    t_draft   = draft ms per step at k = 1
-    t_verify  = verify ms at 1 token (k = 0) and 2 tokens (k = 1), linear beyond
-    t_other   = other ms at k = 1
-    tok/s(k)  = 1000 x tau(k) / (k x t_draft + t_verify(k + 1) + t_other)
+Measured tok/s is the median over runs of wall-clock tok/s of the decode loop (the loop
+interleaves the runs of all step counts in rounds, so load drift on a shared machine
+hits them alike). On a contended machine the figures are noisy: say so when quoting them.
 
-so the prediction for k = 2..5 is out of sample. Measured tok/s is the median over runs
-of wall-clock tok/s of the decode loop (the loop interleaves the runs of all step counts
-in rounds, so load drift on a shared machine hits them alike).
-
-    python bench/spec_sweep.py            # about a minute on 2 CPU cores
+    python bench/spec_sweep.py            # a few minutes on 2 CPU cores
     python bench/spec_sweep.py --json
 """
 
@@ -37,9 +35,9 @@ from tabulate import tabulate
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nccl_tune import specdec  # noqa: E402
+from nccl_tune import spec_planner  # noqa: E402,F401  (fail early if the tree is broken)
 
-STEPS = [0, 1, 2, 3, 4, 5]
+STEPS = [0, 1, 2, 3, 4, 5, 6]
 MODEL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1024",
          "--draft-layers", "1"]
 
@@ -69,18 +67,14 @@ def run_sweep(noise: list[float], new_tokens: int, runs: int, timeout: float) ->
 
 
 def predict(records: dict[int, dict]) -> dict:
-    """specdec's plan for k = 0..5, calibrated on the k = 0 and k = 1 measurements."""
-    k0, k1 = records[0], records[1]
-    rate = specdec.iid_rate_from_accept_len(min(max(k1["accept_len"], 1.0), 2.0), 1)
-    verify = specdec.MeasuredVerify.from_lists([1, 2], [k0["verify_ms"], k1["verify_ms"]])
-    plans = specdec.plan_steps(STEPS, lambda k: specdec.tau_iid(rate, k), k1["draft_ms"], verify,
-                               k1["other_ms"])
-    best = specdec.best_step(plans)
-    return {"rate": rate, "draft_step_ms": k1["draft_ms"], "verify_1_ms": k0["verify_ms"],
-            "verify_2_ms": k1["verify_ms"], "other_ms": k1["other_ms"],
-            "plans": {p.k: {"tau": p.tau, "cycle_ms": p.cycle_ms, "tok_s": p.tok_s,
-                            "extrapolated": p.extrapolated} for p in plans},
-            "best_k": best.k}
+    """The planner on the loop's own measurements (see the module doc)."""
+    from nccl_tune.spec_planner import plan_from_loop
+
+    loop = {k: {**r, "tok_s": r["tok_s_median"]} for k, r in records.items()}
+    result = plan_from_loop(loop, [k for k in STEPS if k]).to_dict()
+    return {"plans": {p["k"]: p for p in result["plans"]}, "best_k": result["best_k"],
+            "candidates": result["candidates"], "acceptance": result["acceptance"]["description"],
+            "verify_model": result["verify_model"]["description"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         measured_best = max(records.values(), key=lambda r: r["tok_s_median"])["steps"]
         prediction = predict(records)
         result.append({"draft_noise": level, "measured_best_k": measured_best,
-                       "predicted_best_k": prediction["best_k"], "prediction": prediction,
+                       "predicted_best_k": prediction["best_k"], "candidates": prediction["candidates"],
+                       "best_in_candidates": measured_best in prediction["candidates"],
+                       "prediction": prediction,
                        "rows": [{k: records[s][k] for k in ("steps", "tok_s_median", "runs_tok_s",
                                                            "accept_len", "draft_ms", "verify_ms",
-                                                           "other_ms", "step_ms")}
+                                                           "other_ms", "step_ms", "accept_per_pos")}
                                 for s in STEPS]})
     if args.json:
         print(json.dumps({"model": MODEL, "backend": "gloo", "world_size": 2, "levels": result}))
@@ -113,21 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     first = sweep[0]
     print(f"built-in loop, gloo, world 2, {first['dtype']}: layers {first['layers']}, hidden "
           f"{first['hidden']}, heads {first['heads']}, vocab {first['vocab']}; draft "
-          f"{first['draft_layers']} layer; {args.new_tokens} tokens x {args.runs} runs per step count")
+          f"{first['draft_layers']} layer; {args.new_tokens} tokens x {args.runs} runs per step count; "
+          "planner: nccl_tune.spec_planner on the loop's own decode/verify/draft times and "
+          "per-position acceptance (k = 6 run), candidates within 5%")
     for level in result:
         plans = level["prediction"]["plans"]
         table = [[r["steps"], f"{r['tok_s_median']:.1f}", f"{r['accept_len']:.2f}", f"{r['draft_ms']:.2f}",
-                  f"{r['verify_ms']:.2f}", f"{r['other_ms']:.3f}",
-                  f"{plans[r['steps']]['tok_s']:.1f}" + (" *" if plans[r["steps"]]["extrapolated"] else "")]
+                  f"{r['verify_ms']:.2f}", f"{r['other_ms']:.3f}", f"{plans[r['steps']]['tok_s']:.1f}",
+                  "candidate" if r["steps"] in level["candidates"] else ""]
                  for r in level["rows"]]
         print(f"\ndraft noise {level['draft_noise']}")
         print(tabulate(table, headers=["steps", "tok/s (median)", "accept len", "draft ms", "verify ms",
-                                       "other ms", "predicted tok/s"], tablefmt="simple"))
-        pr = level["prediction"]
-        print(f"measured best k = {level['measured_best_k']}, predicted best k = {level['predicted_best_k']} "
-              f"(specdec, calibrated on k=0,1: iid acceptance {pr['rate']:.2f}, draft step "
-              f"{pr['draft_step_ms']:.2f} ms, verify {pr['verify_1_ms']:.2f}/{pr['verify_2_ms']:.2f} ms "
-              f"at 1/2 tokens; * = verify time extrapolated)")
+                                       "other ms", "predicted tok/s", ""], tablefmt="simple"))
+        cands = level["candidates"]
+        print(f"measured best k = {level['measured_best_k']}; planner: best k = "
+              f"{level['predicted_best_k']}, candidates {', '.join(map(str, cands))} "
+              f"({'contains' if level['best_in_candidates'] else 'MISSES'} the measured best; "
+              f"{len(cands)} candidate(s))")
     return 0
 
 

@@ -49,7 +49,8 @@ _ARG_RE = re.compile(r"(?:^|,\s*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'(?:[
 
 # SGLang decode/prefill keys -> field names; values are converted by type.
 _SGLANG_KEYS = {
-    "#running-req": "running_req", "#token": "tokens", "token usage": "token_usage",
+    "#running-req": "running_req", "#token": "tokens", "#full token": "tokens",
+    "token usage": "token_usage",
     "gen throughput (token/s)": "gen_throughput", "#queue-req": "queue_req",
     "accept len": "accept_len", "accept rate": "accept_rate", "largest-len": "largest_len",
     "#new-seq": "new_seq", "#new-token": "new_token", "#cached-token": "cached_token",
@@ -211,10 +212,10 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
         match = regex.search(text)
         if match:
             raw = _pairs(match["body"])
-            if not raw:
-                return None
             prefix = text[:match.start()]
             fields = _sglang_fields(raw)
+            if not any(_is_number(v) for k, v in fields.items() if k in _SGLANG_KEYS.values()):
+                return None  # no figure SGLang prints: a line that only looks like one
             if match["iter"]:
                 fields["iteration"] = int(match["iter"])
             when, dated = _when(prefix)
@@ -265,19 +266,40 @@ def _gap(prev: LogEvent, cur: LogEvent) -> float | None:
     return delta
 
 
-def throughput_lines(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S
-                     ) -> tuple[list[LogEvent], list[LogEvent]]:
-    """Decode lines whose gen throughput counts, and those excluded.
+# Why a decode line's gen throughput was left out (summary key "excluded").
+AFTER_START = "first after the server started"
+AT_LOG_START = "first of the log, not shown continuing"
+AFTER_IDLE_PREFILL = "after a prefill that found nothing running"
+AFTER_GAP = "after an idle gap, fields not continuing"
 
-    SGLang divides the tokens since its previous decode line by the time since then, so
-    the first line after an idle period (the first of the log, one more than `idle_gap_s`
-    after the previous line, or one after a prefill that found nothing running) carries
-    the idle time and is excluded. Each rank prefix is followed on its own.
+
+def continues(prev: LogEvent, cur: LogEvent) -> bool | None:
+    """Whether `cur` continues `prev`'s decoding, from the lines' own fields.
+
+    SGLang prints the running requests and the tokens they hold: the same nonzero
+    #running-req and a larger #token mean the same batch kept decoding between the two
+    lines (however slowly), so no idle time lies in between. None when a line does not
+    print both; False when they show the batch changed.
     """
-    used, excluded = [], []
+    values = [e.fields.get(k) for e in (prev, cur) for k in ("running_req", "tokens")]
+    if not all(_is_number(v) for v in values):
+        return None
+    prev_run, prev_tok, cur_run, cur_tok = values
+    return bool(cur_run == prev_run and cur_run > 0 and cur_tok > prev_tok)
+
+
+def _excluded_reasons(events: list[LogEvent], idle_gap_s: float) -> list[tuple[LogEvent, str | None]]:
+    """Each decode line with a throughput, and why it is left out (None: it counts)."""
+    started = False
+    decisions: list[tuple[LogEvent, str | None]] = []
     last: dict[str, LogEvent] = {}
+    first_at_log_start: dict[str, int] = {}
     idle_prefill: dict[str, bool] = {}
     for event in events:
+        if event.kind in ("ready", "server_args"):
+            started = True
+            last.clear()  # a (re)start: every rank begins again
+            continue
         if event.kind == "prefill":
             if event.fields.get("running_req") == 0:
                 idle_prefill[event.source] = True
@@ -285,12 +307,51 @@ def throughput_lines(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
         if event.kind != "decode" or not _is_number(event.fields.get("gen_throughput")):
             continue
         prev = last.get(event.source)
-        gap = _gap(prev, event) if prev else None
-        idle = prev is None or idle_prefill.get(event.source, False) or (gap is not None and gap > idle_gap_s)
-        (excluded if idle else used).append(event)
+        reason = None
+        if idle_prefill.get(event.source, False):
+            reason = AFTER_IDLE_PREFILL
+        elif prev is None:
+            reason = AFTER_START if started else AT_LOG_START
+            if not started:
+                first_at_log_start[event.source] = len(decisions)
+        else:
+            gap = _gap(prev, event)
+            if continues(prev, event) is not True and gap is not None and gap > idle_gap_s:
+                reason = AFTER_GAP
+            index = first_at_log_start.pop(event.source, None)
+            if index is not None and reason is None and continues(prev, event):
+                decisions[index] = (decisions[index][0], None)  # the log began mid-decoding
+        decisions.append((event, reason))
         last[event.source] = event
         idle_prefill[event.source] = False
+    return decisions
+
+
+def throughput_lines(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S
+                     ) -> tuple[list[LogEvent], list[LogEvent]]:
+    """Decode lines whose gen throughput counts, and those excluded.
+
+    SGLang divides the tokens since its previous decode line by the time since then, so
+    a line whose interval holds idle time is left out: the first after the server
+    started; one after a prefill that found nothing running; one more than `idle_gap_s`
+    after the previous line unless the two lines' own fields (#running-req, #token)
+    show the same batch kept decoding (a slow server logs seconds apart). A log that
+    starts mid-run (an excerpt) keeps its first line when the next line shows decoding
+    continued. Each rank prefix is followed on its own.
+    """
+    used, excluded = [], []
+    for event, reason in _excluded_reasons(events, idle_gap_s):
+        (excluded if reason else used).append(event)
     return used, excluded
+
+
+def excluded_counts(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict[str, int]:
+    """How many decode lines were left out, by reason (see throughput_lines)."""
+    counts: dict[str, int] = {}
+    for _, reason in _excluded_reasons(events, idle_gap_s):
+        if reason:
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
 
 
 def _mean(values: list[float]) -> float | None:
@@ -342,6 +403,7 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
         "gen_throughput_median": statistics.median(throughput) if throughput else None,
         "gen_throughput_lines": len(throughput),
         "excluded_after_idle": len(excluded),
+        "excluded": excluded_counts(events, idle_gap_s),
         "accept_len_mean": _mean(accept_len),
         "accept_rate_mean": _mean(accept_rate),
         "accept_len_lines": len(accept_len),

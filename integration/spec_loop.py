@@ -245,6 +245,9 @@ def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str
         "cycles": runs[0].cycles if runs else 0,
         "accept_len": accept_len,
         "accept_rate": (accept_len - 1) / config.steps if config.steps and accept_len else None,
+        # vLLM's per-position form: the share of cycles whose drafts 1..i were all accepted
+        "accept_per_pos": ([sum(1 for x in accepted if x - 1 >= i) / len(accepted)
+                            for i in range(1, config.steps + 1)] if accepted else []),
         "tok_s": _mean(runs_tok_s),
         "runs_tok_s": runs_tok_s,
         "draft_ms": draft_ms,

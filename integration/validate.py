@@ -198,6 +198,7 @@ def measure_builtin(opts: Options, env_profile: dict[str, str] | None, steps: in
     return {"status": "ok", "runs_tok_s": runs, "accept_len": loop.get("accept_len"),
             "draft_ms": loop.get("draft_ms"), "verify_ms": loop.get("verify_ms"),
             "other_ms": loop.get("other_ms"), "backend": loop.get("backend"),
+            "step_ms": loop.get("step_ms"), "accept_per_pos": loop.get("accept_per_pos"),
             "world_size": loop.get("world_size"), "env_seen": loop.get("nccl_env"),
             "env_ok": loop.get("nccl_env") == {k: v for k, v in (env_profile or {}).items()
                                                if k.startswith("NCCL_")}
@@ -506,6 +507,9 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             f"{b} B" for b in sorted(curves.extrapolated)) + " (outside the measured sizes)")
     best = best_steps(rows)
     verdict, detail = overall_verdict(rows, best)
+    planned = plan_steps_from_runs(measured, opts.steps, best)
+    for label, info in planned.items():
+        notes.append(info["note"])
     return {"run_id": opts.run_id, "engine": opts.engine, "backend": backend, "world_size": world,
             "profile": opts.profile_name, "profile_env": opts.profile_env, "out": opts.out,
             "steps": opts.steps, "runs": opts.runs, "max_tokens": opts.max_tokens,
@@ -513,4 +517,42 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             "prediction_measured": curves.measured if curves else None,
             "prediction_kind": curves.kind if curves else None,
             "rows": rows, "best_steps": best, "verdict": verdict, "verdict_detail": detail,
-            "notes": notes}
+            "plan": planned or None, "notes": notes}
+
+
+def plan_steps_from_runs(measured: dict[tuple[str, int], dict], steps: list[int],
+                         best: dict[str, int | None]) -> dict[str, dict]:
+    """The step planner (spec-plan's, nccl_tune.spec_planner.plan_from_loop) on each
+    configuration's own measured decode, verify and draft times and acceptance: its best
+    k and candidates next to the measured best. Empty where the engine reports no timings
+    (SGLang) or plain decoding or every speculative run is missing."""
+    from nccl_tune.spec_planner import PlanError, plan_from_loop
+
+    out = {}
+    for label in ("baseline", "profile"):
+        runs = {}
+        for k in steps:
+            m = measured.get((label, k)) or {}
+            if m.get("status") != "ok" or m.get("verify_ms") is None:
+                continue
+            mean, _ = _ci(m.get("runs_tok_s") or [])
+            runs[k] = {"step_ms": m.get("step_ms") or (m.get("detail") or {}).get("step_ms"),
+                       "verify_ms": m["verify_ms"], "draft_ms": m.get("draft_ms") or 0.0,
+                       "other_ms": m.get("other_ms") or 0.0, "accept_len": m.get("accept_len"),
+                       "accept_per_pos": m.get("accept_per_pos"), "tok_s": mean}
+        try:
+            result = plan_from_loop(runs, [k for k in steps if k]).to_dict()
+        except (PlanError, ValueError):
+            continue
+        measured_best = best.get(label)
+        inside = measured_best in result["candidates"] if measured_best is not None else None
+        out[label] = {"best_k": result["best_k"], "candidates": result["candidates"],
+                      "predicted_tok_s": {str(p["k"]): p["tok_s"] for p in result["plans"]},
+                      "measured_best_k": measured_best, "measured_best_in_candidates": inside,
+                      "note": f"planner on the {label} runs' own timings and acceptance (as "
+                              f"spec-plan): best k {result['best_k']}, candidates "
+                              f"{', '.join(map(str, result['candidates']))}; measured best "
+                              f"{measured_best}" + ("" if inside is None else
+                                                    " (a candidate)" if inside else
+                                                    " (NOT a candidate)")}
+    return out

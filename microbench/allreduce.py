@@ -38,7 +38,7 @@ import socket
 import sys
 import warnings
 
-from nccl_tune import costmodel, ncclinfo, stats, store
+from nccl_tune import costmodel, ncclinfo, settings, stats, store
 from nccl_tune.errors import NcclTuneError
 from microbench import check, nccllib, nccllog, options, output, teardown, timing
 
@@ -158,6 +158,8 @@ class Bench:
         self.failed_or_wrong = False
         self.current: dict = {}
         self.conf_files: dict | None = None  # set in start(), from every rank
+        self.no_cache_seen: set[str] = set()  # NCCL said it stopped caching these (nocache plans)
+        self.env_at_init: dict | None = None
         # The bookkeeping group waits longer than a measured collective may take, so a rank
         # stuck in a collective times out there first and still joins the error exchange.
         # The watchdog bounds what no process-group timeout sees (a hung graph replay or
@@ -196,7 +198,9 @@ class Bench:
                                 f"run on one host (these run on {self.nnodes})")
         self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
         # Only NCCL reads the conf files: gloo cells cannot lose what NCCL never set.
-        clash = options.conf_file_conflicts(self.conf_files, self.cells()) if self.backend == "nccl" else None
+        clash = (options.conf_file_conflicts(self.conf_files, self.cells(),
+                                             self.plan.no_cache if self.plan else ())
+                 if self.backend == "nccl" else None)
         if clash:
             raise NcclTuneError(clash)
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
@@ -363,12 +367,18 @@ class Bench:
         """Fresh group under the cell's settings, every size measured and recorded."""
         import torch.distributed as dist
 
+        no_cache = self.plan.no_cache if self.plan else ()
         if self.plan:
-            options.apply_comm_env(cell.comm_env)
+            options.apply_comm_env(cell.comm_env, no_cache=no_cache)
         if self.rank == 0 and not self.args.json:
             print("\n".join(output.cell_lines(cell.cell, cell.env, cell.round, bool(self.plan))), flush=True)
-        mismatch = options.process_env_mismatch(cell.env, self.env_process)
+        mismatch = options.process_env_mismatch(cell.env, self.env_process, no_cache)
         snapshot = self.capture.snapshot() if self.capture else None
+        # What this process's environment holds for the per-cell variables as the cell's
+        # communicator is made (recorded under nocache plans: the mechanics, also on gloo).
+        watched = {*no_cache, *cell.comm_env, *(n for n, s in settings.CATALOGUE.items()
+                                                 if s.scope == "communicator")}
+        self.env_at_init = {n: os.environ.get(n) for n in sorted(watched)} if no_cache else None
         self.watchdog.beat(f"creating the process group of cell {cell.cell}")
         group = dist.new_group(backend=self.backend,
                                timeout=datetime.timedelta(seconds=self.group_timeout))
@@ -420,6 +430,7 @@ class Bench:
             observed = ncclinfo.summarize_log(ncclinfo.parse_log(self.capture.read_since(snapshot)))
             self.log_version = observed.get("version") or self.log_version
             effective = ncclinfo.confirm_effective(cell.env, observed, self.args.op, nbytes, self.world)
+            effective = self._confirm_no_cache(cell, observed, effective)
             if effective is not None and not self.capture.per_collective:
                 effective["detail"] += ("; per-collective lines were off for the whole run (this "
                                         "NCCL lacks ncclResetDebugInit, and they would have been "
@@ -433,7 +444,10 @@ class Bench:
             self.failed_or_wrong = True
             if not self.plan:
                 _say(f"cell {cell.cell}: {wrong} wrong element(s) at {nbytes} bytes")
-        return self._record(cell, nbytes, lat_us=lat, samples_us=samples, algbw_gbps=algbw,
+        nocache_fields = ({"env_at_init": self.env_at_init, "no_cache": list(self.plan.no_cache)}
+                          if self.env_at_init is not None else {})
+        return self._record(cell, nbytes, **nocache_fields, lat_us=lat, samples_us=samples,
+                            algbw_gbps=algbw,
                             busbw_gbps=busbw, correct=(wrong == 0) if checked else None,
                             wrong=wrong if checked else None, effective=effective, status=status,
                             timing=dict(self.last_timing) or None, nccl_log=self._log_state())
@@ -448,6 +462,30 @@ class Bench:
                 "per_collective_lines": ("off during timed iterations" if available else
                                          "on throughout (graph replays log nothing)"
                                          if self.capture.per_collective else "off throughout")}
+
+    def _confirm_no_cache(self, cell, observed: dict, effective: dict | None) -> dict | None:
+        """Under isolation nocache: add whether NCCL re-read the plan's cached variables
+        with this cell's values (`effective.reread`), and fold it into `confirmed`."""
+        names = self.plan.no_cache if self.plan else ()
+        if not names:
+            return effective
+        self.no_cache_seen.update(observed.get("no_cache") or [])
+        if not set(names) <= self.no_cache_seen:  # logged once per process: look back
+            whole = ncclinfo.summarize_log(ncclinfo.parse_log(self.capture.read_since({})))
+            self.no_cache_seen.update(whole.get("no_cache") or [])
+        reread = ncclinfo.confirm_reread(cell.env, observed, names, self.no_cache_seen)
+        listed = [n for n in os.environ.get("NCCL_NO_CACHE", "").split(",") if n]
+        if reread is not None and not set(names) <= set(listed) and "ALL" not in listed:
+            reread = {"confirmed": False, "detail": f"NCCL_NO_CACHE={','.join(listed) or '(unset)'} "
+                                                    f"in this process lacks {', '.join(names)}; "
+                                                    + reread["detail"]}
+        if effective is None or reread is None:
+            return effective
+        flags = (effective.get("confirmed"), reread["confirmed"])
+        effective["confirmed"] = False if False in flags else (True if flags == (True, True) else None)
+        effective["detail"] += "; " + reread["detail"]
+        effective["reread"] = reread
+        return effective
 
     def _buffers(self, count: int, copies: int):
         import torch

@@ -133,10 +133,15 @@ class Cell:
 
 @dataclass
 class Plan:
-    """Cells measured one after another in one process, each with a fresh communicator."""
+    """Cells measured one after another in one process, each with a fresh communicator.
+
+    `no_cache`: cached NCCL variables this launch lists in NCCL_NO_CACHE (isolation
+    nocache); they are set per cell like the communicator-scoped ones.
+    """
 
     run_id: str | None
     cells: list[Cell]
+    no_cache: tuple[str, ...] = ()
 
 
 def _str_map(value, where: str, path: str) -> dict[str, str]:
@@ -174,6 +179,12 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
     cells_data = data.get("cells")
     if not isinstance(cells_data, list) or not cells_data:
         raise NcclTuneError("'cells' must be a non-empty list", path=path)
+    no_cache = data.get("no_cache") or []
+    if not isinstance(no_cache, list) or not all(
+            isinstance(n, str) and settings.rereads_under_no_cache(n) for n in no_cache):
+        raise NcclTuneError("no_cache must list cached NCCL_PARAM variables that NCCL_NO_CACHE "
+                            f"re-reads, got {no_cache!r}", path=path)
+    per_comm = lambda key: settings.scope_of(key) == "communicator" or key in no_cache  # noqa: E731
     cells = []
     for index, item in enumerate(cells_data):
         where = f"cells[{index}]"
@@ -182,11 +193,11 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
         env = _str_map(item.get("env", {}), f"{where}.env", path)
         comm_env = _str_map(item.get("comm_env", {}), f"{where}.comm_env", path)
         for key in comm_env:
-            if settings.scope_of(key) != "communicator":
+            if not per_comm(key):
                 raise NcclTuneError(f"{where}.comm_env: {key} is process-scoped; only "
-                                    "communicator-scoped variables can change inside a process",
-                                    path=path)
-        expected = {k: v for k, v in env.items() if settings.scope_of(k) == "communicator"}
+                                    "communicator-scoped variables (and those the plan's no_cache "
+                                    "lists) can change inside a process", path=path)
+        expected = {k: v for k, v in env.items() if per_comm(k)}
         if comm_env != expected:
             raise NcclTuneError(f"{where}.comm_env {comm_env} is not the communicator-scoped "
                                 f"part of env {expected}", path=path)
@@ -204,7 +215,7 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
                           iters=_opt_count(item.get("iters"), f"{where}.iters", path),
                           warmup=_opt_count(item.get("warmup"), f"{where}.warmup", path),
                           extra=dict(extra)))
-    return Plan(run_id=run_id, cells=cells)
+    return Plan(run_id=run_id, cells=cells, no_cache=tuple(no_cache))
 
 
 def load_plan(path: str) -> Plan:
@@ -251,7 +262,8 @@ def torch_env_notes(torch_env: dict[str, str], mode: str) -> list[str]:
     return notes
 
 
-def conf_conflicts(conf_files, comm_envs: list[dict[str, str]]) -> list[tuple[str, str, int]]:
+def conf_conflicts(conf_files, comm_envs: list[dict[str, str]],
+                   no_cache=()) -> list[tuple[str, str, int]]:
     """(path, name, index of the first cell setting it) for each communicator-scoped name
     a conf file sets that some of the cells (their comm_env) set and others do not.
 
@@ -260,12 +272,13 @@ def conf_conflicts(conf_files, comm_envs: list[dict[str, str]]) -> list[tuple[st
     sets such a variable replaces it, and the next cell's os.environ.pop (apply_comm_env)
     unsets it for good: a later cell without it then runs on NCCL's default, not on the
     file's value it would see in a process of its own. A name no cell sets, or every
-    cell sets, is safe. `conf_files` maps path -> the names (or name: value) it sets.
+    cell sets, is safe. `conf_files` maps path -> the names (or name: value) it sets;
+    `no_cache` names (isolation nocache) are set per cell too, so they count as well.
     """
     found, seen = [], set()
     for path, names in dict(conf_files).items():
         for name in names:
-            if name in seen or settings.scope_of(name) != "communicator":
+            if name in seen or (settings.scope_of(name) != "communicator" and name not in no_cache):
                 continue
             seen.add(name)  # the first file wins, as in NCCL
             setting = [i for i, env in enumerate(comm_envs) if name in env]
@@ -274,10 +287,11 @@ def conf_conflicts(conf_files, comm_envs: list[dict[str, str]]) -> list[tuple[st
     return found
 
 
-def conf_file_conflicts(conf_files: dict[str, dict[str, str]], cells: list[Cell]) -> str | None:
+def conf_file_conflicts(conf_files: dict[str, dict[str, str]], cells: list[Cell],
+                        no_cache=()) -> str | None:
     """Why a plan's cells cannot share this process given NCCL's conf files (see
     conf_conflicts), as one line; None when they can."""
-    clashes = conf_conflicts(conf_files, [c.comm_env for c in cells])
+    clashes = conf_conflicts(conf_files, [c.comm_env for c in cells], no_cache)
     if not clashes:
         return None
     path, name, index = clashes[0]
@@ -296,18 +310,24 @@ def single_cell(environ) -> Cell:
     return Cell(cell=cell_id(env), env=env, comm_env=comm)
 
 
-def apply_comm_env(comm_env: dict[str, str], environ=None) -> None:
-    """Make os.environ hold exactly `comm_env` among the communicator-scoped variables."""
+def apply_comm_env(comm_env: dict[str, str], environ=None, no_cache=()) -> None:
+    """Make os.environ hold exactly `comm_env` among the communicator-scoped variables
+    (and the cached ones `no_cache` lists). os.environ assignment and pop call putenv and
+    unsetenv, so NCCL's getenv sees the change at the next communicator's init."""
     environ = os.environ if environ is None else environ
     for name, setting in settings.CATALOGUE.items():
-        if setting.scope == "communicator" and name not in comm_env:
+        if (setting.scope == "communicator" or name in no_cache) and name not in comm_env:
             environ.pop(name, None)
     environ.update(comm_env)
 
 
-def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str]) -> str | None:
-    """A process-scoped variable of the cell that the process does not carry, described."""
+def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str],
+                         no_cache=()) -> str | None:
+    """A process-scoped variable of the cell that the process does not carry, described
+    (those `no_cache` lists are set per cell, not by the launcher)."""
     for name, value in cell_env.items():
+        if name in no_cache:
+            continue
         if settings.scope_of(name) == "process" and process_env.get(name) != value:
             return (f"cell needs {name}={value} but the process has "
                     f"{name}={process_env.get(name, '(unset)')}: the launcher must set it")

@@ -43,10 +43,11 @@ Op = Callable[[], object]
 
 
 def cpu_eager(op: Op, align: Callable[[], object], iters: int,
-              beat: Callable[[], object] = lambda: None, per_sample: int = 1) -> list[float]:
+              beat: Callable[[], object] = lambda: None, per_sample: int = 1,
+              clock: Callable[[], float] = time.perf_counter) -> list[float]:
     """Wall-clock microseconds per call: `iters` samples, each `per_sample` calls of a
-    blocking `op` run back to back after one alignment, divided by `per_sample`."""
-    clock = time.perf_counter
+    blocking `op` run back to back after one alignment, divided by `per_sample`
+    (`clock` in seconds; a test passes its own to check the arithmetic exactly)."""
     out = [0.0] * iters
     for i in range(iters):
         beat()
@@ -277,24 +278,25 @@ class Watchdog:
     """
 
     def __init__(self, timeout_s: float, on_expire: Callable[[str, float], None],
-                 poll_s: float | None = None):
+                 poll_s: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.timeout_s = timeout_s
         self.on_expire = on_expire
         self.poll_s = poll_s if poll_s is not None else min(1.0, max(0.05, timeout_s / 20))
         self.what = "start-up"
-        self.last = time.monotonic()
+        self.clock = clock
+        self.last = clock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="microbench-watchdog", daemon=True)
 
     def beat(self, what: str | None = None) -> None:
         """Record progress (and optionally what the rank is doing now)."""
-        self.last = time.monotonic()
+        self.last = self.clock()
         if what is not None:
             self.what = what
 
     def start(self) -> "Watchdog":
         """Start watching; returns self."""
-        self.last = time.monotonic()
+        self.last = self.clock()
         self._thread.start()
         return self
 
@@ -302,9 +304,13 @@ class Watchdog:
         """Stop watching (idempotent)."""
         self._stop.set()
 
+    def expired(self) -> bool:
+        """Whether more than `timeout_s` passed since the last heartbeat."""
+        return self.clock() - self.last > self.timeout_s
+
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
-            if time.monotonic() - self.last > self.timeout_s:
+            if self.expired():
                 self._stop.set()
                 self.on_expire(self.what, self.timeout_s)
                 return

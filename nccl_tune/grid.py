@@ -110,6 +110,10 @@ class Cell(_NamedByEnv):
         """Cells with equal keys can share one process."""
         return tuple(sorted(self.process_env.items()))
 
+    def split(self, isolation: str) -> tuple[dict[str, str], dict[str, str]]:
+        """(process-wide, per-communicator) parts under `isolation` (see `split_env`)."""
+        return split_env(self.env, isolation)
+
 
 @dataclass(frozen=True)
 class Dropped(_NamedByEnv):
@@ -122,10 +126,23 @@ class Dropped(_NamedByEnv):
 
 @dataclass
 class ProcessGroup:
-    """Cells that share their process-scoped values: one launch measures them all."""
+    """Cells that share their process-scoped values: one launch measures them all.
+
+    `no_cache`: under isolation nocache, the cached variables NCCL_NO_CACHE lists for this
+    launch (they vary per cell, each with a fresh communicator); empty otherwise.
+    """
 
     process_env: dict[str, str]
     cells: list[Cell]
+    no_cache: tuple[str, ...] = ()
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """What the launch itself sets: the process-wide values, plus NCCL_NO_CACHE."""
+        env = dict(self.process_env)
+        if self.no_cache:
+            env["NCCL_NO_CACHE"] = ",".join(self.no_cache)
+        return env
 
 
 @dataclass
@@ -152,6 +169,9 @@ def _check_name(name: str, where: str) -> str:
     if name in INSTRUMENTATION:
         raise NcclTuneError(f"{where}: {name} is instrumentation, not a setting to sweep "
                             "(the microbench sets NCCL's debug output itself)")
+    if name == "NCCL_NO_CACHE":
+        raise NcclTuneError(f"{where}: NCCL_NO_CACHE is set by the sweep itself for each launch "
+                            "under --isolation nocache, not a setting to sweep")
     return name
 
 
@@ -344,12 +364,50 @@ def group_by_process(cells: list[Cell]) -> list[ProcessGroup]:
     first: its communicator is then created before any NCCL_PROTO/NCCL_ALGO was ever set
     in that process, so it is clean by construction.
     """
+    return group_cells(cells, "group")
+
+
+# ---------------------------------------------------------------- isolation
+
+def split_env(env: dict[str, str], isolation: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(process-wide part, per-communicator part) of a cell's env under `isolation`.
+
+    group/process: by catalogue scope. nocache: the cached NCCL_PARAM variables that
+    NCCL_NO_CACHE makes NCCL re-read (settings.rereads_under_no_cache) move to the
+    per-communicator part; static caches (NCCL_P2P_LEVEL, ...) stay process-wide.
+    """
+    process, comm = settings.split_by_scope(env)
+    if isolation != "nocache":
+        return process, comm
+    moved = {k: v for k, v in process.items() if settings.rereads_under_no_cache(k)}
+    resident = {k: v for k, v in process.items() if k not in moved}
+    return resident, {**comm, **moved}
+
+
+def no_cache_names(cells: list[Cell]) -> tuple[str, ...]:
+    """The cached variables that NCCL_NO_CACHE must list for `cells` (set in any of them), sorted."""
+    return tuple(sorted({k for c in cells for k in c.env if settings.rereads_under_no_cache(k)}))
+
+
+def group_cells(cells: list[Cell], isolation: str) -> list[ProcessGroup]:
+    """Cells grouped into launches under `isolation`, in first-appearance order.
+
+    process: one launch per cell. group: by process-scoped values. nocache: by the values
+    that stay process-wide under NCCL_NO_CACHE; each group lists the cached variables its
+    cells set (`no_cache`). Inside a group, the cell with no per-communicator settings (at
+    most one) comes first: its communicator is created before anything was set per cell.
+    """
+    if isolation == "process":
+        return [ProcessGroup(split_env(c.env, "group")[0], [c]) for c in cells]
     groups: dict[tuple, ProcessGroup] = {}
     for cell in cells:
-        group = groups.setdefault(cell.process_key, ProcessGroup(cell.process_env, []))
+        resident = split_env(cell.env, isolation)[0]
+        group = groups.setdefault(tuple(sorted(resident.items())), ProcessGroup(resident, []))
         group.cells.append(cell)
     for group in groups.values():
-        group.cells.sort(key=lambda c: bool(c.comm_env))
+        group.cells.sort(key=lambda c: bool(split_env(c.env, isolation)[1]))
+        if isolation == "nocache":
+            group.no_cache = no_cache_names(group.cells)
     return list(groups.values())
 
 

@@ -189,6 +189,9 @@ _PREFIX_RE = re.compile(
     r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|CALL)\b ?(?P<msg>.*)$")
 _VERSION_RE = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:[+-]cuda(?P<cuda>\d+(?:\.\d+)*))?")
 _ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<val>.*)$")
+# NCCL_NO_CACHE taking effect for one parameter (2.29.7 src/misc/param.cc; 2.30+ with a
+# "PARAM: " prefix, src/param/param.cc ncclParamIsCacheDisabled).
+_NO_CACHE_RE = re.compile(r"^(?:PARAM: )?Disabling caching for environment variable (?P<var>NCCL_[A-Z0-9_]+)\.?$")
 _PLUGIN_ENV_RE = re.compile(r"Setting (?P<var>NCCL_[A-Z0-9_]+) to \"?(?P<val>[^\"]*)\"?")
 _TRANSPORT_RE = re.compile(
     r"^(?P<what>Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-Fx]+)\]"
@@ -211,7 +214,7 @@ _CELL_RE = re.compile(r"^\s*(?P<lat>-?[\d.]+)\s*/\s*(?P<bw>-?[\d.]+)\s*$")
 class LogLine:
     """One NCCL log line: where it came from, its kind and what it says.
 
-    kind: version | env | env_plugin | transport | ring | trees | connected |
+    kind: version | env | no_cache | env_plugin | transport | ring | trees | connected |
     coll_channels | init | choice | table | warn | info | trace.
     """
 
@@ -302,6 +305,9 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
         if value.endswith(".") and value[:-1].lstrip("-").isdigit():
             value = value[:-1]  # integer params end their sentence with "."
         return "env", {"var": match.group("var"), "value": value}
+    match = _NO_CACHE_RE.match(text)
+    if match:
+        return "no_cache", {"var": match.group("var")}
     match = _PLUGIN_ENV_RE.search(text)
     if match:
         return "env_plugin", {"var": match.group("var"), "value": match.group("val")}
@@ -420,7 +426,9 @@ def summarize_log(entries: list[LogLine]) -> dict:
     network plugin set), channels (the communicator's channel count, from "N coll
     channels" or the "Channel xx/NN" ring lines), transports (sorted names), rings,
     trees, connected (sorted), comms (Init COMPLETE events), tuning (the cost table),
-    choices (per-collective algorithm/protocol lines), warnings (WARN messages).
+    choices (per-collective algorithm/protocol lines), warnings (WARN messages); when
+    present, env_reads (every `set by environment` line in order, as (var, value)) and
+    no_cache (variables NCCL said it stopped caching, NCCL_NO_CACHE 2.29.7+).
     """
     out: dict = {"version": None, "cuda": None, "env": {}, "env_plugin": {}, "channels": None,
                  "transports": [], "rings": {}, "trees": [], "connected": [], "comms": [],
@@ -434,8 +442,13 @@ def summarize_log(entries: list[LogLine]) -> dict:
             out["version"], out["cuda"] = data["version"], data["cuda"]
         elif entry.kind == "env":
             out["env"][data["var"]] = data["value"]
+            out.setdefault("env_reads", []).append((data["var"], data["value"]))  # every read
         elif entry.kind == "env_plugin":
             out["env_plugin"][data["var"]] = data["value"]
+        elif entry.kind == "no_cache":
+            out.setdefault("no_cache", [])
+            if data["var"] not in out["no_cache"]:
+                out["no_cache"].append(data["var"])
         elif entry.kind == "transport":
             transports.add(data["transport"])
         elif entry.kind == "ring":
@@ -561,3 +574,55 @@ def confirm_effective(requested_env: dict[str, str], observed: dict | None,
             "channels": channels if channels is not None else comm_channels,
             "confirmed": not problems,
             "detail": "; ".join([f"{head}: {where} ran {ran}", verdict] + notes)}
+
+
+def _same_value(a: str, b: str) -> bool:
+    """Equal as NCCL would read them: integer params are logged as parsed (0x10 -> 16)."""
+    if a == b:
+        return True
+    try:
+        return int(a, 0) == int(b, 0)
+    except (TypeError, ValueError):
+        return False
+
+
+def confirm_reread(requested_env: dict[str, str], observed: dict | None, names,
+                   disabled=()) -> dict | None:
+    """Whether the cached variables `names` (NCCL_NO_CACHE's list) took this cell's values
+    in the communicator whose log stretch is `observed` (a summarize_log result).
+
+    A variable the cell sets must appear in a `set by environment` line with that value
+    (ncclLoadParam logs each read; a cached value would log nothing). One the cell leaves
+    unset must have no such line, and NCCL must have said it stopped caching it
+    ("Disabling caching for environment variable X", logged once per process: pass the
+    names seen so far in the process as `disabled`), or a value cached from an earlier
+    cell could be in force unseen. Returns None without a log, else {confirmed: True |
+    False (contradicted) | None (not seen), detail}.
+    """
+    if not observed or not names:
+        return None
+    reads: dict[str, list[str]] = {}
+    for var, value in observed.get("env_reads") or observed.get("env", {}).items():
+        reads.setdefault(var, []).append(value)
+    disabled = set(disabled) | set(observed.get("no_cache") or [])
+    problems, missing, fine = [], [], []
+    for name in names:
+        seen = reads.get(name, [])
+        wanted = requested_env.get(name)
+        if wanted is not None:
+            other = [v for v in seen if not _same_value(v, wanted)]
+            if other:
+                problems.append(f"NCCL read {name}={other[-1]}, the cell sets {wanted}")
+            elif seen:
+                fine.append(f"{name}={wanted} read")
+            else:
+                missing.append(f"no 'set by environment' line for {name}={wanted}")
+        elif seen:
+            problems.append(f"NCCL read {name}={seen[-1]}, the cell leaves it unset")
+        elif name in disabled:
+            fine.append(f"{name} unset (re-read)")
+        else:
+            missing.append(f"{name} unset, but NCCL never said it stopped caching it")
+    confirmed = False if problems else (None if missing else True)
+    detail = "; ".join(problems + missing + fine)
+    return {"confirmed": confirmed, "detail": f"NCCL_NO_CACHE: {detail}"}

@@ -97,6 +97,8 @@ class Run:
     out_of_bounds: int | None = None
     failure: str | None = None
     zero_byte_rows: int = 0  # rows of 0 bytes, left out by the importer
+    ranks: list[int] = field(default_factory=list)  # the `# Rank N` numbers, as printed
+    notes: list[str] = field(default_factory=list)  # what the parser decided (split runs)
 
 
 def _strip_tag(line: str) -> tuple[str, bool]:
@@ -255,6 +257,7 @@ class _TextParser:
         match = _RANK_RE.match(text)
         if match:
             run = self.run()
+            run.ranks.append(int(match.group(1)))
             run.hosts.append(match.group(2))
             run.gpus.append(match.group(4))
             return True
@@ -333,6 +336,71 @@ class _TextParser:
             "truncated": out is None and failure is None})
 
 
+def _key(row: dict) -> tuple[str, str]:
+    return (str(row.get("type") or "").lower(), str(row.get("redop") or "").lower())
+
+
+def split_interleaved(run: Run, path: str) -> list[Run]:
+    """One run whose sizes repeat or go backwards -> the runs that were interleaved in it.
+
+    Within one run nccl-tests prints sizes in increasing order for each (type, redop)
+    (`-d all` / `-o all` start the sizes over for each pair, which is not a repeat).
+    When two outputs were pasted into one (two processes writing to one terminal, each
+    printing its own header: the `# Rank` numbers then repeat), a size repeats or goes
+    back: each row goes to the interleaved run it continues (the one whose last size is
+    the largest below it). Runs so split unevenly (one much shorter than another: rows
+    out of order rather than two outputs) are refused naming the first such line.
+    """
+    streams: list[list[dict]] = [[]]
+    first_break = None
+    for row in run.rows:
+        if row["size"] <= 0:  # 0-byte rows repeat by design (counts rounded down to 0)
+            streams[0].append(row)
+            continue
+        key = _key(row)
+        same = [s for s in streams if s and _key(s[-1]) == key and s[-1]["size"] < row["size"]]
+        if same:
+            max(same, key=lambda s: s[-1]["size"]).append(row)  # max keeps the first of ties
+            continue
+        other = [s for s in streams if not s or _key(s[-1]) != key]
+        if other:
+            other[0].append(row)  # the first row, or a new (type, redop) segment of a run
+            continue
+        first_break = first_break or row
+        streams.append([row])
+    if len(streams) == 1:
+        return [run]
+    lengths = [sum(r["size"] > 0 for r in s) for s in streams]
+    where = (f"line {first_break['line']}" if first_break.get("line")
+             else f"results entry {first_break.get('entry')}")
+    if min(lengths) * 2 < max(lengths):
+        raise NcclTuneError(f"{'' if first_break.get('line') else where + ': '}"
+                            f"size {first_break['size']} repeats or goes backwards within one run "
+                            f"(rows of {len(streams)} runs interleaved, or out of order) and the rows "
+                            "do not split into interleaved runs of similar length: split the file "
+                            "by hand", path=path, line=first_break.get("line"))
+    copies = max(run.ranks.count(r) for r in run.ranks) if run.ranks else 1
+    runs = []
+    for index, rows in enumerate(streams):
+        part = Run(run.number, op=run.op, iters=run.iters, warmup=run.warmup, graph=run.graph,
+                   env=dict(run.env), env_plugin=dict(run.env_plugin), rows=rows,
+                   out_of_bounds=run.out_of_bounds,  # a FAILED footer: which part is unknown
+                   failure=run.failure)
+        if copies == len(streams):  # each process printed its ranks: the i-th copy of each
+            seen: dict[int, int] = {}
+            for rank, host, gpu in zip(run.ranks, run.hosts, run.gpus):
+                if seen.get(rank, 0) == index:
+                    part.ranks.append(rank)
+                    part.hosts.append(host)
+                    part.gpus.append(gpu)
+                seen[rank] = seen.get(rank, 0) + 1
+        part.notes.append(f"{where}: size {first_break['size']} repeats or goes backwards "
+                          f"within one run: {len(streams)} outputs interleaved, split into "
+                          f"{len(streams)} runs (this is part {index + 1}, {lengths[index]} rows)")
+        runs.append(part)
+    return runs
+
+
 def op_from_test_name(name: str) -> str | None:
     """'all_reduce_perf' / './build/all_reduce_perf_mpi' -> 'allreduce'; None if unknown."""
     base = os.path.basename(name)
@@ -342,21 +410,70 @@ def op_from_test_name(name: str) -> str | None:
     return None
 
 
-def infer_world_size(rows: list[dict], op: str) -> int | None:
-    """Ranks from nccl-tests' bandwidths: busbw = algbw x 2(n-1)/n (allreduce) or (n-1)/n.
+def _half_ulp(value: float) -> float:
+    """How far the true time may lie from a printed one. nccl-tests prints %7.2f, %7.1f
+    from 100 us and %7.0f from 10 ms (src/common.cu); ten times that half-digit here, so
+    that a release printing one digit fewer cannot narrow the bounds wrongly."""
+    return 5.0 if value >= 10000 else (0.5 if value >= 100 else 0.05)
 
-    Uses the row with the largest algbw (the least rounding); None when it cannot tell.
+
+def _ratio_bounds(row: dict) -> tuple[float, float] | None:
+    """Bounds on busbw / algbw of a row from the printed digits (bandwidths %.2f, and
+    algbw = size / time): None when the row cannot bound it."""
+    out = row.get("out") or {}
+    busbw, algbw, time_us = out.get("busbw_gbps"), out.get("algbw_gbps"), out.get("time_us")
+    if busbw is None or (algbw is None and not time_us):
+        return None
+    bus_lo, bus_hi = max(busbw - 0.005, 0.0), busbw + 0.005
+    alg_lo, alg_hi = (max(algbw - 0.005, 0.0), algbw + 0.005) if algbw is not None else (0.0, float("inf"))
+    if time_us and row.get("size"):
+        err = _half_ulp(time_us)
+        alg_lo = max(alg_lo, row["size"] / ((time_us + err) * 1e3))
+        alg_hi = min(alg_hi, row["size"] / (max(time_us - err, 1e-9) * 1e3))
+    if alg_lo <= 0 or alg_lo > alg_hi:
+        return None
+    return bus_lo / alg_hi, bus_hi / alg_lo
+
+
+def _ranks_from_counts(rows: list[dict]) -> int | None:
+    """all_gather / reduce_scatter print the per-rank count: size = count x type size x ranks."""
+    found = set()
+    for row in rows:
+        size, count = row.get("size"), row.get("count")
+        if not size or not count or not row.get("type"):
+            continue
+        per_rank = count * _type_size(row["type"])
+        if size % per_rank:
+            return None
+        found.add(size // per_rank)
+    return found.pop() if len(found) == 1 else None
+
+
+def infer_world_size(rows: list[dict], op: str, limit: int = 4096) -> int | None:
+    """Ranks from nccl-tests' own definitions when the header does not list them.
+
+    all_gather / reduce_scatter: size / (count x element size). Every op: busbw =
+    algbw x 2(n-1)/n (allreduce) or x (n-1)/n, bounded by the printed digits of each row
+    (bandwidths to 0.01 GB/s, algbw also as size / time): the one n that every row
+    allows. None when no n or more than one n fits.
     """
-    best = max((r["out"] for r in rows if r["out"] and r["out"].get("algbw_gbps")),
-               key=lambda b: b["algbw_gbps"], default=None)
-    if best is None or best["algbw_gbps"] < 0.5 or best.get("busbw_gbps") is None:
-        return None
-    ratio = best["busbw_gbps"] / best["algbw_gbps"]
+    if op in ("all_gather", "reduce_scatter"):
+        ranks = _ranks_from_counts(rows)
+        if ranks:
+            return ranks
     factor = 2.0 if op == "allreduce" else 1.0
-    if ratio >= factor - 1e-9:
-        return None
-    ranks = factor / (factor - ratio)
-    return round(ranks) if abs(ranks - round(ranks)) < 0.05 * ranks else None
+    candidates = set(range(1, limit + 1))
+    used = 0
+    for row in rows:
+        bounds = _ratio_bounds(row)
+        if bounds is None:
+            continue
+        low, high = bounds
+        candidates = {n for n in candidates if low - 1e-12 <= factor * (n - 1) / n <= high + 1e-12}
+        used += 1
+    if used and len(candidates) == 1:
+        return candidates.pop()
+    return None
 
 
 def infer_op(rows: list[dict]) -> str:
@@ -386,7 +503,12 @@ def parse_text(text: str, path: str) -> tuple[list[Run], dict]:
     for number, raw in enumerate(text.splitlines(), start=1):
         parser.feed(number, raw)
     parser.close_run()
-    runs = [r for r in parser.runs if r.rows]
+    runs = []
+    for run in parser.runs:
+        if run.rows:
+            runs += split_interleaved(run, path)
+    for number, run in enumerate(runs, start=1):
+        run.number = number
     if not runs:
         where = parser.first_unknown
         if where:
@@ -521,7 +643,9 @@ def parse_json(text: str, path: str) -> tuple[list[Run], dict]:
                              "out": out, "in": _json_block(result.get("in_place"), path, f"{where} in_place"),
                              "failure": None, "truncated": out is None,
                              "iters": result.get("actual_iterations")})
-        runs.append(run)
+        runs += split_interleaved(run, path) if run.rows else [run]
     if not any(r.rows for r in runs):
         raise NcclTuneError("no results in nccl-tests JSON", path=path)
+    for number, run in enumerate(runs, start=1):
+        run.number = number
     return runs, versions

@@ -75,6 +75,7 @@ class CellSizeSummary:
     mode: str | None = None  # graph | eager | None (nccl-tests without the graph line)
     dtype: str | None = None
     machine: str | None = None  # where it was measured, in words (see machine_identity)
+    redop: str | None = None  # nccl-tests' reduction op (sum, prod, max, min, avg), if said
 
     @property
     def label(self) -> str:
@@ -158,7 +159,8 @@ def _known_gpus(records: list[dict]) -> dict:
 def _key(record: dict, known_gpus: dict | None = None) -> tuple:
     return (record.get("op") or "allreduce", int(record.get("bytes") or 0),
             record.get("world_size"), record.get("nnodes"), record.get("backend"),
-            record.get("mode"), record.get("dtype"), machine_identity(record, known_gpus))
+            record.get("mode"), record.get("dtype"), machine_identity(record, known_gpus),
+            record.get("redop"))  # max and min at one size are not one cell
 
 
 def _status(records: list[dict]) -> str:
@@ -236,7 +238,7 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
         status=_status(records), n_rounds=len(rounds), round_p50s=p50s, p50_us=p50,
         ci_us=ci, ci_basis=basis, confirmed=confirmed, effective=effective, errors=errors,
         final=all(r.get("final", True) is not False for r in records), samples_us=samples,
-        mode=first.get("mode"), dtype=first.get("dtype"),
+        mode=first.get("mode"), dtype=first.get("dtype"), redop=first.get("redop"),
         machine=describe_machine(machine_identity(first, _known_gpus(records))))
 
 
@@ -308,7 +310,7 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
     records come back with `final=False` and no verdict. Verdicts are adjusted for the
     number of cells compared at each size (`adjust`: "bh", "bonferroni" or "none").
     Records are compared only within one (op, size, world, nodes, backend, mode, dtype,
-    machine) family (see module doc). Order: by op, world, backend, machine, mode,
+    machine, redop) family (see module doc). Order: by op, world, backend, machine, mode,
     dtype, bytes, then baseline first and cells by p50.
     """
     # The reader's field rules (store.field_problem) also guard records handed over in
@@ -321,7 +323,7 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
         cell = (r.get("cell") or BASELINE) + ("" if final else "\x00pruned")
         groups.setdefault(_key(r, known), {}).setdefault(cell, []).append(r)
     out: list[CellSizeSummary] = []
-    order = lambda k: (k[0], k[2] or 0, str(k[4]), describe_machine(k[7]), str(k[5]), str(k[6]), k[1])  # noqa: E731
+    order = lambda k: (k[0], k[2] or 0, str(k[4]), describe_machine(k[7]), str(k[5]), str(k[6]), k[1], str(k[8]))  # noqa: E731
     for key in sorted(groups, key=order):
         cells = groups[key]
         machine = describe_machine(key[7])

@@ -436,3 +436,131 @@ def split_by_scope(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]
     process = {k: v for k, v in env.items() if scope_of(k) == "process"}
     communicator = {k: v for k, v in env.items() if scope_of(k) == "communicator"}
     return process, communicator
+
+
+# ---------------------------------------------------------------- NCCL_NO_CACHE (2.29.7+)
+#
+# Which variables NCCL_NO_CACHE makes re-read per communicator, from NCCL's source
+# (tags v2.29.7-1 and v2.30.7-1 of github.com/NVIDIA/nccl; NCCL_NO_CACHE is absent from
+# v2.29.3-1 and every earlier tag):
+#
+# - src/include/param.h: NCCL_PARAM(name, "X", default) defines ncclParamName(), which
+#   keeps a static cache and calls ncclLoadParam("NCCL_X", ...) while it is unset.
+#   src/misc/param.cc ncclLoadParam reads the variable through ncclGetEnv, logs
+#   "NCCL_X set by environment to V." (INFO, ENV) when it is set, and stores the value
+#   in the cache unless caching is disabled for it, in which case every later call reads
+#   the environment again and logs again. 2.29.7 decides that in misc/param.cc itself
+#   (ncclGetEnvNoCacheOnce, logging "Disabling caching for environment variable X.");
+#   from 2.30.3 in src/param/param.cc ncclParamIsCacheDisabled ("PARAM: Disabling caching
+#   for environment variable X."). The decision is taken once per parameter, and
+#   NCCL_NO_CACHE itself is read once per process (std::call_once): it must be in the
+#   environment the process starts with. Names are compared exactly with the full
+#   "NCCL_X" key (strtok on ',' in 2.29.7, no blanks trimmed): write NCCL_A,NCCL_B.
+# - ncclGetEnv (misc/param.cc) calls the env plugin's getEnv (2.28.7+; src/plugin/env.cc),
+#   whose built-in default (src/plugin/env/env_v1.cc ncclEnvGetEnv) is std::getenv: the
+#   live process environment, so a value set later with setenv (Python's os.environ
+#   assignment calls putenv; os.environ.pop calls unsetenv) is what the next read sees.
+#   Before 2.28.7 ncclGetEnv called getenv directly. An external env plugin
+#   (NCCL_ENV_PLUGIN) may answer from anywhere: NCCL's log decides.
+# - Variables read once into statics outside the param system stay process-wide:
+#   NCCL_P2P_LEVEL / NCCL_P2P_DISABLE (src/graph/paths.cc ncclTopoUserP2pLevel, logged
+#   once), NCCL_NET_GDR_LEVEL (paths.cc ncclTopoUserGdrLevel), NCCL_CTA_POLICY
+#   (src/init.cc getEnvCtaPolicyOnce under std::call_once), the NCCL_DEBUG family
+#   (src/debug.cc, new-style ncclParam re-read only through ncclResetDebugInit),
+#   NCCL_NO_CACHE itself, and the network/plugin selections (read at their one-time init).
+
+NO_CACHE_SINCE = (2, 29, 7)
+
+REREAD_INIT = "init"  # read with ncclGetEnv at every communicator init, any version
+REREAD_PARAM = "param"  # NCCL_PARAM: cached; re-read at each use under NCCL_NO_CACHE (2.29.7+)
+REREAD_HOT = "param-hot"  # NCCL_PARAM read outside init too: re-reading it mid-process is unsafe
+REREAD_STATIC = "static"  # a static or one-time read outside the param system: process-wide
+
+
+@dataclass(frozen=True)
+class Reread:
+    """How NCCL reads one variable, and so whether NCCL_NO_CACHE lets it vary per communicator."""
+
+    kind: str  # REREAD_INIT | REREAD_PARAM | REREAD_HOT | REREAD_STATIC
+    source: str  # where NCCL reads it (file and function, v2.30.7-1)
+    note: str = ""
+
+
+_PARAM_H = "NCCL_PARAM (src/include/param.h -> src/misc/param.cc ncclLoadParam)"
+REREADS: dict[str, Reread] = {
+    "NCCL_PROTO": Reread(REREAD_INIT, "src/graph/tuning.cc ncclTopoTuneModel (ncclGetEnv)"),
+    "NCCL_ALGO": Reread(REREAD_INIT, "src/graph/tuning.cc ncclTopoTuneModel (ncclGetEnv)"),
+    "NCCL_THREAD_THRESHOLDS": Reread(REREAD_INIT, "src/graph/tuning.cc ncclTopoTuneModel (ncclGetEnv)"),
+    "NCCL_NTHREADS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/graph/tuning.cc ncclTopoTuneModel"),
+    "NCCL_LL128_NTHREADS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/graph/tuning.cc ncclTopoTuneModel"),
+    "NCCL_MAX_NCHANNELS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/graph/connect.cc ncclMaxNchannels"),
+    "NCCL_MIN_NCHANNELS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/graph/connect.cc ncclMinNchannels"),
+    "NCCL_MAX_NRINGS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/graph/connect.cc ncclMaxNchannels"),
+    "NCCL_MIN_NRINGS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/graph/connect.cc ncclMinNchannels"),
+    "NCCL_BUFFSIZE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/init.cc computeBuffSizes"),
+    "NCCL_LL_BUFFSIZE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/init.cc computeBuffSizes"),
+    "NCCL_LL128_BUFFSIZE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/init.cc computeBuffSizes"),
+    "NCCL_MAX_CTAS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/init.cc envConfigOverride"),
+    "NCCL_MIN_CTAS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/init.cc envConfigOverride"),
+    "NCCL_NVLS_ENABLE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/transport/nvls.cc ncclNvlsInit"),
+    "NCCL_SHM_DISABLE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/transport/shm.cc shmCanConnect"),
+    "NCCL_CUMEM_ENABLE": Reread(REREAD_HOT, f"{_PARAM_H}; src/misc/cudawrap.cc ncclCuMemEnable",
+                                "read at allocations and frees throughout the process: buffers of "
+                                "one process must agree, so it stays process-wide"),
+    "NCCL_GRAPH_REGISTER": Reread(REREAD_HOT, f"{_PARAM_H}; src/enqueue.cc (every enqueue)",
+                                  "read at every enqueue: under NCCL_NO_CACHE each collective would "
+                                  "re-read and log it inside the timed loop"),
+    "NCCL_P2P_LEVEL": Reread(REREAD_STATIC, "src/graph/paths.cc ncclGetUserP2pLevel (static "
+                                            "ncclTopoUserP2pLevel, read once)"),
+    "NCCL_P2P_DISABLE": Reread(REREAD_STATIC, "src/graph/paths.cc ncclGetUserP2pLevel (static "
+                                              "ncclTopoUserP2pLevel, read once)"),
+    "NCCL_NET_GDR_LEVEL": Reread(REREAD_STATIC, "src/graph/paths.cc ncclTopoCheckGdr (global "
+                                                "ncclTopoUserGdrLevel, read once)"),
+    "NCCL_CTA_POLICY": Reread(REREAD_STATIC, "src/init.cc getEnvCtaPolicyOnce (std::call_once)"),
+    "NCCL_NO_CACHE": Reread(REREAD_STATIC, "2.29.7 src/misc/param.cc ncclGetEnvNoCacheOnce; "
+                                           "2.30 src/param/param.cc ncclParamIsCacheDisabled "
+                                           "(std::call_once)"),
+    "NCCL_TUNER_PLUGIN": Reread(REREAD_STATIC, "src/plugin/tuner.cc ncclTunerPluginLoad (loaded once, "
+                                               "kept while any communicator holds it)"),
+    "NCCL_TUNER_CONFIG_FILE": Reread(REREAD_STATIC, "the tuner plugin's own init (not an NCCL_PARAM)"),
+    "NCCL_DEBUG": Reread(REREAD_STATIC, "src/debug.cc ncclDebugInit (new-style ncclParam; re-read "
+                                        "only through ncclResetDebugInit)"),
+    "NCCL_DEBUG_SUBSYS": Reread(REREAD_STATIC, "src/debug.cc ncclDebugInit"),
+    "NCCL_DEBUG_FILE": Reread(REREAD_STATIC, "src/debug.cc ncclDebugInit"),
+    "NCCL_SOCKET_IFNAME": Reread(REREAD_STATIC, "src/misc/socket.cc ncclFindInterfaces (bootstrap and "
+                                                "socket net init, once)"),
+    "NCCL_IB_HCA": Reread(REREAD_STATIC, "src/transport/net_ib/init.cc ncclIbInit (once)"),
+}
+
+
+def reread_of(name: str) -> Reread:
+    """How NCCL reads `name` (a variable the table lacks counts as process-wide)."""
+    return REREADS.get(name, Reread(REREAD_STATIC, "not catalogued: assumed read once"))
+
+
+def no_cache_supported(nccl_version) -> bool | None:
+    """True when this NCCL honours NCCL_NO_CACHE (2.29.7+), None when the version is unknown."""
+    if nccl_version is None:
+        return None
+    return tuple(nccl_version)[:3] >= NO_CACHE_SINCE
+
+
+def rereads_under_no_cache(name: str) -> bool:
+    """True for a cached NCCL_PARAM variable that NCCL_NO_CACHE (2.29.7+) makes NCCL read
+    again at every communicator init, so it may vary per communicator in one process."""
+    return reread_of(name).kind == REREAD_PARAM
+
+
+def per_communicator(name: str, nccl_version=None, no_cache: bool = False) -> bool | None:
+    """Whether `name` may take a new value per communicator in one process.
+
+    Communicator-scoped variables always may; with `no_cache` (NCCL_NO_CACHE listing it),
+    the cached NCCL_PARAM variables may on NCCL >= 2.29.7 (None when the version is
+    unknown); the rest are process-wide whatever NCCL_NO_CACHE says.
+    """
+    kind = reread_of(name).kind
+    if kind == REREAD_INIT or scope_of(name) == "communicator":
+        return True
+    if kind != REREAD_PARAM or not no_cache:
+        return False
+    return no_cache_supported(nccl_version) if nccl_version is not None else None

@@ -10,7 +10,12 @@ How a batch runs (DESIGN.md sections 4-5):
 - Requests are grouped by their process-scoped settings; one launch measures a whole
   group, each cell with a fresh communicator (process group) created after its
   communicator-scoped settings are set (the microbench's --plan). `isolation="process"`
-  gives every cell a launch of its own.
+  gives every cell a launch of its own. `isolation="nocache"` (NCCL 2.29.7+) groups only
+  by what stays process-wide under NCCL_NO_CACHE (grid.split_env): the launch sets
+  NCCL_NO_CACHE to the cached variables its cells set, and each cell sets those per
+  communicator like the communicator-scoped ones; NCCL's log must then show each cell's
+  values read (effective.reread). When no launch ever shows one re-read, the engine
+  falls back to group.
 - On NCCL, a cell that shared its process must be confirmed by NCCL's own log (the
   record's `effective.confirmed`); one that is not (older NCCL, or a contradiction) is
   re-run alone, and its shared-process records are kept as `superseded` (final: false).
@@ -42,10 +47,11 @@ from typing import Callable
 from nccl_tune import launch as launching
 from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.grid import Cell
+from nccl_tune.grid import Cell, no_cache_names
 from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
-    BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype,
-    conf_cell_conflicts, conf_files, count_launches, estimate_seconds, launch_environment,
+    BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions,
+    canonical_dtype, conf_cell_conflicts, conf_files, count_launches, estimate_seconds,
+    launch_environment, launches_by_isolation, planned_nccl_version, resolve_isolation,
     resolve_sizes, round_order)
 
 
@@ -225,7 +231,9 @@ class SweepEngine:
                 todo.append(request)
         self._supersede(todo)
         try:
-            for batch in self._batches(todo):
+            while todo:  # batched again after each batch: the isolation may have changed
+                batch, *rest = self._batches(todo)
+                todo = [r for later in rest for r in later]
                 for req_key, records in self._run_batch(batch).items():
                     results[req_key] = records
         finally:
@@ -240,12 +248,21 @@ class SweepEngine:
             return [[r] for r in requests]
         groups: dict[tuple, list[Request]] = {}
         for request in requests:
-            groups.setdefault(request.cell.process_key, []).append(request)
+            resident = request.cell.split(self.isolation)[0]
+            groups.setdefault(tuple(sorted(resident.items())), []).append(request)
         batches = []
         for batch in groups.values():
-            batch.sort(key=lambda r: bool(r.cell.comm_env))  # see grid.group_by_process
+            batch.sort(key=lambda r: bool(self._per_comm(r)))  # see grid.group_cells
             batches.append(batch)
         return batches
+
+    def _per_comm(self, request: Request) -> dict[str, str]:
+        """The request's settings applied per communicator under the current isolation."""
+        return request.cell.split(self.isolation)[1]
+
+    def _launch_isolation(self, launch_size: int) -> str:
+        """What a record of a launch of `launch_size` cells says measured it."""
+        return "process" if launch_size == 1 else self.isolation
 
     # -- one batch: launches until every request is accounted for
 
@@ -253,8 +270,13 @@ class SweepEngine:
         results: dict[tuple, list[dict]] = {}
         pending, idle_failures, reruns = list(batch), 0, []
         while pending:
+            if len(self._batches(pending)) > 1:  # the isolation changed under this batch
+                for sub in self._batches(pending):
+                    results.update(self._run_batch(sub))
+                break
             by_key = {self._req_key(r): r for r in pending}
-            launch_size, finished, confirmations = len(pending), set(), []
+            launch_size, finished, confirmations, rereads = len(pending), set(), [], []
+            shared_isolation = self._launch_isolation(launch_size)
 
             def on_complete(key: tuple, records: list[dict]) -> None:
                 request = by_key.get(key)
@@ -265,18 +287,23 @@ class SweepEngine:
                 if self._shared_comm_cell(request, launch_size):
                     confirmations.extend((r.get("effective") or {}).get("confirmed")
                                          for r in records if r.get("status") == "ok")
+                    rereads.extend(((r.get("effective") or {}).get("reread") or {}).get("confirmed")
+                                   for r in records if r.get("status") == "ok"
+                                   and (r.get("effective") or {}).get("reread") is not None)
                 if self._needs_rerun(request, records, launch_size):
+                    why = _unconfirmed_reason(records)
                     for record in records:
                         record.update(superseded=True, final=False,
-                                      note="not confirmed by NCCL's log in a shared process; "
-                                           "re-run alone")
+                                      note=f"not confirmed by NCCL's log in a shared process "
+                                           f"(isolation {self._launch_isolation(launch_size)}): "
+                                           f"{why}; re-run alone")
                     self._write(records)
-                    reruns.append(request)
+                    reruns.append((request, why))
                 else:
                     results[key] = self._finish(request, records)
 
             outcome, partial = self._launch(pending, on_complete)
-            self._adapt_isolation(confirmations)
+            self._adapt_isolation(confirmations, rereads, shared_isolation)
             remaining = [r for r in pending if self._req_key(r) not in finished]
             if outcome.status == "interrupted":
                 raise SweepInterrupted(f"interrupted; every finished cell is in {self.out}")
@@ -304,10 +331,11 @@ class SweepEngine:
                 break
             if pending:
                 self.stats.relaunches += 1
-        for request in reruns:
+        for request, why in reruns:
             self.stats.reruns += 1
             alone = Request(request.cell, request.round, request.iters, request.warmup,
-                            {**request.extra, "rerun": "unconfirmed in a shared process"})
+                            {**request.extra, "rerun": f"unconfirmed in a shared process "
+                                                      f"(isolation {shared_isolation}): {why}"})
             results.update(self._run_batch([alone]))
         return results
 
@@ -316,8 +344,13 @@ class SweepEngine:
         return (request.cell.id, request.round, request.extra.get("rung"))
 
     def _shared_comm_cell(self, request: Request, launch_size: int) -> bool:
-        """An NCCL cell with communicator-scoped settings that shared its process."""
-        return self.options.backend == "nccl" and launch_size > 1 and bool(request.cell.comm_env)
+        """An NCCL cell with per-communicator settings that shared its process (under
+        nocache its confirmation covers the listed cached variables it leaves unset too)."""
+        if self.options.backend != "nccl" or launch_size <= 1:
+            return False
+        # The one cell with nothing set per communicator runs first in its launch (see
+        # grid.group_cells): nothing was set before it, so it is clean by construction.
+        return bool(self._per_comm(request))
 
     def _needs_rerun(self, request: Request, records: list[dict], launch_size: int) -> bool:
         """True for an NCCL cell that shared its process and NCCL's log did not confirm."""
@@ -326,10 +359,21 @@ class SweepEngine:
         ok = [r for r in records if r.get("status") == "ok"]
         return any((r.get("effective") or {}).get("confirmed") is not True for r in ok)
 
-    def _adapt_isolation(self, confirmations: list) -> None:
+    def _adapt_isolation(self, confirmations: list, rereads: list | None = None,
+                         shared: str | None = None) -> None:
         """When NCCL's log can confirm nothing (an NCCL without per-collective lines, or
-        no log), every shared cell would be re-run alone: launch one per cell from now on."""
-        if (self.isolation == "group" and confirmations
+        no log), every shared cell would be re-run alone: launch one per cell from now on.
+        Under nocache, when no cell's cached values were seen re-read (an NCCL that
+        ignores NCCL_NO_CACHE), fall back to group for the rest of the sweep."""
+        if (self.isolation == "nocache" and shared == "nocache" and rereads
+                and not any(flag is True for flag in rereads)):
+            self.isolation = "group"
+            self.stats.notes.append(
+                "NCCL's log showed no cached variable re-read under NCCL_NO_CACHE (an NCCL "
+                "before 2.29.7, or an env plugin that caches): isolation switched to group for "
+                "the rest of the sweep")
+            return
+        if (self.isolation in ("group", "nocache") and confirmations
                 and all(flag is None for flag in confirmations)):
             self.isolation = "process"
             self.stats.notes.append(
@@ -373,7 +417,7 @@ class SweepEngine:
             round=request.round, **self._extra(request, launch_size), **fields)
 
     def _extra(self, request: Request, launch_size: int) -> dict:
-        extra = {"isolation": "process" if launch_size == 1 else "group"}
+        extra = {"isolation": self._launch_isolation(launch_size)}
         if self.options.label is not None:
             extra["label"] = self.options.label
         if self.keep_env:
@@ -400,16 +444,24 @@ class SweepEngine:
         stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-"
                                            f"launch{self._launch_no:04d}")
         plan_path, records_path, log_path = stem + ".plan.json", stem + ".records.jsonl", stem + ".log"
+        # A launch of one cell gets every process-scoped value from the launcher, as under
+        # process isolation: nothing there needs to change inside the process.
+        split = self.isolation if len(requests) > 1 else "group"
+        no_cache = no_cache_names([r.cell for r in requests]) if split == "nocache" else ()
         plan = {"run_id": self.run_id, "cells": [
-            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.comm_env,
+            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.split(split)[1],
              "round": r.round, "iters": r.iters, "warmup": r.warmup,
              "extra": self._extra(r, len(requests))} for r in requests]}
+        if no_cache:
+            plan["no_cache"] = list(no_cache)
         try:
             with open(plan_path, "w", encoding="utf-8") as handle:
                 json.dump(plan, handle, indent=1)
         except OSError as exc:
             raise NcclTuneError(f"cannot write the launch plan: {exc.strerror}", path=plan_path) from None
-        process_env = requests[0].cell.process_env
+        process_env = dict(requests[0].cell.split(split)[0])
+        if no_cache:  # read once per process by NCCL: it must be there from the start
+            process_env["NCCL_NO_CACHE"] = ",".join(no_cache)
         env, _ = launch_environment(process_env, self.keep_env, self.base_env)
         argv = self.launcher.argv(self.module, self.options.microbench_args(plan_path, records_path),
                                   process_env)
@@ -475,6 +527,22 @@ class SweepEngine:
                 mode=self.options.mode or "graph", round_=request.round,
                 launch=str(self._launch_no), extra=self._extra(request, len(requests))))
         return launching.LaunchOutcome("ok", 0, 0.0, [], ""), {}
+
+
+def _unconfirmed_reason(records: list[dict]) -> str:
+    """Why NCCL's log did not confirm a cell, from its records' `effective`, in one short phrase."""
+    for record in records:
+        effective = record.get("effective")
+        if record.get("status") != "ok" or (effective or {}).get("confirmed") is True:
+            continue
+        if not effective:
+            return "no NCCL log"
+        reread = effective.get("reread") or {}
+        detail = (reread.get("detail") if reread.get("confirmed") is not True else None) \
+            or effective.get("detail") or "no detail"
+        kind = "contradicted" if effective.get("confirmed") is False else "not seen"
+        return f"{kind}: {detail[:240]}"
+    return "not confirmed"
 
 
 class _RecordReader:

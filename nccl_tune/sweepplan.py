@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP, conf_conflicts  # torch-free
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.grid import Cell, group_by_process
+from nccl_tune.grid import Cell, group_cells
 
 MODULE = "microbench.allreduce"
 BACKENDS = ("nccl", "gloo", "sim")
-ISOLATIONS = ("group", "process")
+ISOLATIONS = ("group", "process", "nocache")
+ISOLATION_CHOICES = ("auto", *ISOLATIONS)
 CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
 CONTROLLED_PREFIXES = ("NCCL_", "TORCH_NCCL_")  # inherited ones are removed from launches
 GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
@@ -134,11 +135,14 @@ def conf_files(base: dict[str, str] | None = None,
     return out
 
 
-def conf_cell_conflicts(conf: list[tuple[str, list[str]]], cells: list[Cell]) -> list[tuple[str, str]]:
+def conf_cell_conflicts(conf: list[tuple[str, list[str]]], cells: list[Cell],
+                        no_cache=()) -> list[tuple[str, str]]:
     """(path, name) of conf-file values that stop `cells` from sharing a process
-    (microbench.options.conf_conflicts: a communicator-scoped name some cells set and
-    others do not; the microbench refuses such a plan)."""
-    return [(path, name) for path, name, _ in conf_conflicts(dict(conf), [c.comm_env for c in cells])]
+    (microbench.options.conf_conflicts: a communicator-scoped name, or one `no_cache`
+    lists under isolation nocache, that some cells set and others do not; the
+    microbench refuses such a plan)."""
+    envs = [{k: v for k, v in c.env.items() if k in c.comm_env or k in no_cache} for c in cells]
+    return [(path, name) for path, name, _ in conf_conflicts(dict(conf), envs, no_cache)]
 
 
 # ---------------------------------------------------------------- rounds
@@ -154,12 +158,12 @@ def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> li
         order = list(cells)
         rng.shuffle(order)
         return order
-    groups = group_by_process(cells)
+    groups = group_cells(cells, isolation)
     rng.shuffle(groups)
     order = []
     for group in groups:
-        plain = [c for c in group.cells if not c.comm_env]
-        rest = [c for c in group.cells if c.comm_env]
+        plain = [c for c in group.cells if not c.split(isolation)[1]]
+        rest = [c for c in group.cells if c.split(isolation)[1]]
         rng.shuffle(rest)
         order += plain + rest
     return order
@@ -167,8 +171,73 @@ def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> li
 
 def count_launches(cells: list[Cell], rounds: int, isolation: str) -> int:
     """Launches an exhaustive sweep needs when nothing fails (re-runs not counted)."""
-    per_round = len(cells) if isolation == "process" else len(group_by_process(cells))
+    per_round = len(cells) if isolation == "process" else len(group_cells(cells, isolation))
     return per_round * rounds
+
+
+def planned_nccl_version(backend: str, given: str | None = None):
+    """(version tuple or None, where it came from) of the NCCL a sweep plans for:
+    --nccl-version when given, else on nccl the libnccl torch would load here (the first
+    loadable one, nccl_tune.ncclinfo.default_library); gloo and sim load none."""
+    import re
+
+    from nccl_tune import ncclinfo
+
+    if given is not None:
+        version = ncclinfo.parse_version(given)
+        if version is None or not re.fullmatch(r"\d+\.\d+\.\d+", given.strip()):
+            raise NcclTuneError(f"--nccl-version: '{given}' is not a version X.Y.Z (e.g. 2.30.7)")
+        return version, " (--nccl-version)"
+    if backend != "nccl":
+        return None, ""
+    lib = ncclinfo.default_library()
+    version = ncclinfo.parse_version(lib.version) if lib else None
+    return version, (f" ({lib.source}: {lib.path})" if lib and version else "")
+
+
+def resolve_isolation(requested: str | None, backend: str, nccl_version,
+                      verify_effective: bool | None = None,
+                      version_source: str = "") -> tuple[str, list[str]]:
+    """The isolation a sweep uses, and notes saying why.
+
+    auto: nocache when the NCCL planned for is 2.29.7 or newer (NCCL_NO_CACHE), else
+    group; process when --no-verify-effective leaves shared NCCL cells unconfirmable.
+    On gloo and sim no libnccl is loaded: auto plans nocache only for a given --nccl-version.
+    """
+    from nccl_tune import settings
+
+    shown = ".".join(map(str, nccl_version)) if nccl_version else None
+    where = f"NCCL {shown}{version_source}" if shown else "no NCCL version known"
+    supported = settings.no_cache_supported(nccl_version)
+    notes: list[str] = []
+    if requested in (None, "auto"):
+        if backend == "nccl" and verify_effective is False:
+            return "process", ["isolation process: --no-verify-effective leaves grouped cells "
+                               "unconfirmable"]
+        isolation = "nocache" if supported else "group"
+        if supported is None and backend != "nccl":
+            notes.append(f"isolation group (auto): backend {backend} loads no NCCL "
+                         "(--nccl-version X.Y.Z plans for one; 2.29.7+ gives nocache)")
+        else:
+            why = ("honours NCCL_NO_CACHE (2.29.7+)" if supported else
+                   "predates NCCL_NO_CACHE (2.29.7)" if supported is False else
+                   "so NCCL_NO_CACHE cannot be relied on")
+            notes.append(f"isolation {isolation} (auto): {where} {why}")
+    else:
+        isolation = requested
+        if isolation == "nocache" and supported is False:
+            notes.append(f"warning: --isolation nocache with {where}, which ignores NCCL_NO_CACHE: "
+                         "cells varying a cached variable will be unconfirmed and re-run alone "
+                         "(--isolation group avoids that)")
+    if isolation == "nocache" and backend != "nccl":
+        notes.append(f"backend {backend}: NCCL_NO_CACHE and the per-cell environment are applied "
+                     "as on NCCL, but there is no NCCL log, so no cell can be confirmed")
+    return isolation, notes
+
+
+def launches_by_isolation(cells: list[Cell], rounds: int) -> dict[str, int]:
+    """Launches an exhaustive sweep of `cells` needs under each isolation (no failures)."""
+    return {name: count_launches(cells, rounds, name) for name in ("process", "group", "nocache")}
 
 
 # Rough costs (s) for the plan's time estimate: torchrun start, import torch and

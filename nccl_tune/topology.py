@@ -58,6 +58,7 @@ class Topology:
     nic_names: dict[str, str] = field(default_factory=dict)
     legend: dict[str, str] = field(default_factory=dict)
     source: str | None = None
+    warnings: list[str] = field(default_factory=list)  # parts not read (damaged NIC cells)
 
     @property
     def gpus(self) -> list[str]:
@@ -82,7 +83,9 @@ class Topology:
             "nics": {n: self.nic_names.get(n) for n in self.nics},
             "links": self.links(),
             "affinity": {g: self.affinity.get(g, {}) for g in self.gpus},
-            "gpu_nic": {g: {n: self.matrix[g][n] for n in self.nics} for g in self.gpus},
+            "gpu_nic": {g: {n: self.matrix[g][n] for n in self.nics if n in self.matrix[g]}
+                        for g in self.gpus},
+            "warnings": list(self.warnings),
         }
 
 
@@ -127,10 +130,33 @@ def _row_cells(line: str, width: int) -> tuple[str, list[str], list[str]]:
     return label, links, extra
 
 
+_PIPE_SEPARATOR_RE = re.compile(r"^\s*\|?[\s:|-]*-[\s:|-]*$")
+
+
+def _unpipe(lines: list[str]) -> list[str]:
+    """Markdown pipe-table rows (`| GPU0 | X | PIX |`) -> tab-separated cells; the
+    `|---|---|` separator row dropped. Other lines are returned as they are."""
+    out = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("|") and stripped.count("|") >= 3:
+            if _PIPE_SEPARATOR_RE.match(stripped):
+                continue
+            out.append("\t".join(c.strip() for c in stripped.strip("|").split("|")))
+        else:
+            out.append(line)
+    return out
+
+
 def parse_topo(text: str, source: str | None = None) -> Topology:
-    """Parse `nvidia-smi topo -m` output; NcclTuneError naming the line on bad input."""
+    """Parse `nvidia-smi topo -m` output; NcclTuneError naming the line on bad input.
+
+    The GPU block (GPU rows x GPU columns) must be whole: it is what classify reads.
+    Damage elsewhere (NIC cells merged in a paste, `NODENODE`; a NIC row cut short)
+    leaves those cells out with a warning in `Topology.warnings` naming the line.
+    """
     where = source or "<topology>"
-    lines = text.replace("\r\n", "\n").split("\n")
+    lines = _unpipe(text.replace("\r\n", "\n").split("\n"))
     header_at = next((i for i, line in enumerate(lines) if _is_header(line.split())), None)
     if header_at is None:
         raise NcclTuneError("no nvidia-smi topo -m matrix found (no header line starting "
@@ -138,8 +164,10 @@ def parse_topo(text: str, source: str | None = None) -> Topology:
     devices, affinity_columns = _split_header(lines[header_at].split())
     if len(set(devices)) != len(devices):
         raise NcclTuneError("repeated column name in the header", path=where, line=header_at + 1)
+    n_gpus = sum(1 for d in devices if _GPU_RE.match(d))
     matrix: dict[str, dict[str, str]] = {}
     affinity: dict[str, dict[str, str]] = {}
+    warnings: list[str] = []
     end = header_at + 1
     for number in range(header_at + 1, len(lines)):
         line = lines[number]
@@ -147,32 +175,50 @@ def parse_topo(text: str, source: str | None = None) -> Topology:
         if not first or first[0] not in devices or first[0] in matrix:
             break
         label, cells, extra = _row_cells(line, len(devices))
-        if len(cells) < len(devices):
-            raise NcclTuneError(f"{label}: expected {len(devices)} link entries, found "
-                                f"{len(cells)}", path=where, line=number + 1)
-        for column, cell in zip(devices, cells):
-            if not LINK_RE.match(cell):
-                raise NcclTuneError(f"{label}: unknown link entry '{cell}' in column {column} "
-                                    "(expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
-                                    path=where, line=number + 1)
-        if len(extra) > len(affinity_columns):
+        is_gpu = bool(_GPU_RE.match(label))
+        gpu_cells = cells[:n_gpus]
+        bad_gpu = next(((col, c) for col, c in zip(devices, gpu_cells) if not LINK_RE.match(c)), None)
+        if is_gpu and (len(gpu_cells) < n_gpus or bad_gpu):
+            if len(gpu_cells) < n_gpus:
+                raise NcclTuneError(f"{label}: expected {len(devices)} link entries, found "
+                                    f"{len(cells)}", path=where, line=number + 1)
+            raise NcclTuneError(f"{label}: unknown link entry '{bad_gpu[1]}' in column {bad_gpu[0]} "
+                                "(expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
+                                path=where, line=number + 1)
+        rest = list(zip(devices[n_gpus:], cells[n_gpus:]))
+        bad_rest = next(((col, c) for col, c in rest if not LINK_RE.match(c)), None)
+        damaged = (len(cells) < len(devices) or bad_rest is not None
+                   or len(extra) > len(affinity_columns))
+        if damaged and len(devices) == n_gpus:  # no NIC columns: the cells are not understood
             raise NcclTuneError(f"{label}: {len(extra)} cells after the links but only "
                                 f"{len(affinity_columns)} affinity columns in the header",
                                 path=where, line=number + 1)
-        matrix[label] = dict(zip(devices, cells))
-        affinity[label] = dict(zip(affinity_columns, extra))
+        if damaged and not is_gpu and (len(gpu_cells) < n_gpus or bad_gpu):
+            warnings.append(f"line {number + 1}: {label}'s row is damaged: row left out")
+            end = number + 1
+            continue
+        if damaged:
+            what = (f"'{bad_rest[1]}' in column {bad_rest[0]}" if bad_rest is not None
+                    else f"{len(cells)} link cells and {len(extra)} after them")
+            warnings.append(f"line {number + 1}: {label}'s NIC and affinity cells are damaged "
+                            f"({what}, cells merged in the paste?): left out, its GPU links read")
+            matrix[label] = dict(zip(devices[:n_gpus], gpu_cells))
+            affinity[label] = {}
+        else:
+            matrix[label] = dict(zip(devices, cells))
+            affinity[label] = dict(zip(affinity_columns, extra))
         end = number + 1
     missing = [g for g in devices if _GPU_RE.match(g) and g not in matrix]
     if missing:
         raise NcclTuneError(f"no matrix row for {', '.join(missing)}", path=where, line=end + 1)
     for row, cells in matrix.items():
-        if cells[row] != "X":
+        if row in cells and cells[row] != "X":
             raise NcclTuneError(f"{row}: the diagonal entry is '{cells[row]}', not X", path=where,
                                 line=header_at + 2 + list(matrix).index(row))
     legend, nic_names = _parse_legends(lines[end:])
     return Topology(devices=devices, matrix=matrix, affinity=affinity,
                     affinity_columns=affinity_columns, nic_names=nic_names, legend=legend,
-                    source=source)
+                    source=source, warnings=warnings)
 
 
 def _parse_legends(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:

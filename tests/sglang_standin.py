@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -25,11 +24,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Behaviour:
     """What the stand-in does (shared by the handler threads)."""
 
-    def __init__(self, spec_steps: int = 0, accept_len: float = 2.5, token_delay: float = 0.0,
+    def __init__(self, spec_steps: int = 0, accepted: tuple[int, ...] = (1, 2), token_delay: float = 0.0,
                  first_token_delay: float = 0.0, die_after: int | None = None, log=None,
                  on_death=None):
         self.spec_steps = spec_steps
-        self.accept_len = accept_len
+        # Draft tokens accepted in each verify cycle, in turn (capped at the step count):
+        # the stand-in plays speculative decoding cycle by cycle, and counts its verifies
+        # as SGLang does; nothing here is derived from an accept length.
+        self.accepted = tuple(min(a, spec_steps) for a in accepted) or (0,)
         self.token_delay = token_delay
         self.first_token_delay = first_token_delay
         self.die_after = die_after  # requests answered in full before dying mid-request
@@ -45,8 +47,21 @@ class Behaviour:
         if finished:
             meta["e2e_latency"] = 0.0
             if self.spec_steps:
-                meta["spec_verify_ct"] = math.ceil(tokens / self.accept_len)
+                meta["spec_verify_ct"] = self.verify_cycles(tokens)
         return meta
+
+    def verify_cycles(self, tokens: int) -> int:
+        """Verify passes to emit `tokens`: each emits its accepted drafts plus the bonus
+        token (the last one's surplus is cut, as max_new_tokens cuts it)."""
+        emitted = cycles = 0
+        while emitted < tokens:
+            emitted += self.accepted[cycles % len(self.accepted)] + 1
+            cycles += 1
+        return cycles
+
+    def accept_len_logged(self) -> float:
+        """What the decode line prints as `accept len`: tokens per verify over one turn."""
+        return sum(a + 1 for a in self.accepted) / len(self.accepted)
 
 
 def make_handler(behaviour: Behaviour):
@@ -97,7 +112,7 @@ def make_handler(behaviour: Behaviour):
                 time.sleep(behaviour.token_delay * tokens)
                 self._json(200, {"text": "x" * tokens, "meta_info": behaviour.meta(tokens, True)})
             rate = 1.0 / behaviour.token_delay if behaviour.token_delay else 1000.0
-            accept = f"accept len: {behaviour.accept_len:.2f}, " if behaviour.spec_steps else ""
+            accept = f"accept len: {behaviour.accept_len_logged():.2f}, " if behaviour.spec_steps else ""
             behaviour.log(f"Decode batch, #running-req: 1, #token: {tokens}, token usage: 0.00, "
                           f"{accept}cuda graph: True, gen throughput (token/s): {rate:.2f}, #queue-req: 0")
 

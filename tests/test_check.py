@@ -146,3 +146,30 @@ def test_unreadable_descendant_is_reported_not_fatal(server, monkeypatch):
     with pytest.raises(NcclTuneError) as info:
         procenv.check_processes(PROFILE, pid)
     assert f"pid {pid}: cannot read its environment" in str(info.value)
+
+
+def test_readme_example_server_with_two_workers():
+    # The README's check example, with the shipped example server and profile.
+    from conftest import REPO_ROOT
+
+    argv = [sys.executable, "-m", "nccl_tune", "exec", "--clean", "--profile", "pcie-8gpu-decode", "--",
+            sys.executable, str(REPO_ROOT / "examples" / "server_with_two_workers.py"), "60"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=subprocess_env(NCCL_DEBUG="INFO"), cwd=REPO_ROOT)
+    try:
+        words = proc.stdout.readline().replace(",", "").split()
+        assert words[0] == "server" and words[2] == "workers", words
+        server, first, second = int(words[1]), int(words[3]), int(words[4])
+        assert server == proc.pid  # exec replaced nccl-tune: the server keeps its pid
+        done = subprocess.run([sys.executable, "-m", "nccl_tune", "check", "--profile", "pcie-8gpu-decode",
+                               "--pid", str(server), "--tree", "--json"], capture_output=True, text=True,
+                              env=subprocess_env(), cwd=REPO_ROOT, timeout=60)
+        assert done.returncode == 1, done.stdout + done.stderr
+        by_pid = {p["pid"]: p for p in json.loads(done.stdout)}
+        assert by_pid[server]["ok"] and by_pid[first]["ok"] and not by_pid[second]["ok"]
+        missing = [v["name"] for v in by_pid[second]["variables"] if v["status"] == "missing"]
+        assert missing == ["NCCL_P2P_LEVEL"]
+        assert by_pid[server]["extra"] == {}  # --clean removed the caller's NCCL_DEBUG
+    finally:
+        proc.kill()
+        proc.wait()

@@ -51,7 +51,9 @@ def test_request_body_is_greedy_with_eos_ignored():
 
 
 def test_streaming_runs_figures_ttft_and_accept_length(serve):
-    url, behaviour = serve(spec_steps=2, accept_len=2.5, token_delay=0.002, first_token_delay=0.05)
+    # Cycles accept 1 then 3 drafts (2 and 4 tokens): 20 tokens = 3 x (2 + 4) + 2, so
+    # 7 verifies, and the accept length is 20 / 7 (not the 3.0 of a whole number of turns).
+    url, behaviour = serve(spec_steps=3, accepted=(1, 3), token_delay=0.002, first_token_delay=0.05)
     seen = []
     runs = client.benchmark(url, max_tokens=20, num_runs=3, warmup=1, stream=True, on_run=seen.append)
     assert behaviour.requests == 4  # one warm-up, three timed
@@ -62,13 +64,13 @@ def test_streaming_runs_figures_ttft_and_accept_length(serve):
         assert r.ttft_s >= 0.05 and r.seconds >= 0.05 + 19 * 0.002
         assert r.tok_s == pytest.approx(20 / r.seconds)
         assert r.decode_tok_s == pytest.approx(19 / (r.seconds - r.ttft_s), rel=1e-6)
-        assert r.spec_verify_ct == 8 and r.accept_len == pytest.approx(20 / 8)
+        assert r.spec_verify_ct == 7 and r.accept_len == pytest.approx(20 / 7)
     s = client.summarize_runs(runs)
     rates = [r.tok_s for r in runs]
     assert s["tok_s_mean"] == pytest.approx(sum(rates) / 3)
     assert s["tok_s_ci"][0] < s["tok_s_mean"] < s["tok_s_ci"][1]
     assert s["overall_tok_s"] == pytest.approx(60 / sum(r.seconds for r in runs))
-    assert s["accept_len"] == pytest.approx(2.5) and s["ttft_s_mean"] >= 0.05
+    assert s["accept_len"] == pytest.approx(60 / 21) and s["ttft_s_mean"] >= 0.05
 
 
 def test_non_streaming_has_no_ttft_and_no_accept_length_without_speculation(serve):
@@ -104,7 +106,7 @@ def test_http_error_and_bad_url_are_clear(serve):
 
 
 def test_command_line_json(serve, capsys):
-    url, _ = serve(spec_steps=3, accept_len=4.0)
+    url, _ = serve(spec_steps=3, accepted=(3,))  # every draft accepted: 4 tokens a verify
     assert client.main(["--url", url, "--max-tokens", "8", "--num-runs", "2", "--warmup", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["error"] is None and len(out["runs"]) == 2

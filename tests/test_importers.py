@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import OWN_FIXTURES
-from nccl_tune import importers, store
+from nccl_tune import importers, nccltests, store
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
 
@@ -288,3 +288,77 @@ def test_zero_byte_rows_are_left_out_and_said(tmp_path, cli_runner):
     only_zero = _json_variant(tmp_path, lambda d: d.update(results=[{**d["results"][0], "size": 0}]))
     with pytest.raises(NcclTuneError, match="only rows of 0 bytes"):
         importers.import_file(str(only_zero))
+
+
+# ---------------------------------------------------------------- forms found in public pastes
+
+def test_two_processes_interleaved_are_split(cli_runner, tmp_path):
+    # nccl-tests issue #107's form: a non-MPI build under mpirun -np 2 runs two 1-rank
+    # tests whose headers and rows interleave (each size twice, Rank 0 twice).
+    records, runs = _load("two_processes_interleaved_rank0_twice.txt")
+    assert len(runs) == 2 and [len(r.rows) for r in runs] == [10, 10]
+    for run in runs:
+        sizes = [row["size"] for row in run.rows]
+        assert sizes == sorted(set(sizes)) == [8 * 2 ** i for i in range(10)]
+        assert len(run.gpus) == 1 and "line 19: size 8 repeats" in run.notes[0]
+    assert [r.hosts for r in runs] == [["nodea"], ["nodeb"]]
+    assert {r["world_size"] for r in records} == {1} and {r["host"] for r in records} == {"nodea", "nodeb"}
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "two_processes_interleaved_rank0_twice.txt"),
+                                     "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "2 outputs interleaved, split into 2 runs" in result.output
+
+
+def test_offset_interleaved_table_is_split_by_size_order():
+    # The size column runs ..., 128, 256, 8, 512, 16, 1024, ...: two runs, one started later.
+    records, runs = _load("table_only_two_runs_offset_interleaved.txt")
+    assert len(runs) == 2
+    for run in runs:
+        sizes = [row["size"] for row in run.rows]
+        assert sizes == [8 * 2 ** i for i in range(12)]
+    assert runs[0].rows[6]["line"] == 11 and runs[1].rows[0]["line"] == 10
+    by_size = {}
+    for record in records:
+        by_size.setdefault(record["bytes"], set()).add(record["round"])
+    assert all(rounds == {1, 2} for rounds in by_size.values())  # each size once per run
+
+
+def test_rows_out_of_order_are_refused_naming_the_line(tmp_path):
+    lines = (OWN / "allreduce_8rank_table_only_small_sizes.txt").read_text().splitlines()
+    lines.insert(9, lines[5])  # one row (line 6's size) pasted again after line 9
+    path = tmp_path / "shuffled.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(NcclTuneError, match="repeats or goes backwards") as info:
+        importers.import_file(str(path))
+    assert info.value.line == 10
+
+
+def test_redops_restarting_sizes_are_one_run():
+    # -o all prints sum, prod, max, min, each from the smallest size (nccl-tests issue #167).
+    records, runs = _load("redops_same_sizes_16rank_table_only.txt")
+    assert len(runs) == 1 and not runs[0].notes
+    assert [r["redop"] for r in records[::3]] == ["sum", "prod", "max", "min"]
+    assert {r["world_size"] for r in records} == {16}
+
+
+@pytest.mark.parametrize("name, op, world", [
+    ("reduce_scatter_8rank_table_only_small.txt", "reduce_scatter", 8),  # size / (count x 4)
+    ("allreduce_8rank_table_only_small_sizes.txt", "allreduce", 8),  # every algbw < 0.5 GB/s
+    ("all_gather_2rank.txt", "all_gather", 2),
+])
+def test_world_size_from_counts_and_printed_digits(name, op, world):
+    records, _ = _load(name)
+    assert {r["op"] for r in records} == {op}
+    assert {r["world_size"] for r in records} == {world}
+
+
+def test_world_size_none_when_the_digits_allow_several():
+    rows = [{"size": 8, "count": 2, "type": "float", "out": {"time_us": 20.0, "algbw_gbps": 0.0,
+                                                             "busbw_gbps": 0.0}}]
+    assert nccltests.infer_world_size(rows, "allreduce") is None  # 0.00 GB/s bounds nothing
+    rows = [{"size": 1 << 20, "count": 1 << 18, "type": "float",
+             "out": {"time_us": 10.0, "algbw_gbps": 104.86, "busbw_gbps": 183.50}}]
+    assert nccltests.infer_world_size(rows, "allreduce") == 8
+    rows[0]["out"]["busbw_gbps"] = 250.0  # more than 2 x algbw: no world fits
+    assert nccltests.infer_world_size(rows, "allreduce") is None

@@ -104,12 +104,44 @@ def test_sglang_iteration_numbers_and_dp_ranks():
     assert s["speculative"]["num_draft_tokens"] == 3
 
 
-def test_python_logging_formats_and_idle_gap_option():
+def test_python_logging_formats_and_idle_gap_option(tmp_path):
     s = _summary("sglang_python_logging.log")
     assert s["decode_lines"] == 5
-    assert s["gen_throughput_mean"] == pytest.approx(79.0)  # 5.00 and 2.00 (after 19 s) out
-    loose = _summary("sglang_python_logging.log", idle_gap_s=30.0)
-    assert loose["excluded_after_idle"] == 1  # the 19 s gap no longer counts as idle
+    # 5.00 is out (after a prefill with nothing running); 2.00, 19 s after the line
+    # before, counts: the same request's #token grew, so the server was slow, not idle.
+    assert s["gen_throughput_mean"] == pytest.approx((78.0 + 2.0 + 80.0 + 79.0) / 4)
+    assert s["excluded"] == {logs.AFTER_IDLE_PREFILL: 1}
+    # Lines without #token fall back on the gap, which --idle-gap sets.
+    bare = tmp_path / "bare.log"
+    bare.write_text("".join(f"[12:00:{sec:02d} TP0] Decode batch. #running-req: 1, "
+                            f"gen throughput (token/s): {tps}, #queue-req: 0\n"
+                            for sec, tps in ((0, 9.0), (1, 80.0), (20, 2.0), (21, 78.0))))
+    strict = logs.summarize_file(str(bare))
+    assert strict["gen_throughput_mean"] == pytest.approx(79.0)
+    assert strict["excluded"] == {logs.AFTER_GAP: 1, logs.AT_LOG_START: 1}
+    loose = logs.summarize_file(str(bare), idle_gap_s=30.0)
+    assert loose["excluded"] == {logs.AT_LOG_START: 1}  # the 19 s gap no longer counts as idle
+
+
+def test_slow_server_lines_seconds_apart_count():
+    # Decode lines about 7 s apart, #token growing by 80 each (2 requests x 40 steps): a
+    # slow server decoding all along. The idle-gap rule alone dropped every line.
+    s = _summary("sglang_slow_server_7s_apart.log")
+    assert s["decode_lines"] == 6 and s["gen_throughput_lines"] == 5
+    assert s["excluded"] == {logs.AFTER_IDLE_PREFILL: 1}  # the first, after the start-up
+    assert s["gen_throughput_median"] == pytest.approx(11.43)
+
+
+def test_short_multi_rank_excerpt_keeps_each_ranks_first_line():
+    # An excerpt (no start, no prefill): each rank's first line continues into its second.
+    s = _summary("sglang_dp_excerpt_two_lines_per_rank.log")
+    assert s["sources"] == ["DP0 TP0", "DP1 TP4", "DP2 TP8", "DP3 TP12"]
+    assert s["gen_throughput_lines"] == 8 and s["excluded"] == {}
+    assert s["gen_throughput_mean"] == pytest.approx(41.6375)
+    one_each = logs.summarize_events(logs.parse_lines(
+        (LOGS / "sglang_dp_excerpt_two_lines_per_rank.log").read_text().splitlines()[:4]))
+    assert one_each["gen_throughput_mean"] is None
+    assert one_each["excluded"] == {logs.AT_LOG_START: 4}  # said, not silently empty
 
 
 def test_vllm_old_form_accept_length_from_efficiency():
@@ -143,10 +175,11 @@ def test_lines_that_only_look_similar_are_skipped():
     for text in ["Decode batch.", "Decode batch, nothing here", "server_args=ServerArgs(",
                  "SpecDecoding metrics:", "Speculative metrics: none", "Prefill batch. #new-seq",
                  "[99:99:99 TP0] Decode batch. #running-req: x, gen throughput (token/s): fast"]:
-        event = logs.parse_line(text)
-        assert event is None or event.time_s is None
-    s = logs.summarize_events(logs.parse_lines(["hello", "", "Decode batch, #running-req: x"]))
-    assert s["gen_throughput_mean"] is None and s["engine"] == "sglang"
+        assert logs.parse_line(text) is None, text
+    s = logs.summarize_events(logs.parse_lines(["hello", "", "Decode batch, #running-req: x",
+                                                "[10:00:00 TP0] Decode batch. #running-req: x, "
+                                                "gen throughput (token/s): fast"]))
+    assert s["decode_lines"] == 0 and s["gen_throughput_mean"] is None and s["engine"] is None
 
 
 _PIECES = st.sampled_from([

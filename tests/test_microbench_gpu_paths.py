@@ -214,6 +214,11 @@ def test_conf_values_a_cell_sets_and_another_drops_are_conflicts():
     assert options.conf_file_conflicts(conf, [_cell("a", {"NCCL_PROTO": "LL"}),
                                               _cell("b", {"NCCL_PROTO": "Simple"})]) is None
     assert options.conf_file_conflicts(conf, cells[1:]) is None
+    # under isolation nocache a cached (process-scoped) name is set per cell as well
+    nthreads = [_cell("b", {}), _cell("t", {"NCCL_NTHREADS": "256"})]
+    conf_nt = {"/etc/nccl.conf": {"NCCL_NTHREADS": "512"}}
+    assert options.conf_file_conflicts(conf_nt, nthreads) is None
+    assert "sets NCCL_NTHREADS" in options.conf_file_conflicts(conf_nt, nthreads, ("NCCL_NTHREADS",))
 
 
 def test_conf_files_are_read_in_ncc_ls_order(tmp_path):
@@ -265,10 +270,10 @@ def test_sweep_isolates_cells_whose_conf_values_would_be_lost(cli_runner, tmp_pa
     assert refused.exit_code == 2 and "--isolation group" in refused.output
     other = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_ALGO=Ring", "--backend", "nccl",
                                     "--dry-run", "--json"], env=env)
-    assert json.loads(other.output)["isolation"] == "group"  # nothing lost: shares a process
+    assert json.loads(other.output)["isolation"] in ("group", "nocache")  # nothing lost: shared
     gloo = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "gloo",
                                    "--dry-run", "--json"], env=env)
-    assert json.loads(gloo.output)["isolation"] == "group"  # gloo never reads NCCL's files
+    assert json.loads(gloo.output)["isolation"] in ("group", "nocache")  # gloo reads no NCCL files
 
 
 # ---------------------------------------------------------------- 6: NCCL's log

@@ -11,15 +11,17 @@ from microbench import options, timing
 
 def test_cpu_eager_divides_back_to_back_calls():
     calls, aligns = [], []
+    now = [0.0]
 
     def op():
         calls.append(1)
-        time.sleep(0.002)
+        now[0] += 0.002  # each call takes 2 ms of the test's own clock
 
-    samples = timing.cpu_eager(op, lambda: aligns.append(1), iters=3, per_sample=4)
-    assert len(samples) == 3 and len(calls) == 12 and len(aligns) == 3
-    # each sample is the time per call: ~2 ms, not the ~8 ms of the four together
-    assert all(1500 < s < 6000 for s in samples)
+    samples = timing.cpu_eager(op, lambda: aligns.append(1), iters=3, per_sample=4,
+                               clock=lambda: now[0])
+    assert len(calls) == 12 and len(aligns) == 3
+    # each sample is the time per call: 2 ms, not the 8 ms of the four together
+    assert samples == pytest.approx([2000.0] * 3)
 
 
 def test_cpu_eager_one_call_per_sample_by_default():

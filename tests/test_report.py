@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ NBYTES = 14336
 
 
 def _record(env, round_, p50, *, backend="nccl", status="ok", confirmed=True, error=None, **extra):
-    rng = np.random.default_rng(abs(hash((tuple(env.items()), round_))) % 2**32)
+    # crc32, not hash(): str hashes are salted per process, so data would differ run to run.
+    rng = np.random.default_rng(zlib.crc32(repr((sorted(env.items()), round_)).encode()))
     samples = list(p50 * rng.lognormal(0, 0.01, 50))
     effective = None if backend in ("gloo",) else {"algo": "Ring", "proto": "LL", "channels": 2,
                                                     "confirmed": confirmed, "detail": "test"}
@@ -54,7 +56,14 @@ def test_multiplicity_adjustment_is_recorded():
         records += [_record({"NCCL_NTHREADS": str(64 + 32 * k)}, r, 50.0 + 0.3 * np.cos(r * (k + 1)))
                     for r in range(1, 6)]
     rows = [s for s in report.summarize(records) if s.cell != store.BASELINE]
-    assert all(s.p_adjusted is not None and s.p_adjusted >= s.p_value for s in rows)
+    pvalues = [s.p_value for s in rows]
+    assert len(rows) == 8 and None not in pvalues
+    # Benjamini-Hochberg from its definition: p_i adjusted = min over p_j >= p_i of p_j m / rank_j.
+    ranked = sorted(pvalues)
+    expected = [min(1.0, min(q * len(ranked) / (k + 1) for k, q in enumerate(ranked) if q >= p))
+                for p in pvalues]
+    assert [s.p_adjusted for s in rows] == pytest.approx(expected)
+    assert any(s.p_adjusted > s.p_value for s in rows)  # the adjustment did something
     raw = [s for s in report.summarize(records, adjust="none") if s.cell != store.BASELINE]
     assert all(a.p_adjusted == a.p_value for a in raw)
 
@@ -258,3 +267,15 @@ def test_report_csv_and_json_carry_the_context(cli_runner, tmp_path):
     text = cli_runner.invoke(cli, ["report", path, "--csv"]).stdout
     first = next(csv.DictReader(io.StringIO(text)))
     assert first["machine"].startswith("host ")
+
+
+def test_reduction_ops_are_compared_apart(tmp_path, cli_runner):
+    # nccl-tests -o all: max and min rows at the same size are different measurements.
+    rows = [store.make_record(env={}, backend="nccl-tests", op="allreduce", world_size=16, bytes=196608,
+                              dtype="float", redop=redop, lat_us={"p50": p50}, round=1)
+            for redop, p50 in (("max", 125.6), ("min", 131.1))]
+    summaries = report.summarize(rows)
+    assert [(s.redop, s.p50_us) for s in summaries] == [("max", 125.6), ("min", 131.1)]
+    result = cli_runner.invoke(cli, ["report", str(_write(tmp_path, rows))])
+    assert result.exit_code == 0, result.output
+    assert "float, redop max" in result.output and "float, redop min" in result.output

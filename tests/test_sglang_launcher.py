@@ -56,6 +56,21 @@ def test_env_check_flags_missing_different_and_extra():
     assert not gone.ok and gone.processes[0]["error"] == "the process is gone"
     stale = sglang.check_processes([here], {})
     assert stale.ok == (not own)  # for the baseline any NCCL_* at all is unexpected
+    # a real process started with other values: "different" (and "unexpected" for extras)
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env=subprocess_env(NCCL_PROTO="Simple", NCCL_ALGO="Ring", NCCL_P2P_LEVEL="SYS"))
+    try:  # Popen returns once the child has exec'd: its environ is the new one
+        check = sglang.check_processes([proc.pid], PROFILE)
+        (entry,) = check.processes
+        assert not check.ok and entry["different"] == {"NCCL_PROTO": "Simple"}
+        assert entry["missing"] == [] and entry["extra"] == {"NCCL_P2P_LEVEL": "SYS"}
+        assert "different NCCL_PROTO=Simple" in check.problems()[0]
+        assert "unexpected NCCL_P2P_LEVEL=SYS" in check.problems()[0]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.slow

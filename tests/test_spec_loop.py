@@ -123,11 +123,15 @@ def test_world2_speculative_equals_greedy_with_consistent_timing():
     assert ar["per_target_forward"] == 5 and ar["per_draft_forward"] == 3
     assert ar["per_cycle"] == 5 + 3 * 3 and ar["per_cycle_counted"] == ar["per_cycle"]
     assert ar["bytes_per_decode"] == 32 * 8 and ar["bytes_per_verify"] == 4 * 32 * 8
-    # the shares add up, and the phases account for the measured cycle time
-    shares = r["shares"]
-    assert abs(sum(shares.values()) - 1.0) < 1e-9
+    # each share is its own phase's (a swapped or stale share fails), every phase took
+    # time, and the phases are disjoint parts of the cycle: together no longer than it
+    # (a bound, not a wall-clock tolerance: loop overhead on a loaded machine is free)
     parts = r["draft_ms"] + r["verify_ms"] + r["other_ms"]
-    assert abs(parts - r["step_ms"]) / r["step_ms"] < 0.10  # loop overhead between cycles
+    assert r["shares"] == pytest.approx({"draft": r["draft_ms"] / parts,
+                                         "verify": r["verify_ms"] / parts,
+                                         "other": r["other_ms"] / parts})
+    assert r["draft_ms"] > 0 and r["verify_ms"] > 0 and r["other_ms"] > 0
+    assert parts <= r["step_ms"] * (1 + 1e-9)
     assert 1.0 <= r["accept_len"] <= 4.0
     assert len(r["runs_tok_s"]) == 2 and r["tok_s"] > 0
     for key in ("backend", "world_size", "layers", "hidden", "heads", "vocab", "dtype", "steps",

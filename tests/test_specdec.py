@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nccl_tune import spec_options as so
+from nccl_tune import spec_verify as sv
 from nccl_tune import specdec as sd
 from nccl_tune.model import LatencyCurve, message_bytes
+
+
+def acceptance(**kwargs):
+    """The planner's acceptance from option values (as spec-plan parses them)."""
+    return so.parse_acceptance(**kwargs).build(10)
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.3, 0.7, 0.9, 1.0])
@@ -70,9 +77,9 @@ def _best_k(verify, rate=0.8, draft_ms=0.5):
 
 
 def test_best_k_moves_lower_when_verify_cost_rises_faster_with_tokens():
-    flat = sd.MeasuredVerify.from_lists([1], [10.0])
-    rising = sd.MeasuredVerify.from_lists([1, 4], [10.0, 13.0])
-    steep = sd.MeasuredVerify.from_lists([1, 4], [10.0, 22.0])
+    flat = sv.measured_curve([(1, 10.0)])
+    rising = sv.measured_curve([(1, 10.0), (4, 13.0)], linear_beyond=True)
+    steep = sv.measured_curve([(1, 10.0), (4, 22.0)], linear_beyond=True)
     assert _best_k(flat) > _best_k(rising) > _best_k(steep)
 
 
@@ -85,15 +92,19 @@ def test_profile_that_flattens_comm_can_move_best_k_up():
     prof = LatencyCurve.from_points([(b, 15 + b / 4000) for b in sizes])
 
     def verify(curve):
-        return sd.ModelledVerify(8.0, 0.05, lambda n: collectives * curve.at(message_bytes(n, hidden)) / 1000)
+        return sv.VerifyCurve(sv.DENSE, ((1, 8.0),), 8.0, 0.05, covers_all=True,
+                              comm=lambda n: collectives * curve.at(message_bytes(n, hidden)) / 1000)
     assert _best_k(verify(prof)) > _best_k(verify(base))
 
 
 def test_plan_row_arithmetic():
-    verify = sd.MeasuredVerify.from_lists([1, 3], [10.0, 12.0])
+    verify = sv.measured_curve([(1, 10.0), (3, 12.0)])
     plans = sd.plan_steps([0, 2], lambda k: sd.tau_iid(0.5, k), 1.0, verify, other_ms=0.5)
     plain, two = plans
-    assert (plain.tau, plain.cycle_ms, plain.tok_s) == (1.0, 10.5, pytest.approx(1000 / 10.5))
+    # plain decoding: one forward of one token, no per-cycle overhead of speculation
+    assert (plain.tau, plain.cycle_ms, plain.tok_s) == (1.0, 10.0, pytest.approx(1000 / 10.0))
+    own = sd.plan_steps([0], lambda k: 1.0, 1.0, verify, other_ms=0.5, decode_ms=9.0)[0]
+    assert own.cycle_ms == 9.0 and own.other_ms == 0.0
     assert two.verify_ms == 12.0 and two.cycle_ms == pytest.approx(2 * 1.0 + 12.0 + 0.5)
     assert two.tok_s == pytest.approx(1000 * 1.75 / 14.5)
     assert not two.extrapolated and verify.extrapolated(5)
@@ -109,19 +120,20 @@ def test_parsers_reject_bad_text():
     with pytest.raises(ValueError):
         sd.parse_at("10,11@1", "x")
     with pytest.raises(ValueError):
-        sd.MeasuredVerify.from_lists([1, 1], [2.0, 3.0])
+        sv.measured_curve([(1, 2.0), (1, 3.0)])
 
 
 def test_acceptance_options_are_exclusive_and_checked():
-    acc = sd.acceptance_from_options(accept_len="3.0@4")
+    acc = acceptance(accept_len="3.0@4")
     assert acc.tau(4) == pytest.approx(3.0)
-    assert sd.acceptance_from_options(accept_rate=0.5).tau(2) == pytest.approx(1.75)
-    per_pos = sd.acceptance_from_options(accept_per_pos="0.9,0.7")
+    assert acceptance(accept_rate=0.5).tau(2) == pytest.approx(1.75)
+    per_pos = acceptance(accept_per_pos="0.9,0.7")
     assert per_pos.max_k == 2 and per_pos.tau(2) == pytest.approx(2.6)
+    assert acceptance(accepted_drafts="2.0@4").tau(4) == pytest.approx(3.0)  # bonus added
     for kwargs in ({}, {"accept_len": "3@4", "accept_rate": 0.5}, {"accept_per_pos": "0.5,0.9"},
-                   {"accept_rate": 1.5}, {"accept_len": "3"}):
+                   {"accept_rate": 1.5}, {"accept_len": "3"}, {"accepted_drafts": "5@4"}):
         with pytest.raises(ValueError):
-            sd.acceptance_from_options(**kwargs)
+            acceptance(**kwargs)
 
 
 # ---------------------------------------------------------------- the spec-plan command
@@ -186,9 +198,10 @@ def test_step_errors_name_the_option(text):
 def test_verify_errors_name_the_option():
     for text in ("12,13", "12,x", "12,13@1", "0", "12,13@2,2"):
         with pytest.raises(ValueError) as info:
-            sd.verify_from_option(text, "--verify-ms")
+            so.verify_points(text, "--verify-ms")
         assert "--verify-ms" in str(info.value), text
-    assert sd.verify_from_option("11,12@1,3").points == ((1, 11.0), (3, 12.0))
+    assert so.verify_points("11,12@1,3") == ([(1, 11.0), (3, 12.0)], False)
+    assert so.verify_points("11") == ([(1, 11.0)], True)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -211,29 +224,28 @@ def test_spec_plan_errors_name_the_option(cli_runner, args, needle):
 @given(rate=st.floats(0.0, 1.0), k=st.integers(1, 10))
 def test_sglang_and_vllm_rate_options_round_trip(rate, k):
     text = f"{rate!r}@{k}"
-    acc = sd.acceptance_from_options(sglang_accept_rate=text)  # recent SGLang: (L - 1) / k
+    acc = acceptance(sglang_accept_rate=text, sglang_convention=sd.SGLANG_RATE_DRAFTS)
     tau = acc.tau(k)
     assert tau == pytest.approx(sd.accept_len_from_sglang_rate(rate, k, sd.SGLANG_RATE_DRAFTS))
     assert sd.sglang_accept_rate(tau, k, sd.SGLANG_RATE_DRAFTS) == pytest.approx(rate, abs=1e-9)
-    assert acc.accept_len == pytest.approx(tau) and acc.at_k == k
-    vllm = sd.acceptance_from_options(vllm_acceptance_rate=text)
+    assert acc.at(k).accept_len == pytest.approx(tau)
+    vllm = acceptance(vllm_acceptance_rate=text)
     assert vllm.tau(k) == pytest.approx(sd.accept_len_from_vllm_rate(rate, k))
     assert sd.vllm_draft_acceptance_rate(vllm.tau(k), k) == pytest.approx(rate, abs=1e-9)
     if rate >= 1 / (k + 1):  # earlier SGLang counted the bonus token: L = rate x (k + 1) >= 1
-        old = sd.acceptance_from_options(sglang_accept_rate=text,
-                                         sglang_convention=sd.SGLANG_RATE_TOTAL)
+        old = acceptance(sglang_accept_rate=text, sglang_convention=sd.SGLANG_RATE_TOTAL)
         assert sd.sglang_accept_rate(old.tau(k), k, sd.SGLANG_RATE_TOTAL) == pytest.approx(rate, abs=1e-9)
 
 
 def test_rate_options_are_checked_and_exclusive():
     with pytest.raises(ValueError, match="--sglang-accept-rate '0.1@4'"):  # L = 0.5 < 1
-        sd.acceptance_from_options(sglang_accept_rate="0.1@4", sglang_convention=sd.SGLANG_RATE_TOTAL)
+        acceptance(sglang_accept_rate="0.1@4", sglang_convention=sd.SGLANG_RATE_TOTAL)
     for kwargs in ({"sglang_accept_rate": "0.7"}, {"sglang_accept_rate": "1.2@3"},
                    {"vllm_acceptance_rate": "0.5@0"}, {"vllm_acceptance_rate": "nan@2"},
-                   {"vllm_acceptance_rate": "0.5@2", "accept_len": "2@2"},
-                   {"sglang_accept_rate": "0.5@2", "accept_rate": 0.5}):
+                   {"sglang_accept_rate": "0.5@2", "accept_rate": 0.5},
+                   {"sglang_accept_rate": "0.5@2"}):  # no pair, no convention named: refused
         with pytest.raises(ValueError):
-            sd.acceptance_from_options(**kwargs)
+            acceptance(**kwargs)
 
 
 def test_rate_options_in_spec_plan_and_recommend(cli_runner):
@@ -242,16 +254,20 @@ def test_rate_options_in_spec_plan_and_recommend(cli_runner):
     from nccl_tune.cli import cli
 
     out = json.loads(_spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--steps", "1-4",
-                                "--sglang-accept-rate", "0.7@3", "--json").output)
+                                "--sglang-accept-rate", "0.7@3", "--sglang-rate-convention", "drafts",
+                                "--json").output)
     assert out["plans"][3]["tau"] == pytest.approx(1 + 0.7 * 3)
-    assert "(L - 1) / k, recent SGLang" in out["acceptance"]
+    assert "(L - 1) / k, SGLang after PR #23530" in out["acceptance"]["convention"]
+    refused = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--sglang-accept-rate",
+                         "0.7@3")
+    assert refused.exit_code == 2 and "changed meaning" in refused.output
     out = json.loads(_spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--steps", "1-4",
                                 "--sglang-accept-rate", "0.7@3", "--sglang-rate-convention", "total",
                                 "--json").output)
     assert out["plans"][3]["tau"] == pytest.approx(0.7 * 4)
     both = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--accept-len", "2@2",
-                      "--vllm-acceptance-rate", "0.5@2")
-    assert both.exit_code == 2 and "exactly one of" in both.output
+                      "--accept-rate", "0.5")
+    assert both.exit_code == 2 and "not several of these" in both.output
     rec = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm",
                                   "--spec-steps", "1-4", "--vllm-acceptance-rate", "0.6@4",
                                   "--baseline-tok-s", "60", "--json"])
@@ -266,8 +282,8 @@ def test_spec_plan_extrapolates_verify_only_when_asked(cli_runner):
     args = ["--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9", "--accept-len", "3.0@4",
             "--steps", "1-6"]
     out = json.loads(_spec_plan(cli_runner, *args, "--json").output)
-    assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3] and out["skipped_steps"] == [4, 5, 6]
-    assert not any(p["extrapolated"] for p in out["plans"]) and out["extrapolation_note"] is None
+    assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3] and out["left_out_steps"] == [4, 5, 6]
+    assert not any(p["extrapolated"] for p in out["plans"])
     text = _spec_plan(cli_runner, *args).output
     assert "steps left out" in text and "4, 5, 6" in text and "*" not in text
     text = _spec_plan(cli_runner, *args, "--extrapolate").output

@@ -131,3 +131,59 @@ def test_default_p2p_level():
     assert topology.default_p2p_level(None) == "PXB"
     assert topology.default_p2p_level("GenuineIntel") == "PXB"
     assert topology.default_p2p_level("AuthenticAMD") == "SYS"
+
+
+def test_damaged_nic_cells_keep_the_gpu_block_and_warn():
+    # Two tab-separated cells merged in a paste (NODENODE), a NIC row cut (SYSSYS).
+    topo = load(TOPO / "damaged_nic_cells_merged_tabs.txt")
+    assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    assert topo.links()["GPU1"] == {"GPU0": "NODE", "GPU2": "SYS", "GPU3": "SYS"}
+    assert classify(topo) == "pcie-shm"
+    assert len(topo.warnings) == 2
+    assert topo.warnings[0].startswith("line 3: GPU1's NIC and affinity cells are damaged ('NODENODE'")
+    assert topo.warnings[1].startswith("line 7: NIC1's row is damaged")
+    data = topo.to_dict()
+    assert data["gpu_nic"]["GPU1"] == {} and data["gpu_nic"]["GPU0"]["NIC0"] == "PIX"
+    assert data["affinity"]["GPU1"] == {} and data["affinity"]["GPU2"]["NUMA Affinity"] == "1"
+    assert data["warnings"] == topo.warnings
+
+
+def test_damaged_gpu_block_is_still_refused():
+    text = (TOPO / "damaged_nic_cells_merged_tabs.txt").read_text().replace("NODE\t X \tSYS", "NODEX\tSYS", 1)
+    with pytest.raises(NcclTuneError, match="GPU1: unknown link entry 'NODEX'") as info:
+        parse_topo(text, source="t.txt")
+    assert info.value.line == 3
+
+
+def test_doctor_reads_a_damaged_paste_and_warns(cli_runner):
+    from nccl_tune.cli import cli
+
+    result = cli_runner.invoke(cli, ["doctor", "--topo-file", str(TOPO / "damaged_nic_cells_merged_tabs.txt")])
+    assert result.exit_code == 0, result.output
+    assert "kind: pcie-shm" in result.output
+    assert "warning: line 3: GPU1's NIC and affinity cells are damaged" in result.output
+
+
+def test_markdown_pipe_table():
+    topo = load(TOPO / "markdown_pipe_table_pcie_4gpu.txt")
+    assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"] and topo.nics == []
+    assert topo.links()["GPU0"] == {"GPU1": "PIX", "GPU2": "PXB", "GPU3": "PXB"}
+    assert topo.affinity["GPU3"] == {"CPU Affinity": "0-31", "NUMA Affinity": "0", "GPU NUMA ID": "N/A"}
+    assert classify(topo) == "pcie" and not topo.warnings
+
+
+# PCIe machines whose GPU blocks were posted publicly (each file's .source names the post):
+# pcie (P2P over PCIe) or pcie-shm (through host memory) decides the shipped advice.
+@pytest.mark.parametrize("name, vendor, kind", [
+    ("pcie_2gpu_phb_tabs_threadripper.txt", "AuthenticAMD", "pcie"),  # AMD: NCCL's default is SYS
+    ("pcie_2gpu_phb_tabs_threadripper.txt", "GenuineIntel", "pcie-shm"),
+    ("pcie_4gpu_all_phb_spaces.txt", None, "pcie-shm"),  # PHB beyond the PXB default
+    ("pcie_4gpu_all_phb_spaces.txt", "AuthenticAMD", "pcie"),
+    ("pcie_5gpu_sys_phb_node_spaces.txt", "GenuineIntel", "pcie-shm"),
+    ("pcie_5gpu_sys_phb_node_spaces.txt", "AuthenticAMD", "pcie"),
+    ("markdown_pipe_table_pcie_4gpu.txt", "GenuineIntel", "pcie"),  # PIX/PXB only
+])
+def test_pcie_classification_on_posted_machines(name, vendor, kind):
+    topo = load(TOPO / name)
+    assert classify(topo, vendor) == kind
+    assert all(not link.startswith("NV") for row in topo.links().values() for link in row.values())

@@ -51,6 +51,8 @@ def _render(report: dict) -> None:
                         + [aff.get("CPU Affinity", ""), aff.get("NUMA Affinity", "")])
         click.echo(tabulate(rows, headers=[""] + gpu_names + ["CPU", "NUMA"]))
         click.echo(f"  kind: {topo.get('kind') or 'n/a'}  ({topo.get('note')})")
+        for warning in topo.get("warnings") or []:
+            click.echo(f"  warning: {warning}")
     else:
         click.echo(f"  {topo.get('note')}")
 

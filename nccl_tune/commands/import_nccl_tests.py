@@ -64,7 +64,8 @@ def import_nccl_tests(files, env_text, label, host, op, out, as_json):
             "nccl": (first["versions"] or {}).get("nccl"),
             "env": store.cell_label(first["env"]), "statuses": dict(statuses),
             "run_failures": sorted({r.failure for r in runs if r.failure}),
-            "zero_byte_rows": sum(r.zero_byte_rows for r in runs)})
+            "zero_byte_rows": sum(r.zero_byte_rows for r in runs),
+            "notes": list(dict.fromkeys(n.split(" (this is part")[0] for r in runs for n in r.notes))})
     if as_json:
         from nccl_tune.cli import emit_json
         emit_json({"out": out, "run_id": run_id, "files": summary})
@@ -76,6 +77,8 @@ def import_nccl_tests(files, env_text, label, host, op, out, as_json):
     click.echo(tabulate(rows, headers=["file", "runs", "records", "op", "ranks", "NCCL", "settings",
                                        "status"]))
     for s in summary:
+        for note in s["notes"]:
+            click.echo(f"note: {s['file']}: {note}")
         for failure in s["run_failures"]:
             click.echo(f"note: {s['file']}: the run reported a failure: {failure}")
         if s["zero_byte_rows"]:

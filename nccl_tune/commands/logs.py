@@ -56,6 +56,7 @@ def summarize(log: str, idle_gap: float | None, as_json: bool) -> None:
         ("gen throughput median (tok/s)", _fmt(summary["gen_throughput_median"])),
         ("lines used / left out after idle",
          f"{summary['gen_throughput_lines']} / {summary['excluded_after_idle']}"),
+        *((f"  left out: {reason}", count) for reason, count in (summary.get("excluded") or {}).items()),
         ("accept len mean", _fmt(summary["accept_len_mean"])),
         ("accept rate mean", _fmt(summary["accept_rate_mean"])),
     ]

@@ -11,8 +11,8 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, export, model, plotting, recommendation, specdec, store
-from nccl_tune.commands.spec_plan import acceptance_options, parse_plan_inputs, parse_verify
+from nccl_tune import costmodel, export, model, plotting, recommendation, spec_options, store
+from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.recommendation import MODELLED, SIMULATED
 
@@ -250,14 +250,21 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
 @acceptance_options
 @click.option("--draft-ms", type=click.FloatRange(min=0), help="Draft step time (ms) with NCCL's defaults.")
+@click.option("--decode-ms", type=click.FloatRange(min=0, min_open=True),
+              help="Plain decoding's own time per token (ms) with NCCL's defaults [default: "
+                   "1000 / --baseline-tok-s].")
 @click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
-                                  "(T = tokens per sequence, k+1).")
+                                  "(T = tokens per sequence, k+1); the decode time is its 1-token point.")
+@click.option("--verify-model", type=click.Choice(["auto", "interp", "moe", "dense"]), default="auto",
+              show_default=True, help="Verify cost model (as spec-plan): auto = moe with --moe-experts.")
+@click.option("--moe-experts", type=click.IntRange(min=1), help="Routed experts E of a MoE target.")
+@click.option("--moe-topk", type=click.IntRange(min=1), help="Experts per token K of a MoE target.")
 @click.option("--compute-per-token-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Extra verify compute per extra token without --verify-ms (MoE: > 0).")
 @click.option("--draft-collectives", type=click.IntRange(min=0), default=None,
               help="Allreduces per draft step [default: collectives-per-layer + extra].")
 @click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Per-cycle time outside draft and verify (sampling, scheduling).")
+              help="Per speculative cycle time outside draft and verify; not charged to plain decoding.")
 @click.option("--extrapolate", is_flag=True, help="Extrapolate outside the measured sizes (and say so).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Write the recommended profile (.env) here, atomically.")
@@ -270,10 +277,9 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, baseline_tok_s, spec_steps, accept_len, accept_rate, accept_per_pos,
-              sglang_accept_rate, sglang_rate_convention, vllm_acceptance_rate, draft_ms,
-              verify_ms, compute_per_token_ms, draft_collectives, other_ms, extrapolate, export_path,
-              tuner_path, force, plot_path, confidence, as_json):
+              topology, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
+              moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
+              export_path, tuner_path, force, plot_path, confidence, as_json, **acceptance_opts):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
 
     With --results: cells ranked by the ms they save per token across all layers, with
@@ -287,12 +293,14 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     if collectives == 0:
         raise click.BadParameter("no collectives per token", param_hint="--collectives-per-layer")
     steps = acceptance = verify_points = None
+    accept_in = parse_acceptance(acceptance_opts)
     if spec_steps:
-        steps, acceptance = parse_plan_inputs(
-            spec_steps, "--spec-steps", accept_len, accept_rate, accept_per_pos,
-            sglang_accept_rate, vllm_acceptance_rate, sglang_rate_convention)
+        steps = usage(spec_options.parse_steps, spec_steps, "--spec-steps")
+        acceptance = _spec_acceptance(accept_in, steps)
         if verify_ms:
-            verify_points = parse_verify(verify_ms)
+            verify_points, _ = usage(spec_options.verify_points, verify_ms)
+        if (moe_experts is None) != (moe_topk is None) or (moe_experts and moe_topk > moe_experts):
+            raise click.UsageError("--moe-experts and --moe-topk go together (topk <= experts)")
     topo_name, topo_note = resolve_topology(topology)
     extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
     if results:
@@ -308,13 +316,16 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         analysis.topology_note = topo_note
     comp = None
     if steps:
-        comp = specdec.compare_profiles(
+        from nccl_tune.spec_profiles import compare_profiles
+
+        comp = compare_profiles(
             analysis, steps=steps, tau=acceptance.tau, hidden=hidden, dtype=dtype, batch=batch,
-            layers=layers, baseline_tok_s=baseline_tok_s, verify_measured=verify_points,
-            compute_per_token_ms=compute_per_token_ms, draft_ms=draft_ms,
+            layers=layers, baseline_tok_s=baseline_tok_s, decode_ms=decode_ms,
+            verify_points=verify_points, verify_model=verify_model, experts=moe_experts,
+            topk=moe_topk, compute_per_token_ms=compute_per_token_ms, draft_ms=draft_ms,
             draft_collectives=(collectives_per_layer + extra_collectives
                                if draft_collectives is None else draft_collectives),
-            other_ms=other_ms, extrapolate=extrapolate)
+            other_ms=other_ms, extrapolate=extrapolate, profile=export_path)
     workload = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
     command = "nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", []))
     written = {}
@@ -335,12 +346,22 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
         out["acceptance"] = acceptance.description if acceptance else None
+        out["acceptance_detail"] = acceptance.to_dict() if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
         out["files"] = written
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
                 results)
+
+
+def _spec_acceptance(accept_in, steps):
+    """The acceptance model for --spec-steps (the planner's); UsageError naming the option."""
+    acceptance = usage(accept_in.build, max(steps))
+    if acceptance.max_k is not None and steps[-1] > acceptance.max_k:
+        raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; "
+                               f"--spec-steps goes to {steps[-1]}")
+    return acceptance
 
 
 MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
@@ -377,6 +398,12 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
         if best_r:
             line += f"; {best_r.k} under the recommended cell ({best_r.tok_s:.1f} tok/s)"
         click.echo(line)
+        spec = comp.to_dict()
+        cands = spec["candidates_recommended"] or spec["candidates_baseline"]
+        if cands:
+            click.echo(f"candidates (within {100 * comp.rel_error:g}% of the best): "
+                       f"{', '.join(map(str, cands))}; the measured sweep decides: "
+                       f"{spec['validate_command']}")
         for note in comp.assumptions:
             click.echo(f"assumption: {note}")
         if comp.skipped:

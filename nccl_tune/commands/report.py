@@ -63,12 +63,13 @@ def _effective(s) -> str:
 
 
 def _group(s) -> tuple:
-    return (s.op, s.world_size, s.backend, s.machine, s.mode, s.dtype, s.bytes)
+    return (s.op, s.world_size, s.backend, s.machine, s.mode, s.dtype, s.bytes, s.redop)
 
 
 def group_title(s) -> str:
     """The heading of one comparison family: what was measured, how, and where."""
-    how = ", ".join(x for x in (f"mode {s.mode}" if s.mode else None, s.dtype) if x)
+    how = ", ".join(x for x in (f"mode {s.mode}" if s.mode else None, s.dtype,
+                                f"redop {s.redop}" if s.redop not in (None, "sum") else None) if x)
     title = f"{s.op}, {s.bytes} B, world {s.world_size}, backend {s.backend}"
     title += (f", {how}" if how else "") + (f"; {s.machine}" if s.machine else "")
     return title + (" (SIMULATED)" if s.backend == "sim" else "")

@@ -76,15 +76,6 @@ def _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_
     return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note), spec
 
 
-def _nccl_version(backend: str):
-    if backend != "nccl":
-        return None
-    from nccl_tune import ncclinfo
-
-    lib = ncclinfo.default_library()
-    return ncclinfo.parse_version(lib.version) if lib else None
-
-
 def _measurements(g, spec, options, rounds) -> dict:
     """Planned measurements of each strategy (budget units: cell x size x round at full iters)."""
     n_cells = sum(1 for c in g.cells if c.env)
@@ -98,8 +89,7 @@ def _measurements(g, spec, options, rounds) -> dict:
 
 
 def _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strategy, budget) -> dict:
-    groups = g.groups() if isolation == "group" else [gridlib.ProcessGroup(c.process_env, [c])
-                                                       for c in g.cells]
+    groups = gridlib.group_cells(g.cells, isolation)
     n_cells = sum(1 for c in g.cells if c.env)
     rungs = ([r.__dict__ for r in search.plan_halving(n_cells, options.full_iters, rounds)]
              if strategy == "halving" else None)
@@ -121,9 +111,11 @@ def _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strate
                   for c in g.cells],
         "dropped": [{"cell": d.id, "env": d.env, "label": d.label, "kind": d.kind,
                      "reason": d.reason} for d in g.dropped],
-        "groups": [{"process_env": grp.process_env, "cells": [c.id for c in grp.cells]}
+        "groups": [{"process_env": grp.process_env, "no_cache": list(grp.no_cache),
+                    "launch_env": grp.launch_env, "cells": [c.id for c in grp.cells]}
                    for grp in groups],
         "launches": launches, "launches_exhaustive": exhaustive_launches,
+        "launches_by_isolation": sweeplib.launches_by_isolation(g.cells, rounds),
         "estimate_s": round(sweeplib.estimate_seconds(g.cells, rounds, isolation, options), 1),
         "notes": notes,
     }
@@ -142,6 +134,19 @@ def _scope(plan: dict) -> str:
     return f"{cells} cells x {rounds} rounds, {groups} process groups, {plan['launches']} launches"
 
 
+def _print_launches(plan: dict) -> None:
+    """Launches under each isolation, and what each launch of the chosen one sets itself."""
+    click.echo(f"\nLaunches for {plan['rounds']} round(s) under each isolation "
+               "(exhaustive, no failures or re-runs):")
+    for name, count in plan["launches_by_isolation"].items():
+        mark = "  <- --isolation" if name == plan["isolation"] else ""
+        click.echo(f"  {name:<8} {count:6d}{mark}")
+    if plan["isolation"] == "nocache":
+        for index, grp in enumerate(plan["groups"], start=1):
+            shown = " ".join(f"{k}={v}" for k, v in grp["launch_env"].items()) or "(nothing)"
+            click.echo(f"  g{index}: {len(grp['cells'])} cells, launch sets {shown}")
+
+
 def _print_plan(plan: dict) -> None:
     click.echo(f"Plan: {_scope(plan)} "
                f"(isolation {plan['isolation']}), sizes {', '.join(map(str, plan['sizes']))} B, "
@@ -154,6 +159,7 @@ def _print_plan(plan: dict) -> None:
     rows = [[group_of.get(c["cell"], "-"), c["cell"], c["label"], "; ".join(c["notes"])]
             for c in plan["cells"]]
     click.echo(tabulate(rows, headers=["launch", "cell", "settings", "notes"]))
+    _print_launches(plan)
     dropped = plan["dropped"]
     if dropped and len(dropped) <= MAX_DROPPED_LISTED:
         click.echo(f"\nDropped before running ({len(dropped)}):")
@@ -217,9 +223,14 @@ def _print_plan(plan: dict) -> None:
 @click.option("--sim-landscape", default="nccl", show_default=True,
               type=click.Choice(["nccl", "perturbed", "flat"]),
               help="sim only: the model as is, with perturbed true parameters, or flat.")
-@click.option("--isolation", type=click.Choice(sweeplib.ISOLATIONS),
-              help="group: one launch per process-scoped combination [default]; "
-                   "process: one launch per cell.")
+@click.option("--isolation", default="auto", show_default=True,
+              type=click.Choice(sweeplib.ISOLATION_CHOICES),
+              help="process: one launch per cell. group: one per combination of process-scoped "
+                   "values. nocache: NCCL_NO_CACHE (NCCL 2.29.7+) lets cached variables vary per "
+                   "communicator, one launch per combination of what stays process-wide. auto: "
+                   "nocache when the NCCL planned for is new enough, else group.")
+@click.option("--nccl-version", "nccl_version_option", metavar="X.Y.Z",
+              help="Plan for this NCCL version (another machine) instead of the libnccl found here.")
 @click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
               help="Passes over the grid (final rung for halving/descent), each in a fresh "
                    "random order with the baseline.")
@@ -254,13 +265,15 @@ def _print_plan(plan: dict) -> None:
               help="The module every rank runs (tests and custom measuring modules).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan or summary as JSON.")
 def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidden, dtype, iters,
-          warmup, mode, graph_ops, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation, rounds,
+          warmup, mode, graph_ops, op, verify_effective, op_timeout, label, backend, sim_landscape, isolation,
+          nccl_version_option, rounds,
           strategy, budget, seed, nproc, nnodes, node_rank, rdzv_endpoint, template, keep_env,
           timeout, out, resume, dry_run, module, as_json):
     """Measure a grid of NCCL settings: baseline always included, pruned, grouped, in rounds.
 
     Cells sharing their process-scoped settings are measured in one launch, each with a
-    fresh communicator; on NCCL a cell not confirmed by NCCL's log is re-run alone.
+    fresh communicator (with --isolation nocache, NCCL_NO_CACHE lets cached variables vary
+    per communicator too); on NCCL a cell not confirmed by NCCL's log is re-run alone.
     """
     gpus = gpu_count()
     backend, backend_note = _choose_backend(backend, gpus)
@@ -275,17 +288,16 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         backend=backend, sizes=tuple(sweeplib.resolve_sizes(sizes, tokens, hidden, dtype)),
         dtype=dtype, op=op, iters=iters, warmup=warmup, mode=mode, graph_ops=graph_ops,
         verify_effective=verify_effective, op_timeout=op_timeout, label=label)
-    g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend,
-                          _nccl_version(backend))
+    nccl_version, version_source = sweeplib.planned_nccl_version(backend, nccl_version_option)
+    g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_version)
     if strategy == "descent" and not spec.axes:
         raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
                             "[grid] table), not only explicit [[cells]]")
     notes = [backend_note + "; " + nproc_note] + g.notes
     chosen_isolation = isolation
-    if isolation is None:
-        isolation = "process" if (backend == "nccl" and verify_effective is False) else "group"
-        if isolation == "process":
-            notes.append("isolation process: --no-verify-effective leaves grouped cells unconfirmable")
+    isolation, isolation_notes = sweeplib.resolve_isolation(isolation, backend, nccl_version,
+                                                            verify_effective, version_source)
+    notes += isolation_notes
     if backend == "gloo":
         notes.append(sweeplib.GLOO_NOTE)
     if backend == "nccl" and gpus < launcher_gpus_needed(nproc, template) and not dry_run:
@@ -308,11 +320,13 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, sizes, tokens, hidde
         for path, names in conf:
             notes.append(f"conf file {path} still supplies {', '.join(names) or 'nothing'} "
                          "to every cell, the baseline included")
-        clashes = sweeplib.conf_cell_conflicts(conf, g.cells) if backend == "nccl" else []
-        if clashes and isolation == "group":
+        shared = isolation in ("group", "nocache")  # cells share a process
+        no_cache = gridlib.no_cache_names(g.cells) if isolation == "nocache" else ()
+        clashes = sweeplib.conf_cell_conflicts(conf, g.cells, no_cache) if backend == "nccl" and shared else []
+        if clashes:
             what = ", ".join(f"{name} ({path})" for path, name in clashes)
-            if chosen_isolation == "group":
-                raise NcclTuneError(f"--isolation group: the conf file value(s) {what} would be "
+            if chosen_isolation in ("group", "nocache"):
+                raise NcclTuneError(f"--isolation {chosen_isolation}: the conf file value(s) {what} would be "
                                     "lost after the first cell that sets them (NCCL writes them into "
                                     "the C environment); use --isolation process or remove them")
             isolation = "process"
@@ -496,7 +510,7 @@ def _print_summary(s: dict) -> None:
             ["failed cells", failed], ["wall time", f"{s['wall_s']:.1f} s"]]
     click.echo(tabulate(rows, tablefmt="plain"))
     for note in s["notes"]:
-        if note.startswith("NCCL's log confirmed no cell"):
+        if note.startswith(("NCCL's log confirmed no cell", "NCCL's log showed no cached")):
             click.echo(f"note: {note}")
     _print_search(s)
     if s["interrupted"]:

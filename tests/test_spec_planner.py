@@ -1,0 +1,351 @@
+"""The step planner on real deployments: the public Kimi-K2.5 report end to end, MoE verify,
+acceptance conventions, reconciliation, --fit, candidates, --batch, and public step sweeps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from nccl_tune import spec_accept as sa
+from nccl_tune import spec_options as so
+from nccl_tune import spec_verify as sv
+from nccl_tune import specdec as sd
+from nccl_tune.spec_planner import PlanError, PlanRequest, plan
+
+SWEEPS = Path(__file__).resolve().parent / "fixtures" / "spec_sweeps"
+REPORT = ["--decode-ms", "11.26", "--verify-ms", "21.7@6", "--draft-ms", "0.138", "--other-ms",
+          "0.29", "--accepted-drafts", "0.95@5", "--moe-experts", "384", "--moe-topk", "8",
+          "--steps", "1-10"]
+
+
+def spec_plan(cli_runner, *args) -> dict:
+    from nccl_tune.cli import cli
+
+    result = cli_runner.invoke(cli, ["spec-plan", *args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def row(out: dict, text: str) -> dict:
+    return next(r for r in out["consistency"] if r["input"] == text)
+
+
+# ---------------------------------------------------------------- the public report, end to end
+
+def test_the_report_case_end_to_end(cli_runner):
+    out = spec_plan(cli_runner, *REPORT)
+    assert out["plain_tok_s"] == pytest.approx(88.8, rel=0.01)
+    assert 2 in out["candidates"] and len(out["candidates"]) <= 4
+    assert out["verify_model"]["kind"] == "moe"
+    assert "bonus token not counted" in out["acceptance"]["convention"]
+    plans = {p["k"]: p for p in out["plans"]}
+    # the verify curve meets both given points: 1 token (decode) and 6 tokens (5 steps)
+    assert plans[5]["cycle_ms"] == pytest.approx(0.69 + 21.70 + 0.29)
+    assert plans[0]["cycle_ms"] == pytest.approx(11.26)  # no --other-ms, no verify time
+    assert not plans[5]["extrapolated"] and plans[6]["extrapolated"]
+    for p in out["plans"]:
+        assert set(p) >= {"k", "tau", "cycle_ms", "tok_s", "extrapolated"}
+    assert f"--steps 0,{','.join(map(str, out['candidates']))}" in out["validate_command"]
+
+
+def test_the_report_flags_the_accept_length_a_measured_tok_s_contradicts(cli_runner):
+    out = spec_plan(cli_runner, *REPORT[:8], *REPORT[10:], "--accept-len", "1.62@5",
+                    "--measured-tok-s", "86.7@5")
+    r = row(out, "--measured-tok-s 86.7@5")
+    assert r["agrees"] is False and r["predicted"] == pytest.approx(71.4, abs=0.1)
+    need = r["would_have_to"][0]
+    assert need["input"].startswith("accept length at k = 5") and need["value"] == pytest.approx(1.97, abs=0.01)
+    # with the profiler's count as well: it agrees with the measurement, 1.62 is flagged
+    both = spec_plan(cli_runner, *REPORT, "--accept-len", "1.62@5", "--measured-tok-s", "86.7@5")
+    assert row(both, "--accept-len 1.62@5")["agrees"] is False
+    assert row(both, "--measured-tok-s 86.7@5")["agrees"] is True
+    assert both["acceptance"]["points"][0]["source"] == "--accepted-drafts 0.95@5"
+
+
+def test_the_report_infers_sglang_accept_len_over_k_plus_1(cli_runner):
+    out = spec_plan(cli_runner, *REPORT[:8], *REPORT[10:], "--accept-len", "1.62@5",
+                    "--sglang-accept-rate", "0.27@5")
+    r = row(out, "--sglang-accept-rate 0.27@5")
+    assert r["agrees"] is True and "L / (k + 1)" in r["note"]
+    variant, predicted = sa.infer_sglang_convention(1.62, 0.27, 5)
+    assert variant == sa.SGLANG_RATE_TOTAL and predicted[sa.SGLANG_RATE_DRAFTS] == pytest.approx(0.124)
+    # the inferred convention carries over to a rate at another K
+    acc = so.parse_acceptance(accept_len=("1.62@5",), sglang_accept_rate=("0.27@5", "0.4@2"))
+    assert [(p.k, round(p.accept_len, 6)) for p in acc.points] == [(5, 1.62), (2, 1.2)]
+
+
+def test_text_output_labels_every_column_and_the_best_row(cli_runner):
+    from nccl_tune.cli import cli
+
+    text = cli_runner.invoke(cli, ["spec-plan", *REPORT, "--steps", "6-8"]).output
+    header = next(line for line in text.splitlines() if line.startswith("k "))
+    assert header.split()[-1] == "note"
+    assert "EXTRAPOLATED" in text and "its row is EXTRAPOLATED" in text  # best k = 6 lies beyond 6 tokens
+    assert "--other-ms is charged to speculative cycles only" in text
+
+
+# ---------------------------------------------------------------- models against simulation
+
+@pytest.mark.parametrize("tokens,experts,topk", [(1, 384, 8), (3, 384, 8), (6, 64, 6), (20, 16, 2)])
+def test_distinct_experts_formula_matches_simulated_routing(tokens, experts, topk):
+    expected = sv.expected_experts(tokens, experts, topk)
+    simulated = sv.simulate_distinct_experts(tokens, experts, topk, 4000, seed=tokens)
+    assert simulated == pytest.approx(expected, rel=0.02)
+
+
+def test_position_dependent_tau_from_lengths_meets_every_point_and_simulation():
+    points = [(2, 1.89), (4, 2.08), (7, 2.2)]
+    reach, notes = sa.reach_from_points(points, 10)
+    assert not notes and all(b <= a + 1e-12 for a, b in zip(reach, reach[1:]))
+    for k, length in points:
+        assert sa.tau_from_reach(reach, k) == pytest.approx(length, abs=1e-6)
+    conditional = [reach[0]] + [b / a for a, b in zip(reach, reach[1:])]
+    mean = sa.simulate_cycles(conditional[:7], 60000, seed=4)
+    assert mean == pytest.approx(sa.tau_from_reach(reach, 7), abs=0.02)
+    one, _ = sa.reach_from_points([(5, 1.95)], 5)
+    rate = sa.iid_rate_from_accept_len(1.95, 5)
+    assert one == pytest.approx([rate ** i for i in range(1, 6)], abs=1e-6)
+
+
+def test_moe_fit_is_exact_through_two_points_and_comm_moves_every_n():
+    pts = [(1, 11.26), (6, 21.7)]
+    curve = sv.fit_curve(sv.MOE, pts, experts=384, topk=8)
+    assert curve(1) == pytest.approx(11.26) and curve(6) == pytest.approx(21.7)
+    # concave: the first extra tokens cost most (new experts), linear would under-price 2-3
+    linear = sv.measured_curve(pts)
+    assert curve(2) > linear(2) and curve(3) > linear(3)
+    assert curve(3) - curve(2) > curve(6) - curve(5)
+    # a profile that lowers comm(n) lowers the verify at the points' fit, and differently per n
+    slow = sv.fit_curve(sv.MOE, pts, experts=384, topk=8, comm=lambda n: 4.0 + 0.2 * n)
+    fast = sv.fit_curve(sv.MOE, pts, experts=384, topk=8, comm=lambda n: 1.0 + 0.05 * n)
+    saving = {n: (slow(n) - slow.comm(n) + fast.comm(n)) for n in (1, 3, 6)}
+    assert saving[3] < slow(3) and len({round(slow(n) - saving[n], 6) for n in (1, 3, 6)}) == 3
+    dense = sv.fit_curve(sv.DENSE, [(1, 10.0), (2, 11.0), (4, 13.0)])
+    assert dense(3) == pytest.approx(12.0) and dense.residual_ms == pytest.approx(0.0, abs=1e-9)
+
+
+def test_measured_points_are_never_silently_extrapolated(cli_runner):
+    out = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "11,12@2,3", "--draft-ms", "0.5",
+                    "--accept-rate", "0.7", "--steps", "1-5")
+    assert [p["k"] for p in out["plans"]] == [0, 1, 2] and out["left_out_steps"] == [3, 4, 5]
+    ext = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "11,12@2,3", "--draft-ms", "0.5",
+                    "--accept-rate", "0.7", "--steps", "1-5", "--extrapolate")
+    assert [p["extrapolated"] for p in ext["plans"]] == [False, False, False, True, True, True]
+
+
+def test_other_ms_is_not_charged_to_plain_decoding(cli_runner):
+    base = ["--decode-ms", "10", "--verify-ms", "12@4", "--draft-ms", "0.5", "--accept-rate", "0.7",
+            "--moe-experts", "64", "--moe-topk", "4", "--steps", "1-3"]
+    a, b = spec_plan(cli_runner, *base), spec_plan(cli_runner, *base, "--other-ms", "2")
+    assert a["plain_tok_s"] == b["plain_tok_s"] == pytest.approx(100.0)
+    assert b["plans"][2]["cycle_ms"] == pytest.approx(a["plans"][2]["cycle_ms"] + 2)
+
+
+# ---------------------------------------------------------------- --fit and --batch
+
+def test_fit_verify_shape_and_acceptance(cli_runner):
+    base = ["--decode-ms", "11.26", "--verify-ms", "21.7@6", "--draft-ms", "0.138", "--other-ms", "0.29",
+            "--moe-experts", "384", "--moe-topk", "8", "--steps", "1-6"]
+    acc = spec_plan(cli_runner, *base, "--measured-tok-s", "86.7@5", "--measured-tok-s", "93.9@2", "--fit")
+    assert acc["fit"]["fitted"] == "acceptance"
+    assert acc["acceptance"]["points"][1]["accept_len"] == pytest.approx(86.7 * 22.68 / 1000)
+    shape = spec_plan(cli_runner, *base, "--accepted-drafts", "0.95@5", "--measured-tok-s", "93.9@2",
+                      "--fit")
+    assert shape["fit"]["fitted"] == "verify curve" and "FITTED" in " ".join(shape["notes"])
+    assert [p[0] for p in shape["verify_model"]["points"]] == [1, 3, 6]
+
+
+def test_batch_plans_each_batch_size(cli_runner):
+    out = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "12,20,40@4,16,64", "--draft-ms",
+                    "0.4", "--accept-rate", "0.7", "--moe-experts", "64", "--moe-topk", "4",
+                    "--steps", "1-4", "--batch", "1,8")
+    assert [b["batch"] for b in out["batches"]] == [1, 8]
+    b8 = out["batches"][1]
+    curve = sv.fit_curve(sv.MOE, [(1, 10), (4, 12), (16, 20), (64, 40)], experts=64, topk=4)
+    assert b8["plans"][1]["verify_ms"] == pytest.approx(curve(16))
+    assert b8["plans"][0]["cycle_ms"] == pytest.approx(curve(8))
+    assert out["best_k"] == out["batches"][0]["best_k"]
+    # MoE: 8 sequences already touch most of the 64 experts, so extra draft tokens are cheap;
+    # dense: each extra token costs the same, 8 times over at batch 8, so k cannot rise
+    dense = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "12,20,40@4,16,64", "--draft-ms",
+                      "0.4", "--accept-rate", "0.7", "--verify-model", "dense", "--steps", "1-4",
+                      "--batch", "1,8")
+    assert dense["batches"][1]["best_k"] <= dense["batches"][0]["best_k"]
+    assert b8["best_k"] >= out["batches"][0]["best_k"]
+
+
+def test_bad_input_names_the_option(cli_runner):
+    from nccl_tune.cli import cli
+
+    for args, needle in ((["--decode-ms", "10", "--verify-ms", "12@4", "--accept-rate", "0.5"], "--draft-ms"),
+                         (["--decode-ms", "10", "--draft-ms", "1", "--accept-rate", "0.5"], "--verify-ms"),
+                         (["--verify-ms", "12@4", "--draft-ms", "1", "--accept-rate", "0.5"], "--decode-ms"),
+                         (["--decode-ms", "10", "--verify-ms", "12@4", "--draft-ms", "1",
+                           "--accept-rate", "0.5", "--moe-experts", "8"], "--moe-topk"),
+                         (["--decode-ms", "10", "--measured-tok-s", "x@2", "--fit",
+                           "--accept-rate", "0.5"], "--measured-tok-s")):
+        result = cli_runner.invoke(cli, ["spec-plan", *args])
+        assert result.exit_code == 2 and needle in result.output, (args, result.output)
+
+
+# ---------------------------------------------------------------- candidates hold the truth
+
+def _truth(rng):
+    experts = rng.choice([64, 128, 256, 384])
+    topk = rng.choice([2, 4, 8])
+    curve = sv.VerifyCurve(sv.MOE, ((1, 1.0),), rng.uniform(5, 15), rng.uniform(0.02, 0.4),
+                           experts, min(topk, experts), covers_all=True)
+    conditional = sorted((rng.uniform(0.4, 0.95) for _ in range(8)), reverse=True)
+    reach = sa.reach_from_conditional(conditional)
+    return curve, reach, rng.uniform(0.05, 1.0), rng.uniform(0.0, 1.0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_candidates_contain_the_true_best_under_input_noise(seed):
+    rng = random.Random(seed)
+    curve, reach, draft, other = _truth(rng)
+    true = sd.plan_steps(range(0, 9), lambda k: sa.tau_from_reach(reach, k), draft, curve, other,
+                         curve(1))
+    true_best = sd.best_step(true[1:]).k
+
+    def noisy(x):
+        return x * (1 + rng.uniform(-0.02, 0.02))
+    points = [(n, noisy(curve(n))) for n in (2, 5, 9)]
+    per_pos = ",".join(f"{noisy(p) if i else p:.6f}" for i, p in enumerate(reach))
+    acc = so.parse_acceptance(accept_per_pos=",".join(
+        f"{v:.6f}" for v in sorted((float(x) for x in per_pos.split(",")), reverse=True)))
+    req = PlanRequest(list(range(1, 9)), acc, noisy(curve(1)), points, False, noisy(draft), other,
+                      "moe", curve.experts, curve.topk)
+    result = plan(req)
+    cands = result.batches[0].candidates
+    assert true_best in cands, (seed, true_best, cands)
+    assert len(cands) < 6  # an answer, not every step count
+
+
+# ---------------------------------------------------------------- public step sweeps
+
+def load_sweep(name: str) -> list[dict]:
+    with open(SWEEPS / name, encoding="utf-8") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+SWEEP_FILES = ["vllm_issue20780_llama31_8b_eagle1.csv", "vllm_issue20780_llama31_8b_eagle3.csv",
+               "vllm_pr16035_llama3_8b_eagle.csv", "kimi_k25_eagle3_pcie.csv"]
+
+
+def _sweep_cases():
+    import itertools
+
+    for name in SWEEP_FILES:
+        ks = [int(r["k"]) for r in load_sweep(name) if r["k"] != "0"]
+        for pair in itertools.combinations(ks, 2):
+            yield name, pair
+
+
+@pytest.mark.parametrize("name,pair", list(_sweep_cases()))
+def test_public_sweep_best_is_a_candidate_from_plain_accept_lengths_and_two_points(name, pair):
+    # given plain decode time, the accept lengths and tok/s at two step counts (no timings)
+    rows = load_sweep(name)
+    plain = next(float(r["tok_s"]) for r in rows if r["k"] == "0")
+    spec = [r for r in rows if r["k"] != "0"]
+    measured_best = int(max(spec, key=lambda r: float(r["tok_s"]))["k"])
+    if name.startswith("kimi"):  # the report's per-cycle profiler count (bonus not counted)
+        acc = so.parse_acceptance(accepted_drafts=tuple(
+            f"{float(r['accept_len']) - 1:.4f}@{r['k']}" for r in spec if r["accept_len"]))
+    else:
+        acc = so.parse_acceptance(accept_len=tuple(f"{r['accept_len']}@{r['k']}" for r in spec))
+    tok = {int(r["k"]): float(r["tok_s"]) for r in spec}
+    steps = sorted(tok) if len(tok) > 2 else list(range(1, 7))
+    req = PlanRequest(steps, acc, 1000.0 / plain, measured=[(k, tok[k]) for k in pair], fit=True)
+    result = plan(req).to_dict()
+    assert measured_best in result["candidates"], (pair, result["candidates"])
+    assert len(result["candidates"]) <= min(5, len(steps))
+    assert result["fit"]["fitted"] == "cycle growth"
+    assert all(r["agrees"] for r in result["consistency"] if r["input"].startswith("--measured"))
+
+
+def test_public_sweep_kimi_cycle_fit_from_two_of_its_points_predicts_the_third(cli_runner):
+    # plain 88.8, accept 0.95 + 1 at 5 steps, tok/s at 2 and 5 steps: no timings at all
+    out = spec_plan(cli_runner, "--decode-ms", f"{1000 / 88.8:.4f}", "--accepted-drafts", "0.95@5",
+                    "--measured-tok-s", "93.9@2", "--measured-tok-s", "86.7@5", "--fit")
+    assert out["best_k"] in out["candidates"] and 2 in out["candidates"]
+    assert len(out["candidates"]) <= 4
+    with pytest.raises(PlanError):
+        plan(PlanRequest([1, 2], so.parse_acceptance(accept_rate=0.5), 10.0))  # nothing to price
+
+
+# ---------------------------------------------------------------- one planner for every command
+
+def _loop_runs():
+    # a loop's own measurements by step count (what integration.spec_loop reports)
+    return {0: {"step_ms": 2.0, "verify_ms": 1.9, "tok_s": 500.0},
+            1: {"verify_ms": 2.2, "draft_ms": 0.5, "other_ms": 0.1, "accept_len": 1.8, "tok_s": 570.0,
+                "accept_per_pos": [0.8]},
+            2: {"verify_ms": 2.4, "draft_ms": 1.0, "other_ms": 0.1, "accept_len": 2.4, "tok_s": 600.0,
+                "accept_per_pos": [0.8, 0.6]},
+            3: {"verify_ms": 2.7, "draft_ms": 1.5, "other_ms": 0.1, "accept_len": 2.7, "tok_s": 590.0,
+                "accept_per_pos": [0.8, 0.6, 0.3]}}
+
+
+def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
+    from integration import validate as lib
+    from nccl_tune.spec_planner import plan_from_loop
+
+    runs = _loop_runs()
+    loop = plan_from_loop(runs).to_dict()
+    cli = spec_plan(cli_runner, "--decode-ms", "2.0", "--verify-ms", "2.2,2.4,2.7@2,3,4", "--draft-ms",
+                    "0.5", "--other-ms", "0.1", "--accept-per-pos", "0.8,0.6,0.3", "--steps", "1-3")
+    assert [p["tok_s"] for p in loop["plans"]] == pytest.approx([p["tok_s"] for p in cli["plans"]])
+    assert loop["candidates"] == cli["candidates"]
+    measured = {(label, k): {"status": "ok", "runs_tok_s": [r["tok_s"]] * 3, **r}
+                for label in ("baseline", "profile") for k, r in runs.items()}
+    planned = lib.plan_steps_from_runs(measured, [0, 1, 2, 3], {"baseline": 2, "profile": 2})
+    assert planned["baseline"]["candidates"] == loop["candidates"]
+    assert planned["baseline"]["measured_best_in_candidates"] == (2 in loop["candidates"])
+    assert "planner on the baseline runs" in planned["baseline"]["note"]
+    # SGLang runs report no timings: no plan, nothing made up
+    sglang = {key: {**m, "verify_ms": None} for key, m in measured.items()}
+    assert lib.plan_steps_from_runs(sglang, [0, 1, 2, 3], {"baseline": 2}) == {}
+
+
+def test_recommend_plans_with_the_same_planner(cli_runner):
+    from nccl_tune.cli import cli
+
+    args = ["--decode-ms", "15.9", "--verify-ms", "16.4,17.5@2,4", "--draft-ms", "1.4", "--other-ms",
+            "0.3", "--accept-len", "2.9@4", "--steps", "1-3"]
+    alone = spec_plan(cli_runner, *args)
+    rec = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm", "--json",
+                                  "--spec-steps", "1-3", *args[:-2]])
+    assert rec.exit_code == 0, rec.output
+    spec = json.loads(rec.output)["spec"]
+    assert [p["tok_s"] for p in spec["baseline"]] == pytest.approx([p["tok_s"] for p in alone["plans"]])
+    assert spec["baseline"][0]["cycle_ms"] == pytest.approx(15.9)  # no --other-ms on plain decoding
+    assert spec["candidates_baseline"] == alone["candidates"]
+    # the profile's saving enters through comm(n) at every n: plain and every verify get faster
+    assert all(r["verify_ms"] < b["verify_ms"] for r, b in zip(spec["recommended"], spec["baseline"]))
+    assert spec["validate_command"].startswith("nccl-tune validate --profile ")
+
+
+def test_candidates_from_the_inputs_intervals(cli_runner):
+    base = ["--verify-ms", "21.7+-0.5@6", "--draft-ms", "0.138", "--other-ms", "0.29",
+            "--moe-experts", "384", "--moe-topk", "8", "--steps", "1-6"]
+    narrow = spec_plan(cli_runner, "--decode-ms", "11.26+-0.01", "--accepted-drafts", "0.95+-0.01@5",
+                       *base)
+    wide = spec_plan(cli_runner, "--decode-ms", "11.26+-0.5", "--accepted-drafts", "0.95+-0.3@5", *base)
+    for out in (narrow, wide):
+        assert out["uncertainty"].startswith("the inputs' intervals")
+        for p in out["plans"]:
+            lo, hi = out["tok_s_intervals"][str(p["k"])]
+            assert lo <= p["tok_s"] <= hi
+    assert set(narrow["candidates"]) < set(wide["candidates"])
+    assert 2 in narrow["candidates"]
+    exact = spec_plan(cli_runner, "--decode-ms", "11.26", "--accepted-drafts", "0.95@5", *base[2:],
+                      "--verify-ms", "21.7@6")
+    assert exact["tok_s_intervals"] is None and exact["uncertainty"] == "stated relative error"
+    assert so.split_interval("1.62\u00b10.05@5", "x") == ("1.62@5", [0.05])
+    with pytest.raises(ValueError, match="--decode-ms"):
+        so.scalar("11+-x", "--decode-ms")
