@@ -20,6 +20,18 @@ NCCL on CUDA GPUs, gloo on CPU. In float64 (the CPU default) the arithmetic is e
 rank then holds rank 0's shards, so the ranks still take the same decisions (their
 calls line up, see integration.commtime), but the tokens are wrong and the output says
 `tokens_valid: false`.
+
+Acceptance is decided once, on rank 0, and shared: every rank computes its own decision
+(how many drafts it accepts and the bonus token), then one broadcast per cycle of
+steps + 2 integers gives every rank rank 0's (counted among the loop's collectives:
+`allreduces.decision_broadcasts_per_cycle`). Deciding alone is safe only while allreduce
+results and GEMMs are bit-identical across ranks; where they are not (bf16 on GPUs of
+different kinds, a nondeterministic kernel), a rank that accepted a different number
+of drafts would run a different number of cycles and collectives than the others and
+hang until NCCL's timeout. With the shared decision the ranks stay in step; a rank
+that disagreed is counted (`acceptance.disagreed_cycles`, per rank) and named.
+Test hook: SPEC_LOOP_FAULT="RANK:perturb" makes that rank's target choices wrong every
+other cycle (a stand-in for a rank whose arithmetic differs).
 """
 
 from __future__ import annotations
@@ -85,6 +97,8 @@ class RunStats:
     other_s: list[float] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # accept length per cycle (with bonus)
     allreduces_per_cycle: list[int] = field(default_factory=list)
+    collectives_per_cycle: list[int] = field(default_factory=list)  # + decision broadcasts
+    disagreed: int = 0  # cycles whose own decision differed from rank 0's (then rank 0's ran)
     call_range: tuple[int, int] = (0, 0)  # the decode cycles' allreduce calls, first..end-1
 
     @property
@@ -104,9 +118,33 @@ def _argmax(logits: torch.Tensor) -> list[int]:
     return logits.argmax(dim=-1).tolist()
 
 
+def decision_values(accepted: int, new: list[int], steps: int) -> list[int]:
+    """One cycle's acceptance decision as steps + 2 integers (the same length on every
+    rank, as a broadcast needs): the accepted draft count, then the accepted tokens and
+    the bonus token, padded with -1."""
+    return [accepted] + new + [-1] * (steps + 1 - len(new))
+
+
+def decision_from(values: list[int], steps: int) -> tuple[int, list[int]]:
+    """(accepted, new tokens) back from `decision_values`; raises ValueError on a value
+    that no rank could have sent (a corrupt broadcast must not steer the loop)."""
+    accepted = values[0] if values else -1
+    if len(values) != steps + 2 or not 0 <= accepted <= steps:
+        raise ValueError(f"acceptance decision {values!r} is not one of {steps} drafts")
+    new = values[1:accepted + 2]
+    if any(t < 0 for t in new):
+        raise ValueError(f"acceptance decision {values!r} holds no token")
+    return accepted, new
+
+
 def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], steps: int,
-             new_tokens: int, collective: Collective) -> RunStats:
+             new_tokens: int, collective: Collective, share: bool = False,
+             perturb: bool = False) -> RunStats:
     """Greedy (speculative when steps > 0) generation of at least `new_tokens` tokens.
+
+    `share`: every cycle's acceptance decision is rank 0's (Collective.share), so ranks
+    whose arithmetic differs stay in step. `perturb` (a test hook) makes this rank's
+    target choices wrong every other cycle.
 
     Invariants: the target cache holds positions [0, tlen) and the last generated token
     sits at position tlen; the draft cache holds [0, dlen) and `pending` are the tokens
@@ -123,7 +161,7 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
     start = time.perf_counter()
     first_call = collective.count
     while len(seq) - len(prompt) < new_tokens:
-        count0 = collective.count
+        count0, allreduces0 = collective.count, collective.allreduces
         t0 = time.perf_counter()
         proposals: list[int] = []
         inputs = pending
@@ -134,10 +172,16 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
         tlen = tcache.length
         choices = _argmax(target.forward([seq[-1]] + proposals, tcache))
         t2 = time.perf_counter()
+        if perturb and stats.cycles % 2 == 0:
+            choices = [(c + 1) % target.shape.vocab for c in choices]
         accepted = 0
         while accepted < steps and proposals[accepted] == choices[accepted]:
             accepted += 1
         new = proposals[:accepted] + [choices[accepted]]
+        if share:
+            mine = (accepted, new)
+            accepted, new = decision_from(collective.share(decision_values(accepted, new, steps)), steps)
+            stats.disagreed += (accepted, new) != mine
         seq.extend(new)
         tcache.length = tlen + accepted + 1  # roll back the rejected positions
         if steps:
@@ -148,7 +192,8 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
         stats.verify_s.append(t2 - t1)
         stats.other_s.append(t3 - t2)
         stats.accepted.append(len(new))
-        stats.allreduces_per_cycle.append(collective.count - count0)
+        stats.allreduces_per_cycle.append(collective.allreduces - allreduces0)
+        stats.collectives_per_cycle.append(collective.count - count0)
     stats.decode_s = time.perf_counter() - start
     stats.call_range = (first_call, collective.count)
     stats.produced = len(seq) - len(prompt) - 1
@@ -217,6 +262,8 @@ def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str
             "per_draft_forward": per_draft,
             "per_cycle": per_target + config.steps * per_draft,
             "per_cycle_counted": _mean([x for r in runs for x in r.allreduces_per_cycle]),
+            "decision_broadcasts_per_cycle": (1 if world > 1 else 0),
+            "collectives_per_cycle_counted": _mean([x for r in runs for x in r.collectives_per_cycle]),
             "bytes_per_decode": config.hidden * elem,
             "bytes_per_verify": (config.steps + 1) * config.hidden * elem,
         },
@@ -225,18 +272,19 @@ def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str
         "matches_greedy": None if greedy is None else greedy == tokens,
         "tokens": tokens,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
-        "versions": {"torch": torch.__version__, "nccl": _nccl_version(backend),
-                     "cuda": torch.version.cuda},
+        "torch_nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TORCH_NCCL_")},
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, **_nccl_versions(backend)},
     }
 
 
-def _nccl_version(backend: str) -> str | None:
+def _nccl_versions(backend: str) -> dict:
+    """The NCCL this process really runs (the mapped libnccl's ncclGetVersion beside
+    torch's build version, microbench.nccllib); {"nccl": None} off NCCL."""
     if backend != "nccl":
-        return None
-    try:
-        return ".".join(str(x) for x in torch.cuda.nccl.version())
-    except Exception:  # noqa: BLE001 - a version we cannot read is reported as unknown
-        return None
+        return {"nccl": None}
+    from microbench import nccllib
+
+    return nccllib.version_record(nccllib.build_version(torch), nccllib.loaded_library(), None)
 
 
 def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backend: str,
@@ -246,9 +294,11 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
     configurations alike instead of whichever ran last. One record per configuration."""
     setups = []
     stamp = world > 1 and device.type == "cpu"  # gloo on CPU: calls are synchronous on the host
+    share = world > 1  # rank 0's acceptance decision on every rank (module docstring)
+    perturb = fault(rank) == "perturb"
     for config in configs:
         collective = Collective(group if world > 1 else None, skip=config.skip_allreduce,
-                                stamp=stamp)
+                                stamp=stamp, device=device)
         shape = ModelShape(config.layers, config.hidden, config.heads, config.vocab, config.ffn)
         # Compute only: every rank holds rank 0's shards, so the ranks' (unsummed, wrong)
         # outputs agree, they take the same decisions and their calls line up one to one
@@ -264,15 +314,18 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
     with torch.inference_mode():
         for config, collective, target, draft, prompt in setups:
             if config.warmup_tokens:
-                generate(target, draft, prompt, config.steps, config.warmup_tokens, collective)
+                generate(target, draft, prompt, config.steps, config.warmup_tokens, collective,
+                         share, perturb)
         for r in range(max(c.runs for c in configs)):
             for i, (config, collective, target, draft, prompt) in enumerate(setups):
                 if r < config.runs:
                     runs[i].append(generate(target, draft, prompt, config.steps, config.new_tokens,
-                                            collective))
+                                            collective, share, perturb))
         for i, (config, collective, target, draft, prompt) in enumerate(setups):
             if config.check_greedy and not config.skip_allreduce:
-                greedy[i] = generate(target, draft, prompt, 0, config.new_tokens, collective).tokens
+                plain = generate(target, draft, prompt, 0, config.new_tokens, collective, share, perturb)
+                greedy[i] = plain.tokens
+                runs[i][-1].disagreed += plain.disagreed
     records = []
     for i, (config, collective, *_rest) in enumerate(setups):
         record = summarize(config, runs[i], world, backend, device, greedy[i])
@@ -280,11 +333,36 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
             config, collective, runs[i], group, world, device)
         if world > 1:  # every rank must have taken the same decisions
             gathered: list = [None] * world
-            dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"]), group=group)
+            disagreed = sum(r.disagreed for r in runs[i])
+            dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"], disagreed),
+                                   group=group)
             record["ranks_agree"] = all(g[0] == gathered[0][0] for g in gathered)
             record["nccl_env_same_on_all_ranks"] = all(g[1] == gathered[0][1] for g in gathered)
+            record["acceptance"] = acceptance_report([g[2] for g in gathered])
         records.append(record)
     return records
+
+
+FAULT_VAR = "SPEC_LOOP_FAULT"
+
+
+def fault(rank: int) -> str | None:
+    """The SPEC_LOOP_FAULT kind asked of this rank ("RANK:perturb"), or None."""
+    parts = os.environ.get(FAULT_VAR, "").split(":")
+    return parts[1] if len(parts) == 2 and parts[0] == str(rank) else None
+
+
+def acceptance_report(disagreed_by_rank: list[int]) -> dict:
+    """How the ranks' own acceptance decisions compared with rank 0's, which all ran."""
+    out = {"decided_by": "rank 0, broadcast every cycle", "disagreed_cycles": list(disagreed_by_rank),
+           "message": None}
+    bad = [(r, n) for r, n in enumerate(disagreed_by_rank) if n]
+    if bad:
+        out["message"] = ("rank(s) " + ", ".join(f"{r} ({n} cycle{'s' if n != 1 else ''})" for r, n in bad)
+                          + " decided differently from rank 0: their allreduce results or GEMMs are "
+                          "not bit-identical to rank 0's; rank 0's decisions were used, so the ranks "
+                          "stayed in step")
+    return out
 
 
 def _comm_split(config: LoopConfig, collective: Collective, runs: list[RunStats], group,
@@ -420,8 +498,10 @@ def _print_text(record: dict) -> None:
           f"({fmt(s['verify'], '.0%')}) + other {fmt(record['other_ms'])} ({fmt(s['other'], '.0%')})")
     a = record["allreduces"]
     print(f"  allreduces: {a['per_target_forward']} per target forward, {a['per_draft_forward']} "
-          f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')}); "
-          f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify")
+          f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')})"
+          + (f" + {a['decision_broadcasts_per_cycle']} acceptance broadcast"
+             if a.get("decision_broadcasts_per_cycle") else "") + "; "
+          + f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify")
     split = record.get("comm_split")
     if split and "collective_ms" in split:
         print(f"  per cycle (all ranks' host clocks): collectives {split['collective_ms']:.3f} ms "
@@ -433,6 +513,9 @@ def _print_text(record: dict) -> None:
               f"had they synchronised at each allreduce")
     if not record["tokens_valid"]:
         print("  allreduces skipped: compute-only timing, tokens are not valid")
+    message = (record.get("acceptance") or {}).get("message")
+    if message:
+        print(f"  warning: {message}")
     if record["matches_greedy"] is not None:
         print(f"  matches plain greedy decoding: {record['matches_greedy']}")
 

@@ -93,10 +93,13 @@ class Collective:
     without communication can be measured.
     """
 
-    def __init__(self, group=None, skip: bool = False, stamp: bool = False):
+    def __init__(self, group=None, skip: bool = False, stamp: bool = False, device=None):
         self.group = group
         self.skip = skip
-        self.count = 0
+        self.device = device
+        self.count = 0  # every collective call: allreduces and decision broadcasts
+        self.allreduces = 0
+        self.broadcasts = 0
         self.elements = 0
         # (enter, exit) host times per call, for integration.commtime; only meaningful
         # where the collective is synchronous on the host (gloo on CPU)
@@ -105,6 +108,7 @@ class Collective:
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum `tensor` over ranks in place (unless skipped) and count the call."""
         self.count += 1
+        self.allreduces += 1
         self.elements += tensor.numel()
         enter = time.perf_counter() if self.stamps is not None else 0.0
         if not self.skip and self.group is not None:
@@ -114,6 +118,24 @@ class Collective:
         if self.stamps is not None:
             self.stamps.append((enter, time.perf_counter()))
         return tensor
+
+    def share(self, values: list[int], src: int = 0) -> list[int]:
+        """Rank `src`'s `values` on every rank (one broadcast of len(values) integers,
+        counted and stamped like an allreduce); this rank's own values when skipped or
+        alone. Every rank must pass the same length."""
+        self.count += 1
+        self.broadcasts += 1
+        enter = time.perf_counter() if self.stamps is not None else 0.0
+        out = list(values)
+        if not self.skip and self.group is not None:
+            import torch.distributed as dist
+
+            tensor = torch.tensor(values, dtype=torch.int64, device=self.device)
+            dist.broadcast(tensor, src=src, group=self.group)
+            out = tensor.tolist()  # waits for the device too
+        if self.stamps is not None:
+            self.stamps.append((enter, time.perf_counter()))
+        return out
 
 
 def _seed_for(seed: int, *parts) -> int:

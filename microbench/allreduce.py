@@ -15,8 +15,14 @@ Failures: an exception on any rank during a size is reported to every rank throu
 default group; the size and the cell's remaining sizes are recorded as failed naming
 the rank and cause, and a plan goes on with its next cell. Without a plan a failed or
 wrong cell makes every rank exit 1. A rank that cannot reach the others, or that makes
-no progress for --timeout seconds (plus a grace), prints one line naming itself and the
-cause and exits non-zero; torchrun then stops the rest.
+no progress for its watchdog's time, prints one line naming itself, the operation and
+the cause and exits non-zero (124 for a timeout, after rank 0 recorded it); torchrun then
+stops the rest. With NCCL the watchdog fires at --timeout and the measured group's own
+timeout (torch's watchdog, which with TORCH_NCCL_ASYNC_ERROR_HANDLING=3 aborts the
+process with SIGABRT and no record) is --timeout plus a grace, so a hang is recorded as
+a timeout naming the rank and the operation. A stuck NCCL collective blocks in a device
+sync, not in the call (NCCL returns once it is queued), which only the watchdog sees.
+The private NCCL log folder is removed on every exit path (microbench.teardown).
 
 Test hook: MICROBENCH_FAULT="RANK:raise" (an exception while measuring on that rank),
 "RANK:exit" (the process dies), "RANK:wrong" (one result element corrupted); a third
@@ -34,11 +40,26 @@ import warnings
 
 from nccl_tune import costmodel, ncclinfo, settings, stats, store
 from nccl_tune.errors import NcclTuneError
-from microbench import check, nccllog, options, output, timing
+from microbench import check, nccllib, nccllog, options, output, teardown, timing
 
 PROG = options.PROG
 FAULT_VAR = "MICROBENCH_FAULT"
-GRACE_S = 30.0  # the watchdog fires this long after the process-group timeout
+GRACE_S = 30.0  # between the watchdog and the process-group timeout (see timeouts())
+
+
+def timeouts(backend: str, timeout: float) -> tuple[float, float]:
+    """(measured group's timeout, watchdog's) in seconds for --timeout `timeout`.
+
+    NCCL: the watchdog fires first, at `timeout`; torch's own NCCL watchdog (its
+    process-group timeout, with TORCH_NCCL_ASYNC_ERROR_HANDLING's teardown) only
+    GRACE_S later, so the microbench, not SIGABRT, ends a hang and records it. gloo: a
+    collective that times out raises in the caller, which is recorded as a timeout
+    through the error exchange, so the group's timeout comes first and the watchdog
+    only bounds what no group timeout sees.
+    """
+    if backend == "nccl":
+        return timeout + GRACE_S, timeout
+    return timeout, timeout + GRACE_S
 
 
 class Fatal(Exception):
@@ -105,10 +126,12 @@ def _standalone_env() -> None:
 class Bench:
     """One rank's run: resolved options, process groups, log capture and output."""
 
-    def __init__(self, args, plan: options.Plan | None, env_process: dict[str, str]):
+    def __init__(self, args, plan: options.Plan | None, env_process: dict[str, str],
+                 torch_env: dict[str, str] | None = None):
         import torch
 
         self.args, self.plan, self.env_process = args, plan, env_process
+        self.torch_env = dict(torch_env or {})
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -122,6 +145,13 @@ class Bench:
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
         self.run_id = args.run_id or (plan.run_id if plan and plan.run_id else None) or store.new_run_id()
         self.capture = nccllog.NcclLogCapture() if self.verify else None
+        if self.capture:
+            teardown.add(self.capture.cleanup)
+        self.nccl_build = nccllib.build_version(torch) if self.backend == "nccl" else None
+        self.nccl_loaded: dict | None = None
+        self.log_version: str | None = None  # NCCL's "NCCL version" line, once seen
+        self.sleep_rate: float | None = None  # GPU cycles per us of torch.cuda._sleep
+        self.last_timing: dict = {}
         self.quiet_ok: bool | None = None
         self.failed_or_wrong = False
         self.current: dict = {}
@@ -132,8 +162,9 @@ class Bench:
         # stuck in a collective times out there first and still joins the error exchange.
         # The watchdog bounds what no process-group timeout sees (a hung graph replay or
         # device sync): no heartbeat for --timeout plus a grace ends the rank.
-        self.control_timeout = 2 * args.timeout + 10
-        self.watchdog = timing.Watchdog(args.timeout + GRACE_S, self._expired)
+        self.group_timeout, watchdog_s = timeouts(self.backend, args.timeout)
+        self.control_timeout = 2 * self.group_timeout + 10
+        self.watchdog = timing.Watchdog(watchdog_s, self._expired)
 
     # ---------------------------------------------------------------- set-up
 
@@ -142,12 +173,17 @@ class Bench:
         import torch
         import torch.distributed as dist
 
+        if self.backend == "nccl":
+            self.nccl_loaded = nccllib.loaded_library()
         if self.capture:
-            self.capture.install()
+            # Looking ncclResetDebugInit up initialises nothing. Without it, eager timing
+            # could not switch NCCL's per-collective lines off: leave them off throughout.
+            self.capture.install(per_collective=self.mode != "eager" or self.capture.probe())
         if self.world == 1 and self.rank == 0:
             _say(f"note: {options.WORLD_ONE_NOTE}")
         if self.backend == "nccl":
             torch.cuda.set_device(self.local_rank)
+            self.sleep_rate = timing.measure_sleep_rate()
         self.watchdog.start()
         self.watchdog.beat("joining the process group")
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.control_timeout))
@@ -161,12 +197,15 @@ class Bench:
             raise NcclTuneError("--gap-us compares every rank's host clock, so every rank must "
                                 f"run on one host (these run on {self.nnodes})")
         self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
+        # Only NCCL reads the conf files: gloo cells cannot lose what NCCL never set.
+        clash = (options.conf_file_conflicts(self.conf_files, self.cells(),
+                                             self.plan.no_cache if self.plan else ())
+                 if self.backend == "nccl" else None)
+        if clash:
+            raise NcclTuneError(clash)
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
         if self.backend == "nccl":
-            version = torch.cuda.nccl.version()  # a tuple in torch 2.x, an int code before
-            if isinstance(version, int):
-                version = ncclinfo.decode_version(version)
-            self.versions["nccl"] = ".".join(map(str, version))
+            self.versions.update(nccllib.version_record(self.nccl_build, self.nccl_loaded, None))
 
     def header_info(self) -> dict:
         """What header_lines prints."""
@@ -174,35 +213,59 @@ class Bench:
         if not self.verify:
             note = "off" + (" (gloo has no NCCL log)" if self.backend == "gloo" else "")
         else:
-            note = f"on: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={nccllog.LOUD_SUBSYS} into {self.capture.directory}"
-            if self.mode == "eager" and self.capture.probe():
-                note += "; timed eager iterations run with per-collective lines off (ncclResetDebugInit)"
+            subsys = nccllog.LOUD_SUBSYS if self.capture.per_collective else nccllog.QUIET_SUBSYS
+            note = f"on: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={subsys} into {self.capture.directory}"
+            if self.capture.probe():
+                note += "; timed iterations run with per-collective lines off (ncclResetDebugInit)"
             elif self.mode == "eager":
-                note += ("; this NCCL lacks ncclResetDebugInit, so NCCL logs every timed eager "
-                         "collective and the latencies include that cost")
+                note += ("; this NCCL lacks ncclResetDebugInit, so per-collective lines stay off "
+                         "to keep timed eager runs free of NCCL's logging: algorithm/protocol "
+                         "cannot be confirmed")
         notes = []
         for name, value in (self.capture.previous.items() if self.capture else ()):
             if value is not None:
                 notes.append(f"note: your {name}={value} is replaced while verifying")
+        if self.backend == "nccl":
+            v = self.versions
+            notes.append(f"libnccl: {v.get('nccl_library') or '(not found)'} ncclGetVersion "
+                         f"{v.get('nccl_library_version') or '-'}; torch built with {v.get('nccl_build') or '-'}")
+        if self.versions.get("nccl_note"):
+            notes.append(f"note: NCCL versions differ: {self.versions['nccl_note']}")
+        if self.backend == "nccl":
+            notes.append("timing: " + timing.TIMING_METHODS[timing.timing_method("cuda")]
+                         + ("" if self.sleep_rate else " (no torch.cuda._sleep here: without "
+                            "the head start, host launch latency can be inside)"))
+        notes += options.torch_env_notes(self.torch_env, self.mode)
         return {"run_id": self.run_id, "world_size": self.world, "nnodes": self.nnodes,
                 "hosts": self.hosts, "backend": self.backend, "mode": self.mode, "op": a.op,
                 "dtype": a.dtype, "warmup": a.warmup, "iters": a.iters, "graph_ops": a.graph_ops, "ops_per_sample": a.ops_per_sample,
                 "gap_us": a.gap_us, "versions": self.versions, "env_process": self.env_process,
+                "torch_env": self.torch_env,
                 "conf_files": output.read_conf_files(os.environ), "gpus": self.gpus,
                 "verify_note": note, "notes": notes}
 
     # ---------------------------------------------------------------- bookkeeping
 
     def _expired(self, what: str, seconds: float) -> None:
-        message = f"timeout: no progress for {seconds:.0f} s while {what}"
+        message = expiry_message(self.rank, self.args.op, what, seconds, self.backend,
+                                 self.nccl_warnings())
         if self.rank == 0 and self.current.get("cell") is not None and self.args.out:
             try:
                 store.append_record(self.args.out, self._record(self.current["cell"], self.current["bytes"],
                                                                 status="timeout", error=message))
             except Exception:  # noqa: BLE001 - the process is going down; the line below says why
                 pass
-        _say(f"rank {self.rank}: {message}")
-        os._exit(124)
+        _say(message)
+        teardown.exit_now(124)
+
+    def nccl_warnings(self, snapshot: dict | None = None) -> list[str]:
+        """NCCL WARN messages this process's NCCL wrote to a file (ours since `snapshot`,
+        or the user's NCCL_DEBUG_FILE): NCCL sends them there instead of stderr."""
+        if self.capture:
+            if snapshot is not None:
+                return nccllog.warn_messages(self.capture.read_since(snapshot))
+            return self.capture.warnings()
+        return nccllog.user_debug_file_warnings() if self.backend == "nccl" else []
 
     def barrier(self) -> None:
         """Meet every rank on the default (gloo) group."""
@@ -255,9 +318,16 @@ class Bench:
             graph_ops=a.graph_ops if self.mode == "graph" else None,
             ops_per_sample=a.ops_per_sample if self.mode != "graph" else a.graph_ops,
             gap_us=a.gap_us or None,
-            versions=self.versions, gpus=self.gpus, round=cell.round, label=a.label,
+            versions=self._versions(), gpus=self.gpus, round=cell.round, label=a.label,
             env_process=self.env_process, hosts=sorted(set(self.hosts)),
-            conf_files=self.conf_files, **extra, **fields)
+            conf_files=self.conf_files, torch_nccl_env=self.torch_env,
+            timing_method=timing.timing_method(self.device.type, a.gap_us), **extra, **fields)
+
+    def _versions(self) -> dict:
+        if self.backend != "nccl" or not self.log_version:
+            return dict(self.versions)
+        return {**self.versions, **nccllib.version_record(self.nccl_build, self.nccl_loaded,
+                                                          self.log_version)}
 
     def emit(self, record: dict) -> None:
         """Rank 0: append to --out (flushed), print the row or the JSON line."""
@@ -311,7 +381,7 @@ class Bench:
         self.env_at_init = {n: os.environ.get(n) for n in sorted(watched)} if no_cache else None
         self.watchdog.beat(f"creating the process group of cell {cell.cell}")
         group = dist.new_group(backend=self.backend,
-                               timeout=datetime.timedelta(seconds=self.args.timeout))
+                               timeout=datetime.timedelta(seconds=self.group_timeout))
         sizes = self.args.sizes_bytes
         for index, requested in enumerate(sizes):
             self.current = {"cell": cell, "bytes": requested}
@@ -322,7 +392,7 @@ class Bench:
                 except Fatal:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported to all ranks, recorded
-                    error = _first_line(exc)
+                    error = with_warnings(_first_line(exc), self.nccl_warnings(snapshot))
             errors = self.exchange_errors(error)
             if errors:
                 text = "; ".join(f"rank {r}: {e}" for r, e in errors[:4])
@@ -345,8 +415,8 @@ class Bench:
         self.barrier()
         dist.destroy_process_group(group)
         if self.rank == 0 and self.capture and self.args.show_nccl_log:
-            for line in self.capture.read_since(snapshot):
-                print(f"# nccl-log {line}", file=sys.stderr)
+            for name, line in self.capture.read_since(snapshot, with_files=True):
+                print(f"# nccl-log {cell.cell} {name}: {line}", file=sys.stderr)
 
     def size_record(self, cell, nbytes: int, samples: list[float], wrong: int, snapshot) -> dict:
         """The record of one measured size (rank 0)."""
@@ -358,11 +428,16 @@ class Bench:
         effective = None
         if self.capture:
             observed = ncclinfo.summarize_log(ncclinfo.parse_log(self.capture.read_since(snapshot)))
+            self.log_version = observed.get("version") or self.log_version
             effective = ncclinfo.confirm_effective(cell.env, observed, self.args.op, nbytes, self.world)
             effective = self._confirm_no_cache(cell, observed, effective)
-            if effective is not None and self.mode == "eager" and self.quiet_ok is False:
-                effective["detail"] += ("; eager timing ran with NCCL's per-collective log on "
-                                        "(no ncclResetDebugInit): latencies include NCCL's logging")
+            if effective is not None and not self.capture.per_collective:
+                effective["detail"] += ("; per-collective lines were off for the whole run (this "
+                                        "NCCL lacks ncclResetDebugInit, and they would have been "
+                                        "written inside the timed eager runs)")
+            if effective is not None and self.world == 1:
+                effective["detail"] += ("; world size 1: NCCL runs no algorithm (ncclLaunchOneRank "
+                                        "copies or does nothing), so nothing can be confirmed")
         status = "ok"
         if checked and wrong:
             status = "wrong"
@@ -374,7 +449,19 @@ class Bench:
         return self._record(cell, nbytes, **nocache_fields, lat_us=lat, samples_us=samples,
                             algbw_gbps=algbw,
                             busbw_gbps=busbw, correct=(wrong == 0) if checked else None,
-                            wrong=wrong if checked else None, effective=effective, status=status)
+                            wrong=wrong if checked else None, effective=effective, status=status,
+                            timing=dict(self.last_timing) or None, nccl_log=self._log_state())
+
+    def _log_state(self) -> dict | None:
+        """Which of NCCL's log controls applied (None when the log is not captured)."""
+        if not self.capture:
+            return None
+        available = self.capture.probe()
+        return {"reset_debug_init": available,
+                "note": nccllib.reset_debug_init_note(available, self.versions.get("nccl")),
+                "per_collective_lines": ("off during timed iterations" if available else
+                                         "on throughout (graph replays log nothing)"
+                                         if self.capture.per_collective else "off throughout")}
 
     def _confirm_no_cache(self, cell, observed: dict, effective: dict | None) -> dict | None:
         """Under isolation nocache: add whether NCCL re-read the plan's cached variables
@@ -425,6 +512,32 @@ class Bench:
             fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         return lambda: fn(out, inp, group=group)
 
+    def _device_align(self, group, call):
+        """On CUDA: the DeviceAlign of this size (an untimed one-element allreduce of
+        `group`, then a head start sized from the host time of one `call`); else None.
+        Sets `last_timing`, what the size's record says about the alignment."""
+        import torch
+        import torch.distributed as dist
+
+        self.last_timing = {}
+        if self.device.type != "cuda":
+            return None
+        tiny = torch.zeros(1, dtype=torch.float32, device=self.device)
+        pre = lambda: dist.all_reduce(tiny, group=group)  # noqa: E731
+        pre()
+        torch.cuda.synchronize()
+        host_us = timing.host_time_us(call)  # enqueue only: nothing waits on the host
+        torch.cuda.synchronize()
+        # One head start for every rank (the slowest host's): ranks whose waits differed
+        # would leave them apart again, which is what the alignment is for.
+        slowest = torch.tensor([host_us], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the default (gloo) group, on the host
+        device_align = timing.DeviceAlign(pre, timing.head_start_us(slowest.item()), self.sleep_rate)
+        self.last_timing.update(host_enqueue_us=round(host_us, 2),
+                                host_enqueue_slowest_us=round(slowest.item(), 2),
+                                **device_align.describe())
+        return device_align
+
     def _align(self):
         import torch
 
@@ -461,26 +574,29 @@ class Bench:
             graph = timing.capture_graph(ops)  # runs each op once first: the log's burst
             for _ in range(warmup):
                 graph.replay()
-            samples = timing.cuda_graph(graph, copies, align, iters, beat)
         else:
-            op = ops[0]
             # At least one untimed call: the communicator is built there, and its log lines
             # (the short burst that --verify-effective reads) are written outside timing.
             for _ in range(max(warmup, 1)):
-                op()
-            quiet = self.capture.quiet() if self.capture else False
-            if self.capture:
-                self.quiet_ok = quiet
-            try:
-                if a.gap_us:  # stamps, turned into latencies across ranks in gather_samples
-                    samples = timing.cpu_gapped(op, align, iters, beat, a.ops_per_sample,
-                                                a.gap_us * 1e-6)
-                else:
-                    timer = timing.cuda_eager if self.device.type == "cuda" else timing.cpu_eager
-                    samples = timer(op, align, iters, beat, a.ops_per_sample)
-            finally:
-                if quiet:
-                    self.capture.loud()
+                ops[0]()
+        quiet = self.capture.quiet() if self.capture else False
+        if self.capture:
+            self.quiet_ok = quiet
+        try:
+            device_align = self._device_align(group, graph.replay if graph else ops[0])
+            if graph is not None:
+                samples = timing.cuda_graph(graph, copies, align, iters, beat, device_align)
+            elif a.gap_us:  # stamps, turned into latencies across ranks in gather_samples
+                samples = timing.cpu_gapped(ops[0], align, iters, beat, a.ops_per_sample,
+                                            a.gap_us * 1e-6)
+            elif self.device.type == "cuda":
+                samples = timing.cuda_eager(ops[0], align, iters, beat, a.ops_per_sample,
+                                            device_align)
+            else:
+                samples = timing.cpu_eager(ops[0], align, iters, beat, a.ops_per_sample)
+        finally:
+            if quiet:
+                self.capture.loud()
         wrong = self.check(pairs, count, graph, ops, cell.cell) if a.check else None
         return samples, nbytes, wrong
 
@@ -560,14 +676,16 @@ def main(argv: list[str] | None = None) -> int:
         plan = options.load_plan(args.plan) if args.plan else None
         options.check_out(args.out if rank == 0 else None)  # rank 0 writes --out
         env_process = options.settings_env(os.environ)  # before any instrumentation
+        torch_env = options.torch_nccl_env(os.environ)
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
         _standalone_env()
-        bench = Bench(args, plan, env_process)
+        bench = Bench(args, plan, env_process, torch_env)
     except NcclTuneError as exc:
         # Under torchrun every rank says it, naming itself: torchrun may stop the others as
         # soon as one exits, so no single rank can be relied on to be the one that speaks.
         _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
+    teardown.install()  # the log folder goes on every exit path, signals included
     try:
         bench.start()
         return bench.run()
@@ -581,10 +699,30 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"rank {bench.rank}: interrupted")
         code = 130
     except Exception as exc:  # noqa: BLE001 - one line naming the rank and cause, no traceback
-        _say(f"rank {bench.rank}: failed: {_first_line(exc)}")
+        # NCCL's WARN lines went to its debug file, not to this output: the launcher sees
+        # them only here, in the line that names the rank.
+        _say(f"rank {bench.rank}: failed: " + with_warnings(_first_line(exc), bench.nccl_warnings()))
         code = 1
-    sys.stdout.flush()
-    os._exit(code)  # skip teardown that could hang on a broken group
+    teardown.exit_now(code)  # clean up, then skip teardown that could hang on a broken group
+    return code
+
+
+def with_warnings(error: str, warns: list[str], keep: int = 2) -> str:
+    """`error` followed by the last `keep` distinct NCCL WARN messages, if any."""
+    recent = list(dict.fromkeys(reversed(warns)))[:keep][::-1]
+    if not recent:
+        return error
+    text = "; ".join(w if len(w) <= 200 else w[:197] + "..." for w in recent)
+    return f"{error} [NCCL WARN: {text}]"
+
+
+def expiry_message(rank: int, op: str, what: str, seconds: float, backend: str,
+                   warns: list[str] | None = None) -> str:
+    """The watchdog's line: rank, operation, what it was doing, and why it is a timeout."""
+    where = (" (an NCCL collective that never completes blocks in a device sync: NCCL "
+             "returns once the call is queued)") if backend == "nccl" else ""
+    return with_warnings(f"rank {rank}: timeout: {op} made no progress for {seconds:.0f} s "
+                         f"while {what}{where}", warns or [])
 
 
 if __name__ == "__main__":

@@ -238,6 +238,71 @@ def settings_env(environ) -> dict[str, str]:
             if k.startswith("NCCL_") and k not in DEBUG_VARS}
 
 
+def torch_nccl_env(environ) -> dict[str, str]:
+    """The TORCH_NCCL_* variables of an environment, sorted: they change what torch's
+    ProcessGroupNCCL does around every collective (timing events, trace buffers, a
+    blocking wait, error handling), so a record states them as it states NCCL_*."""
+    return {k: environ[k] for k in sorted(environ) if k.startswith("TORCH_NCCL_")}
+
+
+_TRUE = ("1", "true", "yes", "on", "y")
+
+
+def torch_env_notes(torch_env: dict[str, str], mode: str) -> list[str]:
+    """Header notes on TORCH_NCCL_* values that change the measurement."""
+    notes = []
+    if torch_env:
+        notes.append("TORCH_NCCL_* at start: " + " ".join(f"{k}={v}" for k, v in torch_env.items()))
+    if torch_env.get("TORCH_NCCL_BLOCKING_WAIT", "").strip().lower() in _TRUE:
+        notes.append("note: TORCH_NCCL_BLOCKING_WAIT makes every wait poll on the host (eager "
+                     "host overhead rises)" + ("; it has been reported to hang CUDA graph capture"
+                                               if mode == "graph" else ""))
+    for name in ("TORCH_NCCL_ENABLE_TIMING", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DESYNC_DEBUG"):
+        value = torch_env.get(name, "").strip().lower()
+        if value and value not in ("0", "false", "no", "off", "n"):
+            notes.append(f"note: {name}={torch_env[name]} adds host work to every eager collective")
+    return notes
+
+
+def conf_conflicts(conf_files, comm_envs: list[dict[str, str]],
+                   no_cache=()) -> list[tuple[str, str, int]]:
+    """(path, name, index of the first cell setting it) for each communicator-scoped name
+    a conf file sets that some of the cells (their comm_env) set and others do not.
+
+    NCCL copies conf-file values into the C environment with setenv(name, value, 0) at
+    its first call (src/misc/param.cc); Python's os.environ never sees them. A cell that
+    sets such a variable replaces it, and the next cell's os.environ.pop (apply_comm_env)
+    unsets it for good: a later cell without it then runs on NCCL's default, not on the
+    file's value it would see in a process of its own. A name no cell sets, or every
+    cell sets, is safe. `conf_files` maps path -> the names (or name: value) it sets;
+    `no_cache` names (isolation nocache) are set per cell too, so they count as well.
+    """
+    found, seen = [], set()
+    for path, names in dict(conf_files).items():
+        for name in names:
+            if name in seen or (settings.scope_of(name) != "communicator" and name not in no_cache):
+                continue
+            seen.add(name)  # the first file wins, as in NCCL
+            setting = [i for i, env in enumerate(comm_envs) if name in env]
+            if setting and len(setting) < len(comm_envs):
+                found.append((path, name, setting[0]))
+    return found
+
+
+def conf_file_conflicts(conf_files: dict[str, dict[str, str]], cells: list[Cell],
+                        no_cache=()) -> str | None:
+    """Why a plan's cells cannot share this process given NCCL's conf files (see
+    conf_conflicts), as one line; None when they can."""
+    clashes = conf_conflicts(conf_files, [c.comm_env for c in cells], no_cache)
+    if not clashes:
+        return None
+    path, name, index = clashes[0]
+    return (f"NCCL conf file {path} sets {name}, which cell {cells[index].cell} also sets: once "
+            "that cell has run, the file's value is gone from this process for the cells that "
+            "do not set it; measure these cells one per process (nccl-tune sweep --isolation "
+            "process) or remove the setting from the file")
+
+
 def single_cell(environ) -> Cell:
     """Without a plan: one cell whose env is the process's NCCL_* settings."""
     from nccl_tune.store import cell_id

@@ -98,14 +98,16 @@ def row(record: dict) -> str:
 
 
 def read_conf_files(environ) -> dict[str, dict[str, str]]:
-    """NCCL's configuration files that exist (NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf).
+    """NCCL's configuration files that exist, in the order NCCL reads them.
 
-    NCCL applies them for any variable the environment does not set (DESIGN.md 5), so
-    a run records them. Values are read as KEY=VALUE lines, '#' comments skipped.
+    NCCL reads NCCL_CONF_FILE when it is set and not empty, *instead of* $HOME/.nccl.conf,
+    then /etc/nccl.conf, and applies each value the environment does not set yet (so
+    the first file wins; src/misc/param.cc initEnvFunc). A run records them. Values are
+    read as KEY=VALUE lines, '#' comments skipped.
     """
-    home = environ.get("HOME")  # NCCL builds the user file's path from $HOME
-    user = os.path.join(home, ".nccl.conf") if home else os.path.expanduser("~/.nccl.conf")
-    paths = [environ.get("NCCL_CONF_FILE"), user, "/etc/nccl.conf"]
+    home = environ.get("HOME")  # NCCL builds the user file's path from $HOME (none: no file)
+    user = environ.get("NCCL_CONF_FILE") or (os.path.join(home, ".nccl.conf") if home else None)
+    paths = [user, "/etc/nccl.conf"]
     out: dict[str, dict[str, str]] = {}
     for path in paths:
         if not path or path in out or not os.path.isfile(path):

@@ -264,7 +264,8 @@ class LaunchOutcome:
         """What went wrong, for a record's `error`: first line what happened and the most
         telling line of output (a rank's error, see `key_error_line`), then where the full
         output is and its last lines."""
-        what = {"timeout": "launch timed out", "interrupted": "interrupted",
+        timed_out = "a collective timed out" if collective_timeout(self.tail) else "launch timed out"
+        what = {"timeout": timed_out, "interrupted": "interrupted",
                 "failed": f"launch exited with code {self.returncode}"}.get(
                     self.status, f"launch exited with code {self.returncode}")
         key = key_error_line(self.tail)
@@ -416,7 +417,27 @@ def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: flo
             _signal(pid, signal.SIGKILL)
     if poll:
         poll()
+    tail = tail_lines(log_path)
     if status is None:
-        status = "ok" if proc.returncode == 0 else "failed"
-    return LaunchOutcome(status, proc.returncode, time.monotonic() - start, tail_lines(log_path),
-                         log_path)
+        status = "ok" if proc.returncode == 0 else ended_status(proc.returncode, tail)
+    return LaunchOutcome(status, proc.returncode, time.monotonic() - start, tail, log_path)
+
+
+# torch's ProcessGroupNCCL watchdog, before it tears the process down (SIGABRT with
+# TORCH_NCCL_ASYNC_ERROR_HANDLING=3): "[Rank 1] Watchdog caught collective operation
+# timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 600081 milliseconds ...";
+# the microbench's own watchdog exits 124 after recording the timeout.
+TORCH_TIMEOUT_RE = re.compile(r"Watchdog caught collective operation timeout|"
+                              r"\brank \d+: timeout: .* made no progress")
+WATCHDOG_EXIT = 124
+
+
+def collective_timeout(tail: list[str]) -> bool:
+    """True when a launch's output says a collective timed out (torch's or ours)."""
+    return any(TORCH_TIMEOUT_RE.search(line) for line in tail)
+
+
+def ended_status(returncode: int | None, tail: list[str]) -> str:
+    """'timeout' for a launch that ended by a collective timeout (torch's NCCL watchdog
+    or a rank's watchdog said so, or a rank exited 124 without torchrun), else 'failed'."""
+    return "timeout" if returncode == WATCHDOG_EXIT or collective_timeout(tail) else "failed"

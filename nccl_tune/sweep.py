@@ -49,9 +49,10 @@ from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.grid import Cell, no_cache_names
 from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
-    BACKENDS, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions, canonical_dtype,
-    conf_files, count_launches, estimate_seconds, launch_environment, launches_by_isolation,
-    planned_nccl_version, resolve_isolation, resolve_sizes, round_order)
+    BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions,
+    canonical_dtype, conf_cell_conflicts, conf_files, count_launches, estimate_seconds,
+    launch_environment, launches_by_isolation, planned_nccl_version, resolve_isolation,
+    resolve_sizes, round_order)
 
 
 

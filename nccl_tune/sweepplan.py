@@ -8,7 +8,7 @@ import os
 import random
 from dataclasses import dataclass
 
-from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP  # torch-free
+from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP, conf_conflicts  # torch-free
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.grid import Cell, group_cells
 
@@ -17,6 +17,7 @@ BACKENDS = ("nccl", "gloo", "sim")
 ISOLATIONS = ("group", "process", "nocache")
 ISOLATION_CHOICES = ("auto", *ISOLATIONS)
 CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
+CONTROLLED_PREFIXES = ("NCCL_", "TORCH_NCCL_")  # inherited ones are removed from launches
 GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
              "(this tests the sweep's mechanics, not NCCL)")
 
@@ -90,12 +91,15 @@ class MeasureOptions:
 
 def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
                        base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """The environment of a launch: the caller's without NCCL_* (except `keep`) + `process_env`.
+    """The environment of a launch: the caller's without NCCL_* and TORCH_NCCL_* (except
+    `keep`) + `process_env`. TORCH_NCCL_* change torch's work around every collective
+    (timing events, trace buffers, blocking waits, error handling), so a stray one
+    inherited from the shell would change the cells as a stray NCCL_* would.
 
-    Returns (env, names of inherited NCCL_* variables removed).
+    Returns (env, names of inherited variables removed).
     """
     base = dict(os.environ if base is None else base)
-    removed = sorted(k for k in base if k.startswith("NCCL_") and k not in keep)
+    removed = sorted(k for k in base if k.startswith(CONTROLLED_PREFIXES) and k not in keep)
     env = {k: v for k, v in base.items() if k not in removed}
     env.update(process_env)
     env["PYTHONUNBUFFERED"] = "1"
@@ -111,9 +115,13 @@ def conf_files(base: dict[str, str] | None = None,
     inherited NCCL_* variable, removed from launches unless kept (`keep`).
     """
     base = os.environ if base is None else base
-    paths = [base["NCCL_CONF_FILE"]] if base.get("NCCL_CONF_FILE") and "NCCL_CONF_FILE" in keep else []
-    home = base.get("HOME")
-    paths += [os.path.join(home, ".nccl.conf")] if home else [os.path.expanduser(CONF_FILES[0])]
+    # NCCL reads NCCL_CONF_FILE instead of $HOME/.nccl.conf, then /etc/nccl.conf
+    # (src/misc/param.cc initEnvFunc).
+    if base.get("NCCL_CONF_FILE") and "NCCL_CONF_FILE" in keep:
+        paths = [base["NCCL_CONF_FILE"]]
+    else:
+        home = base.get("HOME")
+        paths = [os.path.join(home, ".nccl.conf")] if home else [os.path.expanduser(CONF_FILES[0])]
     paths += list(CONF_FILES[1:])
     out = []
     for path in paths:
@@ -125,6 +133,16 @@ def conf_files(base: dict[str, str] | None = None,
             continue
         out.append((path, [n for n in names if n.startswith("NCCL_")]))
     return out
+
+
+def conf_cell_conflicts(conf: list[tuple[str, list[str]]], cells: list[Cell],
+                        no_cache=()) -> list[tuple[str, str]]:
+    """(path, name) of conf-file values that stop `cells` from sharing a process
+    (microbench.options.conf_conflicts: a communicator-scoped name, or one `no_cache`
+    lists under isolation nocache, that some cells set and others do not; the
+    microbench refuses such a plan)."""
+    envs = [{k: v for k, v in c.env.items() if k in c.comm_env or k in no_cache} for c in cells]
+    return [(path, name) for path, name, _ in conf_conflicts(dict(conf), envs, no_cache)]
 
 
 # ---------------------------------------------------------------- rounds

@@ -141,7 +141,10 @@ def test_world2_speculative_equals_greedy_with_consistent_timing():
     # every rank's stamps split the collectives' time (integration.commtime)
     split = r["comm_split"]
     assert r["comm_split_note"] is None
-    assert split["calls_per_cycle"] == pytest.approx(ar["per_cycle_counted"])
+    # every collective is stamped: the allreduces and rank 0's acceptance broadcast
+    assert ar["decision_broadcasts_per_cycle"] == 1
+    assert ar["collectives_per_cycle_counted"] == ar["per_cycle_counted"] + 1
+    assert split["calls_per_cycle"] == pytest.approx(ar["collectives_per_cycle_counted"])
     assert 0 < split["collective_ms"] < r["step_ms"]
     # inside a call a rank pays the collective plus its wait for the last to arrive
     assert split["in_collective_ms"] > 0 and abs(split["straggler_ms"]) < r["step_ms"]
@@ -175,4 +178,41 @@ def test_world2_skip_allreduce_keeps_the_ranks_in_step():
     assert r["ranks_agree"] is True and r["tokens_valid"] is False
     est = r["comm_split"]
     assert set(est) == {"straggler_ms", "calls_per_cycle"} and est["straggler_ms"] >= 0
-    assert est["calls_per_cycle"] == pytest.approx(r["allreduces"]["per_cycle_counted"])
+    assert est["calls_per_cycle"] == pytest.approx(r["allreduces"]["collectives_per_cycle_counted"])
+
+
+def test_acceptance_decision_round_trips_and_rejects_corrupt_values():
+    values = spec_loop.decision_values(1, [42, 7], steps=3)
+    assert values == [1, 42, 7, -1, -1] and len(values) == 3 + 2  # one length on every rank
+    assert spec_loop.decision_from(values, 3) == (1, [42, 7])
+    assert spec_loop.decision_from(spec_loop.decision_values(0, [9], 0), 0) == (0, [9])
+    for bad in ([4, 1, 2, 3, 4], [1, 42, -1, -1, -1], [1, 2]):
+        with pytest.raises(ValueError, match="acceptance decision"):
+            spec_loop.decision_from(bad, 3)
+
+
+def test_acceptance_report_names_the_ranks_that_disagreed():
+    assert spec_loop.acceptance_report([0, 0])["message"] is None
+    report = spec_loop.acceptance_report([0, 5, 0, 1])
+    assert report["disagreed_cycles"] == [0, 5, 0, 1]
+    assert "rank(s) 1 (5 cycles), 3 (1 cycle) decided differently" in report["message"]
+
+
+@pytest.mark.slow
+def test_world2_perturbed_rank_follows_rank_0s_decisions_without_hanging():
+    """Rank 1's target choices are made wrong every other cycle (SPEC_LOOP_FAULT): alone it
+    would accept other drafts, run other cycle counts and hang; with rank 0's decision
+    broadcast each cycle both ranks stay in step and the disagreement is named."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "integration.spec_loop", *TINY, "--steps", "3", "--draft-layers", "2",
+           "--new-tokens", "24", "--check-greedy", "--json"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                          env=subprocess_env(OMP_NUM_THREADS="1", SPEC_LOOP_FAULT="1:perturb"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    r = json.loads(line)
+    assert r["ranks_agree"] is True and r["matches_greedy"] is True  # rank 0's tokens ran
+    disagreed = r["acceptance"]["disagreed_cycles"]
+    assert disagreed[0] == 0 and disagreed[1] > 0
+    assert "rank(s) 1 (" in r["acceptance"]["message"]
+    assert r["allreduces"]["decision_broadcasts_per_cycle"] == 1

@@ -283,7 +283,8 @@ def _print_plan(plan: dict) -> None:
                    "python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
                    "--rdzv-endpoint node0:29500 -m {module} {args}'.")
 @click.option("--keep-env", multiple=True, metavar="NCCL_NAME",
-              help="An inherited NCCL_* variable to keep in every cell (e.g. NCCL_SOCKET_IFNAME).")
+              help="An inherited NCCL_* or TORCH_NCCL_* variable to keep in every cell (e.g. "
+                   "NCCL_SOCKET_IFNAME); the others are removed from every launch.")
 @click.option("--timeout", type=click.FloatRange(min=1),
               help="Seconds per launch [auto: 120 + 30 per cell in the launch].")
 @click.option("--out", help="Results file (JSON Lines); required unless --dry-run.")
@@ -321,8 +322,8 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
     backend, backend_note = _choose_backend(backend, gpus)
     nproc, nproc_note = _choose_nproc(nproc, backend, gpus)
     for name in keep_env:
-        if not name.startswith("NCCL_"):
-            raise NcclTuneError(f"--keep-env: '{name}' is not an NCCL_* variable")
+        if not name.startswith(sweeplib.CONTROLLED_PREFIXES):
+            raise NcclTuneError(f"--keep-env: '{name}' is not an NCCL_* or TORCH_NCCL_* variable")
     if not sets and not grid_option:
         raise NcclTuneError("no grid: give --set NAME=V1,V2 (repeatable) or --grid decode|FILE.toml")
     dtype = sweeplib.canonical_dtype(dtype)
@@ -338,6 +339,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
         raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
                             "[grid] table), not only explicit [[cells]]")
     notes = [backend_note + "; " + nproc_note] + g.notes
+    chosen_isolation = isolation
     isolation, isolation_notes = sweeplib.resolve_isolation(isolation, backend, nccl_version,
                                                             verify_effective, version_source)
     notes += isolation_notes
@@ -359,9 +361,22 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
         if removed:
             notes.append("inherited NCCL_* removed from every launch (the baseline sets none): "
                          + ", ".join(removed))
-        for path, names in sweeplib.conf_files(keep=tuple(keep_env)):
+        conf = sweeplib.conf_files(keep=tuple(keep_env))
+        for path, names in conf:
             notes.append(f"conf file {path} still supplies {', '.join(names) or 'nothing'} "
                          "to every cell, the baseline included")
+        shared = isolation in ("group", "nocache")  # cells share a process
+        no_cache = gridlib.no_cache_names(g.cells) if isolation == "nocache" else ()
+        clashes = sweeplib.conf_cell_conflicts(conf, g.cells, no_cache) if backend == "nccl" and shared else []
+        if clashes:
+            what = ", ".join(f"{name} ({path})" for path, name in clashes)
+            if chosen_isolation in ("group", "nocache"):
+                raise NcclTuneError(f"--isolation {chosen_isolation}: the conf file value(s) {what} would be "
+                                    "lost after the first cell that sets them (NCCL writes them into "
+                                    "the C environment); use --isolation process or remove them")
+            isolation = "process"
+            notes.append(f"isolation process: conf file value(s) {what} are set by some cells; in "
+                         "a shared process they would be lost after the first such cell")
         if not launcher.writes_records:
             notes.append(f"node {node_rank}: this node launches its ranks; node 0 writes the records")
     plan = _plan_dict(g, spec, options, isolation, rounds, launcher, notes, out, strategy, budget)
