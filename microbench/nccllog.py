@@ -30,15 +30,14 @@ Warnings: with NCCL_DEBUG_FILE set, NCCL writes its WARN lines to the file, not 
 stderr, so a launcher that reads the ranks' output never sees them. `warnings()` reads
 them back from the files (ours, or the user's NCCL_DEBUG_FILE pattern expanded as NCCL
 does) so a failing rank can put them in its error line. NCCL 2.30.7 writes
-`[dev] file:line (func) NCCL WARN ...`; `warn_messages` recognises that form as well
-as the older `[dev] file:line NCCL WARN ...`.
+`[dev] file:line (func) NCCL WARN ...`; `warn_messages` reads both that form and the
+older `[dev] file:line NCCL WARN ...` through nccl_tune.ncclinfo.parse_log_line.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -75,12 +74,6 @@ def find_reset_function():
         return None
 
 
-# NCCL 2.30.7's WARN form, `[dev] file:line (func) NCCL WARN msg` (src/debug.cc), behind the
-# optional `host:pid:tid ` prefix. nccl_tune.ncclinfo.parse_log_line is the parser of
-# record; this minimal recogniser only finds WARN lines it does not (yet) read.
-_WARN_RE = re.compile(r"(?:\S+:\d+:\d+ )?\[\d+\] (?:[\d.]+ )?(?:\S+:\d+ )?(?:\([^)]*\) )?NCCL WARN ?(?P<msg>.*)$")
-
-
 def warn_messages(lines) -> list[str]:
     """The messages of NCCL WARN lines among `lines` (every NCCL release's form)."""
     from nccl_tune import ncclinfo
@@ -90,10 +83,6 @@ def warn_messages(lines) -> list[str]:
         entry = ncclinfo.parse_log_line(raw)
         if entry is not None and entry.kind == "warn":
             out.append(entry.message.strip())
-            continue
-        match = _WARN_RE.search(raw)
-        if match:
-            out.append(match.group("msg").strip())
     return [m for m in out if m]
 
 
