@@ -116,32 +116,41 @@ def _finish(meta: dict, started: float, ended: float, first: float | None, index
                      None if reason is None else str(reason))
 
 
-def generate_once(url: str, prompt: str, max_tokens: int, stream: bool = True,
-                  timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
-    """Send one /generate request and time it; ClientError on any failure."""
+def _post_timed(url: str, path: str, body: dict, timeout: float, read) -> RunResult:
+    """POST `body` as JSON to `path`, time it from the send, and hand the 200 response and
+    the start time to `read`; every failure (HTTP status, socket, bad JSON) a ClientError."""
     conn, base = _connect(url, timeout)
-    body = json.dumps(request_body(prompt, max_tokens, stream)).encode()
+    data = json.dumps(body).encode()
     started = time.perf_counter()
     try:
-        conn.request("POST", base + "/generate", body=body,
-                     headers={"Content-Type": "application/json"})
+        conn.request("POST", base + path, body=data, headers={"Content-Type": "application/json"})
         response = conn.getresponse()
         if response.status != 200:
             detail = response.read(500).decode("utf-8", "replace").strip()
-            raise ClientError(f"/generate answered HTTP {response.status}: {detail}")
-        if not stream:
-            payload = json.loads(response.read().decode("utf-8"))
-            ended = time.perf_counter()
-            if not isinstance(payload, dict) or "meta_info" not in payload:
-                raise ClientError("/generate answer has no meta_info")
-            return _finish(payload["meta_info"], started, ended, None, index, prompt_index)
-        return _read_stream(response, started, index, prompt_index)
+            raise ClientError(f"{path} answered HTTP {response.status}: {detail}")
+        return read(response, started)
     except ClientError:
         raise
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise ClientError(f"/generate failed: {type(exc).__name__}: {exc}") from None
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+        raise ClientError(f"{path} failed: {type(exc).__name__}: {exc}") from None
     finally:
         conn.close()
+
+
+def generate_once(url: str, prompt: str, max_tokens: int, stream: bool = True,
+                  timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
+    """Send one /generate request and time it; ClientError on any failure."""
+
+    def read(response, started: float) -> RunResult:
+        if stream:
+            return _read_stream(response, started, index, prompt_index)
+        payload = json.loads(response.read().decode("utf-8"))
+        ended = time.perf_counter()
+        if not isinstance(payload, dict) or "meta_info" not in payload:
+            raise ClientError("/generate answer has no meta_info")
+        return _finish(payload["meta_info"], started, ended, None, index, prompt_index)
+
+    return _post_timed(url, "/generate", request_body(prompt, max_tokens, stream), timeout, read)
 
 
 def _read_stream(response, started: float, index: int, prompt_index: int) -> RunResult:
@@ -201,16 +210,8 @@ def _usage_result(usage: dict | None, finish: str | None, started: float, ended:
 def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bool = True,
                   timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
     """Send one OpenAI /v1/completions request and time it; ClientError on any failure."""
-    conn, base = _connect(url, timeout)
-    body = json.dumps(completion_body(model, prompt, max_tokens, stream)).encode()
-    started = time.perf_counter()
-    try:
-        conn.request("POST", base + "/v1/completions", body=body,
-                     headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        if response.status != 200:
-            detail = response.read(500).decode("utf-8", "replace").strip()
-            raise ClientError(f"/v1/completions answered HTTP {response.status}: {detail}")
+
+    def read(response, started: float) -> RunResult:
         if not stream:
             payload = json.loads(response.read().decode("utf-8"))
             ended = time.perf_counter()
@@ -237,12 +238,9 @@ def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bo
                 finish = choice.get("finish_reason") or finish
             usage = chunk.get("usage") or usage
         return _usage_result(usage, finish, started, time.perf_counter(), first, index, prompt_index)
-    except ClientError:
-        raise
-    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
-        raise ClientError(f"/v1/completions failed: {type(exc).__name__}: {exc}") from None
-    finally:
-        conn.close()
+
+    return _post_timed(url, "/v1/completions", completion_body(model, prompt, max_tokens, stream),
+                       timeout, read)
 
 
 def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
