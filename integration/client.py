@@ -116,14 +116,16 @@ def _finish(meta: dict, started: float, ended: float, first: float | None, index
                      None if reason is None else str(reason))
 
 
-def _post_timed(url: str, path: str, body: dict, timeout: float, read) -> RunResult:
-    """POST `body` as JSON to `path`, time it from the send, and hand the 200 response and
-    the start time to `read`; every failure (HTTP status, socket, bad JSON) a ClientError."""
+def _call(url: str, method: str, path: str, body: dict | None, timeout: float, read):
+    """Send one request (`body` as JSON, if any), time it from the send, and hand the 200
+    response and the start time to `read`; every failure (HTTP status, socket, bad JSON)
+    is a ClientError naming the path."""
     conn, base = _connect(url, timeout)
-    data = json.dumps(body).encode()
+    data = None if body is None else json.dumps(body).encode()
+    headers = {} if body is None else {"Content-Type": "application/json"}
     started = time.perf_counter()
     try:
-        conn.request("POST", base + path, body=data, headers={"Content-Type": "application/json"})
+        conn.request(method, base + path, body=data, headers=headers)
         response = conn.getresponse()
         if response.status != 200:
             detail = response.read(500).decode("utf-8", "replace").strip()
@@ -150,7 +152,7 @@ def generate_once(url: str, prompt: str, max_tokens: int, stream: bool = True,
             raise ClientError("/generate answer has no meta_info")
         return _finish(payload["meta_info"], started, ended, None, index, prompt_index)
 
-    return _post_timed(url, "/generate", request_body(prompt, max_tokens, stream), timeout, read)
+    return _call(url, "POST", "/generate", request_body(prompt, max_tokens, stream), timeout, read)
 
 
 def _read_stream(response, started: float, index: int, prompt_index: int) -> RunResult:
@@ -180,23 +182,14 @@ def _read_stream(response, started: float, index: int, prompt_index: int) -> Run
 
 def served_model(url: str, timeout: float = 30.0) -> str:
     """The id of the first model `GET /v1/models` lists; ClientError when there is none."""
-    conn, base = _connect(url, timeout)
-    try:
-        conn.request("GET", base + "/v1/models")
-        response = conn.getresponse()
-        text = response.read().decode("utf-8", "replace")
-        if response.status != 200:
-            raise ClientError(f"/v1/models answered HTTP {response.status}: {text[:300].strip()}")
-        data = json.loads(text).get("data") or []
+
+    def read(response, _started: float) -> str:
+        data = json.loads(response.read().decode("utf-8", "replace")).get("data") or []
         if not data or not isinstance(data[0], dict) or not data[0].get("id"):
             raise ClientError("/v1/models lists no model")
         return str(data[0]["id"])
-    except ClientError:
-        raise
-    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
-        raise ClientError(f"/v1/models failed: {type(exc).__name__}: {exc}") from None
-    finally:
-        conn.close()
+
+    return _call(url, "GET", "/v1/models", None, timeout, read)
 
 
 def _usage_result(usage: dict | None, finish: str | None, started: float, ended: float,
@@ -239,8 +232,8 @@ def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bo
             usage = chunk.get("usage") or usage
         return _usage_result(usage, finish, started, time.perf_counter(), first, index, prompt_index)
 
-    return _post_timed(url, "/v1/completions", completion_body(model, prompt, max_tokens, stream),
-                       timeout, read)
+    return _call(url, "POST", "/v1/completions", completion_body(model, prompt, max_tokens, stream),
+                 timeout, read)
 
 
 def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
