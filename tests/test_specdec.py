@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nccl_tune import spec_options as so
-from nccl_tune import spec_verify as sv
-from nccl_tune import specdec as sd
-from nccl_tune.model import LatencyCurve, message_bytes
+from nccl_tune.spec import options as so
+from nccl_tune.spec import verify as sv
+from nccl_tune.spec import cycle as sd
+from nccl_tune.model.per_token import LatencyCurve, message_bytes
 
 
 def acceptance(**kwargs):

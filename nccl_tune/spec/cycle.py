@@ -25,13 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from nccl_tune.spec_accept import (  # noqa: F401  (re-exported)
+from nccl_tune.spec.accept import (  # noqa: F401  (re-exported)
     SGLANG_CONVENTION_WORDS, SGLANG_RATE_AUTO, SGLANG_RATE_DRAFTS, SGLANG_RATE_TOTAL, Acceptance,
     accept_len_from_sglang_rate, accept_len_from_vllm, accept_len_from_vllm_rate,
     iid_rate_from_accept_len, reach_from_conditional, sglang_accept_rate, simulate_cycles,
     tau_from_reach, tau_iid, vllm_draft_acceptance_rate)
-from nccl_tune.spec_options import MAX_STEPS, parse_at, parse_steps  # noqa: F401
-from nccl_tune.spec_verify import (  # noqa: F401
+from nccl_tune.spec.options import MAX_STEPS, parse_at, parse_steps  # noqa: F401
+from nccl_tune.spec.verify import (  # noqa: F401
     VerifyCurve, expected_experts, fit_curve, measured_curve)
 
 DEFAULT_REL_ERROR = 0.05  # stated relative error of a predicted tok/s when no interval is given
@@ -124,7 +124,7 @@ def __getattr__(name: str):
     # recommend's comparison lives in spec_profiles (it imports this module); reached lazily
     # so that `specdec.compare_profiles` keeps working for callers of the old layout
     if name in ("compare_profiles", "SpecComparison"):
-        from nccl_tune import spec_profiles
+        from nccl_tune.spec import profile_steps as spec_profiles
 
         return getattr(spec_profiles, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
