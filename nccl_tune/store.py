@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Callable, Iterable, Iterator
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 SCHEMA = 1
@@ -191,25 +192,13 @@ def make_record(**fields) -> dict:
 def append_record(path: str, record: dict) -> None:
     """Append one record as a line and flush it to disk before returning.
 
-    A file whose last line is torn (a crash mid-write leaves no final newline) gets a
-    newline first, so the new record starts a line of its own instead of being glued to
-    the fragment (readers skip the fragment alone).
+    Under the results file's exclusive lock (nccl_tune.fileio.append_line: the run's held
+    lock, or one taken for this line; another process writing the file is refused). A
+    file whose last line is torn (a crash mid-write leaves no final newline) gets a
+    newline first, so the new record starts a line of its own; a failed write (a full
+    disk) is cut back, and a file it created is removed, so no torn or empty file stays.
     """
-    line = json.dumps(record, separators=(",", ":"), default=str)
-    try:
-        with open(path, "a+b") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() > 0:
-                handle.seek(-1, os.SEEK_END)
-                torn = handle.read(1) != b"\n"
-                handle.seek(0, os.SEEK_END)
-                if torn:
-                    handle.write(b"\n")
-            handle.write(line.encode("utf-8") + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        raise NcclTuneError(f"cannot append: {exc.strerror}", path=path) from None
+    fileio.append_line(path, json.dumps(record, separators=(",", ":"), default=str))
 
 
 def append_records(path: str, records: Iterable[dict]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune import fileio
 from nccl_tune.live import lint as linter
 from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
@@ -97,7 +98,7 @@ def convert(source: str, fmt: str, output: str | None) -> None:
 
     text = conffile.convert(str(resolve_profile(source)))
     if output:
-        profile.write_atomic(output, text)
+        fileio.write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)

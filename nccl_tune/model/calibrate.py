@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from nccl_tune import fileio
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
@@ -359,9 +360,7 @@ class LoadedModel:
 
 def save(calibration: Calibration, path: str) -> None:
     """Write the model file atomically."""
-    from nccl_tune.live.profile import write_atomic
-
-    write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
+    fileio.write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
 
 
 def load(path: str) -> LoadedModel:
