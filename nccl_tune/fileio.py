@@ -11,8 +11,9 @@ Outputs (`check_output`, before any work starts):
   temporary file is created and removed), because `os.access` says yes to root for a
   folder whose mode bits say no, and only the kernel knows about read-only mounts,
   immutable folders and root-squashing network file systems;
-- RESULTS (JSON Lines, appended): an existing non-empty file must start with one of this
-  tool's records, so results are never appended to a profile or a model file;
+- RESULTS (JSON Lines, appended): an existing non-empty file must be one of this tool's
+  results files (`results_file_problem`: a record among its first lines, the rule the
+  results readers apply too), so results are never appended to a profile or a model file;
 - PLOT: one suffix rule. A suffix matplotlib can write (`PLOT_SUFFIXES`) is kept;
   anything else gets `.png` added, and the returned path is the one really written, so
   the command can say it truly.
@@ -45,6 +46,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import stat
 import tempfile
 from array import array
@@ -147,24 +149,15 @@ def _probe_append(path: str) -> str | None:
 def is_results_line(raw: bytes | str) -> bool:
     """True when one line is a record of this tool's results format: a JSON object with
     a positive integer `schema` and a `cell` key (nccl_tune.store writes every record so)."""
+    if not raw.lstrip().startswith(b"{" if isinstance(raw, bytes) else "{"):
+        return False
     try:
-        record = json.loads(raw)
-    except (ValueError, RecursionError):
+        record = json_line(raw)
+    except ValueError:
         return False
     schema = record.get("schema") if isinstance(record, dict) else None
     return (isinstance(schema, int) and not isinstance(schema, bool) and schema >= 1
             and "cell" in record)
-
-
-def _first_line(path: str, cap: int = MAX_LINE_BYTES) -> bytes | None:
-    """The first non-blank line of a file (at most `cap` bytes of it), or None if empty."""
-    with open(path, "rb") as handle:
-        while True:
-            raw = handle.readline(cap)
-            if not raw:
-                return None
-            if raw.strip():
-                return raw.strip()
 
 
 def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str | None = None) -> Path:
@@ -222,13 +215,12 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         raise NcclTuneError(f"{label}: {why}")
     if kind is OutputKind.RESULTS and info is not None and info.st_size > 0:
         try:
-            first = _first_line(target)
-        except OSError as exc:
-            raise NcclTuneError(f"{label}: cannot be read ({exc.strerror})") from None
-        if first is not None and not is_results_line(first):
-            raise NcclTuneError(f"{label}: exists and is not a nccl-tune results file (its first "
-                                "line is not a record); results are appended only to results "
-                                "files: choose another file")
+            problem = results_file_problem(target)
+        except NcclTuneError as exc:
+            raise NcclTuneError(f"{label}: {exc.message}") from None
+        if problem:
+            raise NcclTuneError(f"{label}: exists and is not a nccl-tune results file ({problem}); "
+                                "results are appended only to results files: choose another file")
     return Path(target)
 
 
@@ -524,25 +516,43 @@ def read_text(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES,
     return text
 
 
-_JSON_ESCAPE = None  # compiled on first use (re is imported lazily: a bottom-layer module)
-
-
-def json_depth(text: str) -> int:
-    """How deeply arrays and objects nest in JSON `text`, computed without recursion and
-    in linear time: escapes and strings are removed (linear regular expressions: no
-    nested or overlapping quantifiers), then the bracket balance's running maximum."""
-    global _JSON_ESCAPE
-    import re
-
-    if _JSON_ESCAPE is None:
-        _JSON_ESCAPE = (re.compile(r"\\.", re.S), re.compile(r'"[^"]*"'), re.compile(r"[^\[\]{}]+"))
-    escape, string, other = _JSON_ESCAPE
-    brackets = other.sub("", string.sub("", escape.sub("", text)))
+def bracket_depth(text: str) -> int:
+    """How deeply `[`/`{` nest in `text` (every bracket counts: strip strings first), by
+    the running balance's maximum, without recursion and in linear time."""
+    brackets = re.sub(r"[^\[\]{}]+", "", text)
     if not brackets:
         return 0
     steps = array("b")
     steps.frombytes(brackets.encode("ascii").translate(bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")))
     return max(0, max(accumulate(steps)))
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in JSON `text`, computed without recursion and
+    in linear time: escapes, then strings are removed (linear regular expressions: no
+    nested or overlapping quantifiers), then `bracket_depth`."""
+    return bracket_depth(re.sub(r'"[^"]*"', "", re.sub(r"\\.", "", text, flags=re.S)))
+
+
+MAX_LINE_DEPTH = 16  # one JSON Lines record (a results record nests 4 deep)
+
+
+def json_line(raw: bytes | str, *, max_depth: int = MAX_LINE_DEPTH) -> Any:
+    """One line of JSON Lines, its nesting checked first (without recursion): ValueError
+    with a short reason ('not JSON (...)', 'nested N levels deep') when it is not one."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
+    if raw.count("[") + raw.count("{") > max_depth:  # the cheap test first: most lines pass it
+        depth = json_depth(raw)
+        if depth > max_depth:
+            raise ValueError(f"nested {depth} levels deep (a record nests at most {max_depth})")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
 
 
 def _reject_constant(name: str):
@@ -590,15 +600,13 @@ def load_json(path, *, what: str, max_bytes: int = MAX_JSON_BYTES,
                       max_depth=max_depth)
 
 
-def iter_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES, strict: bool = True,
-               on_long: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str]]:
-    """(line number, text without the newline) of a file of any size, streamed.
+def iter_byte_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES,
+                    on_long: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the newline) of a file of any size, streamed.
 
     A line longer than `max_line` bytes is cut there (the rest is read and dropped in
     fixed-size pieces, so memory and time stay linear) and reported through
     `on_long(number, length)`; without `on_long` it is an NcclTuneError naming the line.
-    `strict`: bytes that are not UTF-8 are an NcclTuneError naming the line; otherwise
-    (logs a run of the tool wrote itself) they are replaced.
     """
     shown = str(path)
     with _open_input(path, what) as handle:
@@ -617,6 +625,7 @@ def iter_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES, strict: bool 
                     more = handle.readline(MiB)
                     length += len(more)
                     if not more or more.endswith(b"\n"):
+                        length -= more.endswith(b"\n")
                         break
                 if on_long is None:
                     raise NcclTuneError(f"a line of {length} bytes: more than the "
@@ -624,8 +633,41 @@ def iter_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES, strict: bool 
                                         path=shown, line=number)
                 on_long(number, length)
                 raw = _char_boundary(raw[:max_line])
-            raw = raw.rstrip(b"\n").rstrip(b"\r")
-            if strict:
-                yield number, _decode(raw, shown, what, first_line=number)
-            else:
-                yield number, raw.decode("utf-8", errors="replace")
+            yield number, raw.rstrip(b"\n").rstrip(b"\r")
+
+
+def iter_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES, strict: bool = True,
+               on_long: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text without the newline) of a file of any size, streamed: lines
+    cut as `iter_byte_lines` cuts them. `strict`: bytes that are not UTF-8 are an
+    NcclTuneError naming the line (a file a user gives); otherwise they are replaced (a
+    log a run of the tool wrote itself, read after the run)."""
+    shown = str(path)
+    for number, raw in iter_byte_lines(path, what=what, max_line=max_line, on_long=on_long):
+        if strict:
+            yield number, _decode(raw, shown, what, first_line=number)
+        else:
+            yield number, raw.decode("utf-8", errors="replace")
+
+
+RESULTS_PROBE_LINES = 8  # a results file has a record among its first non-blank lines
+
+
+def results_file_problem(path) -> str | None:
+    """Why the existing file `path` is not one of this tool's results files, or None.
+
+    One rule for writers (`check_output`) and readers (nccl_tune.store): an empty file
+    is one; otherwise a record (`is_results_line`) must be among its first
+    RESULTS_PROBE_LINES non-blank lines (one torn or corrupt line at the top of a real
+    results file does not disqualify it; a profile or a model file has none)."""
+    seen = 0
+    for _, raw in iter_byte_lines(path, what="results file", max_line=MAX_LINE_BYTES,
+                                  on_long=lambda number, length: None):
+        if not raw.strip():
+            continue
+        if is_results_line(raw):
+            return None
+        seen += 1
+        if seen >= RESULTS_PROBE_LINES:
+            return f"none of its first {seen} lines is a nccl-tune record"
+    return None if seen == 0 else f"no line of it is a nccl-tune record"
