@@ -213,6 +213,12 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         why = f"the folder {folder} {why}" if why else None
     if why:
         raise NcclTuneError(f"{label}: {why}")
+    if kind is OutputKind.RESULTS and info is not None and (info.st_dev, info.st_ino) not in _HELD:
+        holder = _busy(target)
+        if holder is not None:
+            who = f"another process (pid {holder})" if holder else "another process"
+            raise NcclTuneError(f"{label}: {who} is writing results to this file; wait for it to "
+                                "finish or choose another file")
     if kind is OutputKind.RESULTS and info is not None and info.st_size > 0:
         try:
             problem = results_file_problem(target)
@@ -222,6 +228,41 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
             raise NcclTuneError(f"{label}: exists and is not a nccl-tune results file ({problem}); "
                                 "results are appended only to results files: choose another file")
     return Path(target)
+
+
+def check_outputs(outputs: Sequence[tuple[str, Any, OutputKind]], *, inputs: Sequence = ()
+                  ) -> dict[str, Path]:
+    """`check_output` for each (option, path, kind) given a path, and no two of them
+    naming one file: {option: the path that will be written}. For commands that write
+    several files (recommend's --export, --export-conf, --tuner-csv and --plot)."""
+    checked: dict[str, Path] = {}
+    for option, path, kind in outputs:
+        if path is None or str(path) == "":
+            continue
+        target = check_output(path, kind=kind, inputs=inputs, option=option)
+        resolved = os.path.realpath(target)
+        for other, earlier in checked.items():
+            if os.path.realpath(earlier) == resolved:
+                raise NcclTuneError(f"{_label(path, option)}: is the same file as {other} {earlier}; "
+                                    "give each output its own file")
+        checked[option] = target
+    return checked
+
+
+def _busy(path: str) -> int | None:
+    """None when no process holds the results lock on `path`; else the holder's pid (0
+    when /proc/locks does not say). Takes the lock and lets it go at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return _lock_holder(os.fstat(fd)) or 0
+    finally:
+        os.close(fd)
+    return None
 
 
 def _new_file_mode() -> int:
@@ -425,7 +466,15 @@ def append_line(path, line: str) -> None:
     """Append one line (no newline in it) to a results file under its exclusive lock:
     this process's held `ResultsLock` when there is one, else the lock taken for this
     append alone (refused when another process holds it)."""
-    data = line.encode("utf-8") + b"\n"
+    append_lines(path, [line])
+
+
+def append_lines(path, lines: Sequence[str]) -> None:
+    """Append `lines` with one write under the results lock (see `append_line`): all of
+    them or, when the write fails (a full disk), none."""
+    if not lines:
+        return
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
     lock = held(path)
     if lock is not None:
         lock.append(data)
@@ -575,6 +624,24 @@ def parse_json(text: str, *, path: str, what: str, max_depth: int = MAX_JSON_DEP
     if bad is not None:
         raise NcclTuneError(f"the number {bad} is out of range; {_a(what)} holds finite numbers", path=path)
     return data
+
+
+def wrong_type(path, name: str, value: Any, expected: str, *, line: int | None = None) -> NcclTuneError:
+    """The one-line error for a schema value of the wrong type: 'field NAME is VALUE,
+    expected EXPECTED' naming the file (the value shown as JSON, cut at 60 characters)."""
+    shown = json.dumps(value, default=str)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return NcclTuneError(f"field {name} is {shown}, expected {expected}", path=str(path), line=line)
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number that is not a boolean (JSON's true is no count or latency)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer that is not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _non_finite(data: Any) -> str | None:

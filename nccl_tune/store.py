@@ -205,9 +205,9 @@ def append_record(path: str, record: dict) -> None:
 
 
 def append_records(path: str, records: Iterable[dict]) -> None:
-    """Append records one by one (each flushed), so a failure keeps the earlier ones."""
-    for record in records:
-        append_record(path, record)
+    """Append records with one write under the results lock: all of them, or none when
+    the write fails (an import retried after a full disk then adds no duplicates)."""
+    fileio.append_lines(path, [json.dumps(r, separators=(",", ":"), default=str) for r in records])
 
 
 def record_key(record: dict) -> tuple:

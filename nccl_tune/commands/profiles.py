@@ -96,7 +96,11 @@ def convert(source: str, fmt: str, output: str | None) -> None:
     """
     from nccl_tune.live import conffile, profile
 
-    text = conffile.convert(str(resolve_profile(source)))
+    source_path = str(resolve_profile(source))
+    if output:
+        fileio.check_output(output, kind=fileio.OutputKind.EXPORT, inputs=[source_path],
+                            option="--output")
+    text = conffile.convert(source_path)
     if output:
         fileio.write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)
