@@ -45,6 +45,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import re
 import stat
@@ -551,6 +552,16 @@ def read_bytes(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
     return data
 
 
+def read_size(path, *, what: str) -> int | None:
+    """The size of the regular file `path` (None for a pipe or device); NcclTuneError
+    naming it when it cannot be read or is a folder."""
+    with _open_input(path, what) as handle:
+        info = os.fstat(handle.fileno())
+    if stat.S_ISDIR(info.st_mode):
+        raise NcclTuneError(f"is a folder, not {_a(what)}", path=str(path))
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
 def read_text(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES,
               max_line: int | None = None) -> str:
     """A file's text: strict UTF-8, at most `max_bytes`, each line at most `max_line`
@@ -649,7 +660,7 @@ def _non_finite(data: Any) -> str | None:
     stack = [data]
     while stack:
         item = stack.pop()
-        if isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
+        if isinstance(item, float) and not math.isfinite(item):
             return repr(item)
         if isinstance(item, dict):
             stack.extend(item.values())
@@ -737,4 +748,4 @@ def results_file_problem(path) -> str | None:
         seen += 1
         if seen >= RESULTS_PROBE_LINES:
             return f"none of its first {seen} lines is a nccl-tune record"
-    return None if seen == 0 else f"no line of it is a nccl-tune record"
+    return None if seen == 0 else "no line of it is a nccl-tune record"

@@ -132,7 +132,7 @@ def _row_cells(line: str, width: int) -> tuple[str, list[str], list[str]]:
     return label, links, extra
 
 
-_PIPE_SEPARATOR_RE = re.compile(r"^\s*\|?[\s:|-]*-[\s:|-]*$")
+_PIPE_SEPARATOR_RE = re.compile(r"^[\s:|-]*$")  # and a "-" (checked apart: no overlapping runs)
 
 
 def _unpipe(lines: list[str]) -> list[str]:
@@ -142,7 +142,7 @@ def _unpipe(lines: list[str]) -> list[str]:
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("|") and stripped.count("|") >= 3:
-            if _PIPE_SEPARATOR_RE.match(stripped):
+            if "-" in stripped and _PIPE_SEPARATOR_RE.match(stripped):
                 continue
             out.append("\t".join(c.strip() for c in stripped.strip("|").split("|")))
         else:
