@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 from nccl_tune.errors import NcclTuneError
 
+MAX_PASTE_BYTES = 1024 * 1024  # `nvidia-smi topo -m` of 72 GPUs and NICs is some 30 KB
+MAX_PASTE_LINE = 4096  # characters per line (the widest matrix row is some 600)
 LINK_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _NVLINK_RE = re.compile(r"^NV\d+$")
 _GPU_RE = re.compile(r"^GPU\d+$")
