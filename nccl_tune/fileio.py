@@ -193,7 +193,7 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
                                 "write to another file")
     try:
         info = os.stat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder check below says which
         info = None
     except OSError as exc:
         raise NcclTuneError(f"{label}: cannot be checked ({exc.strerror})") from None
@@ -206,8 +206,9 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         return Path(target)
     folder = os.path.dirname(resolved) or "."
     if not os.path.isdir(folder):
-        raise NcclTuneError(f"{label}: the folder {os.path.dirname(os.path.abspath(target))} "
-                            "does not exist")
+        shown = os.path.dirname(os.path.abspath(target))
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise NcclTuneError(f"{label}: the folder {shown} {what}")
     if info is not None and appended:
         why = _probe_append(target)
     else:
