@@ -127,9 +127,10 @@ def user_debug_file_warnings(environ=None, pid: int | None = None) -> list[str]:
 class NcclLogCapture:
     """NCCL's log of this process, written into a private folder and read back by offset."""
 
-    def __init__(self, directory: str | None = None, environ=None):
+    def __init__(self, directory: str | None = None, environ=None, keep_in: str | None = None):
         self.environ = os.environ if environ is None else environ
         self.directory = directory or tempfile.mkdtemp(prefix="nccl-tune-log-")
+        self.keep_in = keep_in  # cleanup moves the folder here instead of removing it
         self.spell = 0
         self.previous: dict[str, str | None] = {}
         self._reset = None
@@ -219,5 +220,12 @@ class NcclLogCapture:
         return file_warnings(self.files())
 
     def cleanup(self) -> None:
-        """Remove the folder (idempotent; every exit path calls it, see microbench.teardown)."""
+        """Remove the folder, or move it into `keep_in` (idempotent; every exit path calls
+        it, see microbench.teardown)."""
+        if self.keep_in and os.path.isdir(self.directory):
+            try:
+                shutil.move(self.directory, os.path.join(self.keep_in, os.path.basename(self.directory)))
+                return
+            except OSError:
+                pass  # kept what moved; the rest goes below
         shutil.rmtree(self.directory, ignore_errors=True)
