@@ -242,6 +242,11 @@ def report(folder: str) -> tuple[list[str], int]:
     names = step_names(folder)
     steps = {n: step_verdict(folder, n) for n in names}
     lines = ["== steps"] + [v.line() for v in steps.values()]
+    for v in steps.values():  # NCCL's warnings matter even when the step passed
+        if v.status == "PASS":
+            warns = [l for l in digest(read_lines([os.path.join(folder, v.what + ".err")]))
+                     if "NCCL WARN" in l]
+            lines += [Verdict("INFO", f"{v.what}: NCCL said", w).line() for w in warns[:3]]
     ran = lambda group: [n for n in group if _read(folder, n + ".rc") is not None]  # noqa: E731
     checks: list[Verdict] = []
     if ran(BENCH_STEPS):

@@ -65,8 +65,8 @@ def nccl_round_trip(torch) -> float:
     it took. Raises on failure (a wrong result included)."""
     import torch.distributed as dist
 
-    start = time.monotonic()
     torch.cuda.set_device(0)
+    start = time.monotonic()
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
                             world_size=1, timeout=datetime.timedelta(seconds=BUDGET_S))
     try:
@@ -105,6 +105,7 @@ def main() -> int:
     if not dist.is_nccl_available():
         say("FAILED: this torch has no NCCL backend (torch.distributed.is_nccl_available() is False)")
         return 1
+    torch.zeros(1, device="cuda:0")  # the CUDA context first: the budget is NCCL's alone
     timer = threading.Timer(BUDGET_S, _expire)
     timer.daemon = True
     timer.start()
