@@ -6,7 +6,7 @@
 # First the gate (python -m bench.smoke.gate): NCCL_NO_CACHE exists from NCCL 2.29.7; on
 # an older libnccl (ncclGetVersion of the one torch loads) it prints
 # `SKIP (NCCL X has no NCCL_NO_CACHE)` and exits 0. The rule is the one `nccl-tune sweep`
-# plans isolation nocache with (nccl_tune settings.no_cache_supported).
+# plans isolation nocache with (nccl_tune.nccl.settings.no_cache_supported).
 #
 # Then one process (torchrun, one rank) creates two NCCL communicators one after the
 # other (the microbench's --plan: one fresh process group per cell) with different

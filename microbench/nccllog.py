@@ -48,16 +48,9 @@ QUIET_SUBSYS = "INIT,ENV"
 
 def loaded_nccl_paths(maps_path: str = "/proc/self/maps") -> list[str]:
     """Paths of libnccl files mapped into this process (empty when none or unreadable)."""
-    found: list[str] = []
-    try:
-        with open(maps_path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                path = line.rsplit(" ", 1)[-1].strip()
-                if "libnccl" in os.path.basename(path) and path.startswith("/") and path not in found:
-                    found.append(path)
-    except OSError:
-        pass
-    return found
+    from nccl_tune.nccl import ncclinfo
+
+    return ncclinfo.mapped_libraries(maps_path)
 
 
 def find_reset_function():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.smoke import checks, digest, gate
-from nccl_tune import sweepplan
+from nccl_tune.measure import sweepplan
 from tests.conftest import REPO_ROOT, subprocess_env
 
 RUNNER = str(REPO_ROOT / "tests" / "smoke_step_runner.sh")

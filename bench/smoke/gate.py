@@ -3,9 +3,9 @@ NCCL_NO_CACHE?
 
 The version is the one this process really uses: after `import torch` (a CUDA torch maps
 its libnccl then), the mapped libnccl's own ncclGetVersion (microbench.nccllib.
-loaded_library), else torch's build version. The rule is nccl_tune's
-`settings.no_cache_supported`, the same function `nccl-tune sweep` applies to choose
-isolation nocache (sweepplan.resolve_isolation), so the check and the planner decide
+loaded_library), else torch's build version. The rule is nccl_tune.nccl.settings'
+`no_cache_supported`, the same function `nccl-tune sweep` applies to choose isolation
+nocache (nccl_tune.measure.sweepplan.resolve_isolation), so the check and the planner decide
 alike from the same version. Before 2.29.7 NCCL has no NCCL_NO_CACHE: every NCCL_PARAM
 is read once per process (one static per parameter; "set by environment" is logged on
 the first load only), so the check's second communicator could not show its own values.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from nccl_tune import ncclinfo, settings
+from nccl_tune.nccl import ncclinfo, settings
 
 SKIP = 77
 
