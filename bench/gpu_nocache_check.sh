@@ -31,7 +31,11 @@ BUDGET=${GPU_SMOKE_STEP_BOUND_S:-300}
 SECONDS=0
 unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE NCCL_NTHREADS NCCL_MAX_NCHANNELS NCCL_NO_CACHE
 
-gate_bound=$(( BUDGET < 60 ? BUDGET : 60 ))
+gate_bound=$(( BUDGET - 5 < 60 ? BUDGET - 5 : 60 ))
+if [ "$gate_bound" -lt 5 ]; then  # (timeout 0 would mean no bound at all)
+  echo "nocache check: FAILED: cut: ${BUDGET} s is too little to start"
+  exit 1
+fi
 timeout -k 5 "$gate_bound" "$PY" -m bench.smoke.gate 2>"$OUT/gate.err"
 gate=$?
 case $gate in
@@ -53,8 +57,9 @@ cat >"$OUT/nocache_plan.json" <<'PLAN'
 ]}
 PLAN
 
-# What is left, less 20 s for the check below (at most 12 s); the launch's own nominal bound is 240 s.
-bound=$(( BUDGET - SECONDS - 20 ))
+# What is left, less 25 s: timeout's 10 s grace and the check below (at most 12 s); the
+# launch's own nominal bound is 240 s.
+bound=$(( BUDGET - SECONDS - 25 ))
 [ "$bound" -gt 240 ] && bound=240
 if [ "$bound" -lt 10 ]; then
   echo "nocache check: FAILED: cut: ${bound} s left of its ${BUDGET} s after the gate"
@@ -63,7 +68,7 @@ fi
 runner=()
 [ -n "${GPU_SMOKE_STEP_RUNNER:-}" ] && runner=("$GPU_SMOKE_STEP_RUNNER" nocache-launch)
 echo "== nocache (bound ${bound} s): NCCL_NO_CACHE=NCCL_MAX_NCHANNELS,NCCL_NTHREADS torchrun --nproc-per-node 1 -m microbench.allreduce --plan ..."
-NCCL_NO_CACHE=NCCL_MAX_NCHANNELS,NCCL_NTHREADS timeout -k 5 "$bound" ${runner[@]+"${runner[@]}"} \
+NCCL_NO_CACHE=NCCL_MAX_NCHANNELS,NCCL_NTHREADS timeout -k 10 "$bound" ${runner[@]+"${runner[@]}"} \
   "$PY" -m torch.distributed.run --standalone \
   --nproc-per-node=1 -m microbench.allreduce --backend nccl --verify-effective --show-nccl-log \
   --keep-nccl-log "$OUT/nocache.nccl" \

@@ -56,7 +56,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE NCCL_PROTO NCCL_ALGO
 DEADLINE=${GPU_SMOKE_DEADLINE_S:-540}
-KILL_S=5        # timeout's grace between SIGTERM and SIGKILL
+KILL_S=10       # timeout's grace between SIGTERM and SIGKILL: torchrun passes SIGTERM on
+                # to its workers (each in a session of its own, which SIGKILL of torchrun
+                # would not reach) and waits for them
 FINAL_S=30      # kept for the checks (at most 15 s) and the archive (at most 10 s)
 MIN_STEP_S=10   # a step with less left is not started
 W=$(mktemp -d /tmp/nccl-tune-smoke.XXXXXX)
