@@ -88,12 +88,18 @@ class TestLiveServer:
         assert "SGLang scheduler, TP worker: 2 of 2 carry the profile" in text.output.splitlines()
 
     def test_server_env_check_allows_only_what_sglang_sets_itself(self, live_server):
+        from integration import sglang
+
         check = live_server.check_env()
         assert check.ok, check.problems()
         workers = [p for p in check.processes if (p["role"] or "").startswith("SGLang scheduler")]
         assert len(workers) == 2
         for w in workers:  # SGLang 0.5.23 sets these in its children when they are unset
             assert w["server_set"] == {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}, w
+        # a profile it was not launched with is missing in every process
+        other = {"NCCL_P2P_LEVEL": "SYS"}
+        wrong = sglang.check_processes(live_server.processes(), other)
+        assert not wrong.ok and all(p["missing"] == list(other) for p in wrong.processes)
 
     def test_generate_and_completions_count_exactly_their_tokens_in_metrics(self, live_server):
         from integration import client, metrics

@@ -2,13 +2,13 @@
 
 SGLang's CPU backend imports `sgl_kernel` (its C++ kernels built for CPU, which are not on
 PyPI) for a few index- and copy-helpers even when attention, sampling and the layers run
-in torch (`--attention-backend torch_native --sampling-backend pytorch` on a CPU without
-AMX). This package implements those helpers in plain torch, each written from the
+in torch (`--attention-backend torch_native --sampling-backend pytorch`, and no AMX
+kernels switched on). This package implements those helpers in plain torch, each from the
 contract of SGLang's own Python caller and the Triton kernel it replaces on GPUs
 (sglang/kernels/ops/..., sglang/srt/mem_cache/allocation.py): the caller's argument
 names, shapes and in-place outputs. Any other name raises NotImplementedError naming
 itself when called. It reaches the server only through PYTHONPATH
-(tests/sglang_cpu_substitutes); never install it. Every process that imports it says
+(tests/sglang_cpu/substitutes); never install it. Every process that imports it says
 so on stderr (the server's log), and nccl-tune's outputs repeat it.
 """
 
@@ -21,16 +21,13 @@ import torch
 from _nccl_tune_substitute import announce, missing
 
 announce("sgl_kernel", "pure-torch helpers for SGLang's CPU path, not SGLang's kernels")
-from sgl_kernel import attention as _attention  # noqa: E402,F401 - registers torch.ops.sgl_kernel.*
 __version__ = "0.0.0+nccl-tune.test.substitute"
 
 # What this substitute implements (the tests and the report list them from here).
 IMPLEMENTED = ("copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu",
                "assign_extend_cache_locs_cpu", "fill_accept_out_cache_loc_cpu",
                "fill_bonus_tokens_cpu", "verify_tree_greedy_cpu",
-               "speculative.reconstruct_indices_from_tree_mask",
-               "torch.ops.sgl_kernel.decode_attention_cpu",
-               "torch.ops.sgl_kernel.extend_attention_cpu")
+               "speculative.reconstruct_indices_from_tree_mask")
 
 
 def _bytes_at(address: int, nbytes: int) -> torch.Tensor:

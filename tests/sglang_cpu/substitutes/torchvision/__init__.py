@@ -5,7 +5,7 @@ torchvision wheels on PyPI for this torch link against CUDA torch and do not loa
 against the CPU build. The text-only path the tests run never calls it: this package
 gives the module names SGLang imports, and every function or class raises
 NotImplementedError naming itself when used (_nccl_tune_substitute.Missing). It reaches
-the server only through PYTHONPATH (tests/sglang_cpu_substitutes); never install it.
+the server only through PYTHONPATH (tests/sglang_cpu/substitutes); never install it.
 """
 
 from _nccl_tune_substitute import announce, missing
