@@ -33,7 +33,7 @@ ROLES = {"SGLang API server (launcher)", "SGLang scheduler, TP worker 0",
 def leftovers(model: str) -> list[int]:
     """Processes of an SGLang server of this model still running (titled sglang:: or
     started with the model's path)."""
-    from nccl_tune import procenv
+    from nccl_tune.live import procenv
 
     found = []
     for entry in os.listdir("/proc"):
