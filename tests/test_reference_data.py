@@ -14,7 +14,8 @@ from importlib import resources
 
 import pytest
 
-from nccl_tune import costmodel, nccltests
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import nccltests
 
 REQUIRED = ("name", "machine", "kind", "gpus", "n_gpus", "mode", "gpus_per_process", "settings",
             "settings_stated", "p2p", "source", "points")
