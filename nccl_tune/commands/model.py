@@ -133,15 +133,15 @@ def fit(results, topology, out_path, as_json):
                f"(host {src.get('host')}): topology {cal.topology}, {cal.nranks} ranks, {cal.mode}")
     pairs = set(cal.calibrated_pairs)
     table = [[pt.nbytes, store.cell_label(pt.env) if pt.env else "defaults", f"{pt.algo}/{pt.proto}",
-              pt.link, "yes" if calibrate.pair_name(pt.algo, pt.proto, pt.link) in pairs else "no",
+              pt.link, "yes" if calibrate.pair_name(pt.algo, pt.proto) in pairs else "no",
               f"{pt.measured_us:.2f}", f"{pt.model_us:.2f}", f"{pt.ratio:.3f}"]
              for pt in cal.points]
     click.echo(tabulate(table, headers=["bytes", "settings", "NCCL runs", "transport", "calibrated",
                                         "measured us", "model us", "model/measured"],
                         tablefmt="simple", disable_numparse=True))
     p = cal.params
-    click.echo(f"calibrated: {', '.join(cal.calibrated_pairs)} (every other algorithm/protocol/"
-               "transport stays uncalibrated, with the published range of the kind)")
+    click.echo(f"calibrated: {', '.join(cal.calibrated_pairs)} (every other algorithm/protocol "
+               "stays uncalibrated, with the published range of the kind)")
     click.echo(f"fitted: {', '.join(cal.fitted)}; launch {p.launch_us:.2f} us; "
                + ", ".join(f"{k}: latency x{p.pair_lat_scale[k]:.3g}"
                            + (f", bandwidth x{p.pair_bw_scale[k]:.3g}" if k in p.pair_bw_scale else "")

@@ -518,7 +518,7 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
                                    costmodel.topology(topology_name), params or costmodel.NCCL_PARAMS)
         row.effective = {"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
                          "confirmed": None, "detail": f"modelled, transport {choice.link}"}
-        row.calibrated = costmodel.is_calibrated(params, choice.algo, choice.proto, choice.link)
+        row.calibrated = costmodel.is_calibrated(params, choice.algo, choice.proto)
         return row
 
     def uncalibrated_ms(row: CellRow) -> float:

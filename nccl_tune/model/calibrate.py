@@ -78,12 +78,14 @@ class Point:
                 "link": self.link, "choice_from": "NCCL log" if self.from_log else "model"}
 
 
-def pair_name(algo: str, proto: str, link: str) -> str:
-    """'Ring/LL/shm': how the calibration names an (algorithm, protocol) over a transport.
+def pair_name(algo: str, proto: str) -> str:
+    """'Ring/LL': how the calibration names an (algorithm, protocol) pair.
 
-    The transport is part of it: a default curve over host memory says nothing of the same
-    protocol over P2P (NCCL_P2P_LEVEL changes it)."""
-    return f"{algo}/{proto}/{link}"
+    The transport is not part of it: a pair's factor carries from host memory to P2P
+    (NCCL_P2P_LEVEL=SYS), since it mostly measures the host and the protocol's code path
+    (published: 4x RTX PRO 6000 fitted on its host-memory default curve predicts its
+    NCCL_P2P_LEVEL=SYS table within 4%, bench/model_truth.py)."""
+    return f"{algo}/{proto}"
 
 
 @dataclass
@@ -104,7 +106,7 @@ class Calibration:
         """Per calibrated pair, the fit's worst |log(model / measured)| on its points."""
         out: dict[str, float] = {}
         for pt in self.points:
-            key = pair_name(pt.algo, pt.proto, pt.link)
+            key = pair_name(pt.algo, pt.proto)
             out[key] = max(out.get(key, 0.0), abs(math.log(pt.ratio)))
         return {k: round(v, 4) for k, v in out.items()}
 
@@ -112,15 +114,17 @@ class Calibration:
         """The fitted constants in NCCL's own terms (us, GB/s), per calibrated pair."""
         p = self.params
         out = {"launch_us": round(p.launch_us, 3)}
+        links = sorted({pt.link for pt in self.points if pt.link}) or ["pci"]
         for pair in self.calibrated_pairs:
-            algo, proto, link = pair.split("/")
+            algo, proto = pair.split("/")
             if algo == "NVLS":
                 continue
             lat = p.pair_lat_scale.get(pair, 1.0)
-            out[pair] = {"base_lat_us": round(p.base_lat[(algo, proto)] * lat, 3),
-                         "hop_lat_us": round(p.hw_lat[link][(algo, proto)] * lat, 3),
-                         "bw_per_channel_gbps": round(p.bw_per_channel[link]
-                                                      * p.pair_bw_scale.get(pair, 1.0), 3)}
+            out[pair] = {link: {"base_lat_us": round(p.base_lat[(algo, proto)] * lat, 3),
+                                "hop_lat_us": round(p.hw_lat[link][(algo, proto)] * lat, 3),
+                                "bw_per_channel_gbps": round(p.bw_per_channel[link]
+                                                             * p.pair_bw_scale.get(pair, 1.0), 3)}
+                         for link in links}
         return out
 
     def worst_ratio(self) -> float:
@@ -281,7 +285,7 @@ def fit(records: list[dict], topology_name: str | None = None) -> Calibration:
         held["launch_us"] = "graph-mode records: launch time is hidden by graph replay (0)"
         base = replace(base, launch_us=0.0)
     pairs = _latency_pairs(points, topo, nranks, base, held)
-    used = [pt for pt in points if pair_name(pt.algo, pt.proto, pt.link) in pairs]
+    used = [pt for pt in points if pair_name(pt.algo, pt.proto) in pairs]
     if not pairs:
         raise NcclTuneError("no algorithm/protocol was measured at two sizes or more where its "
                             "latency is at least half its time: nothing to calibrate (measure "
@@ -304,7 +308,7 @@ def _latency_pairs(points, topo, nranks, base, held) -> list[str]:
     where latency is at least half the modelled time. The others stay uncalibrated (held)."""
     seen: dict[str, set] = {}
     for pt in points:
-        key = pair_name(pt.algo, pt.proto, pt.link)
+        key = pair_name(pt.algo, pt.proto)
         seen.setdefault(key, set())
         share = float(_jacobian([pt], topo, nranks, base, [f"lat:{key}"], [0.0])[0, 0])
         if share >= LATENCY_SHARE:
@@ -366,7 +370,7 @@ def _identifiable(points, topo, nranks, base, names, held):
             raise NcclTuneError("these records cannot determine the model's constants (the "
                                 f"fitted terms {', '.join(_label(n) for n in names)} are "
                                 "confounded): measure more sizes (8 KB..1 MB)")
-        drop = min(bws, key=lambda n: sum(pair_name(p.algo, p.proto, p.link) == n[3:] for p in points))
+        drop = min(bws, key=lambda n: sum(pair_name(p.algo, p.proto) == n[3:] for p in points))
         held[drop] = (f"{drop[3:]} measured at too few sizes to tell its bandwidth from its "
                       "latency: bandwidth kept, latency fitted")
         i = names.index(drop)
@@ -395,9 +399,9 @@ class LoadedModel:
     calibrated_pairs: tuple | None = None  # None: an older file, one factor for every pair
     pair_error: dict = field(default_factory=dict)
 
-    def is_calibrated(self, algo: str, proto: str, link: str) -> bool:
-        """True when the fit identified this (algorithm, protocol) over this transport."""
-        return self.calibrated_pairs is None or pair_name(algo, proto, link) in self.calibrated_pairs
+    def is_calibrated(self, algo: str, proto: str) -> bool:
+        """True when the fit identified this (algorithm, protocol) pair."""
+        return self.calibrated_pairs is None or pair_name(algo, proto) in self.calibrated_pairs
 
     def describe(self) -> str:
         """One line for headers: which calibration this is."""
@@ -445,9 +449,8 @@ def load(path: str) -> LoadedModel:
         pairs = None
         if data["schema"] == SCHEMA:
             pairs = tuple(str(p) for p in data["calibrated_pairs"])
-            if any(len(p.split("/")) != 3 or p.split("/")[0] not in ALGOS
-                   or p.split("/")[1] not in PROTOS or p.split("/")[2] not in costmodel.LINKS
-                   for p in pairs):
+            if any(len(p.split("/")) != 2 or p.split("/")[0] not in ALGOS
+                   or p.split("/")[1] not in PROTOS for p in pairs):
                 raise ValueError(f"unknown pair in calibrated_pairs {list(pairs)}")
         errors = _scales(data.get("pair_error", {}), "pair_error")
     except (KeyError, TypeError, ValueError) as exc:
@@ -479,23 +482,23 @@ def predict_rows(topology_name: str, nranks: int, sizes, env: dict, mode: str,
                                        model.params if model else costmodel.NCCL_PARAMS, mode)
         except ValueError as exc:
             raise NcclTuneError(f"--env: {exc}") from None
-        calibrated = model is not None and model.is_calibrated(choice.algo, choice.proto, choice.link)
+        calibrated = model is not None and model.is_calibrated(choice.algo, choice.proto)
         if model is not None and not calibrated:  # the fit moved nothing of this pair
             choice = costmodel.predict("allreduce", nbytes, nranks, env, topo, mode=mode)
         row = {"bytes": nbytes, "time_us": round(choice.time_us, 3), "algo": choice.algo,
                "proto": choice.proto, "channels": choice.channels, "transport": choice.link,
                "mode": mode, "calibrated": calibrated, "range_us": None, "range": None}
         if calibrated:
-            err = max(model.pair_error.get(pair_name(choice.algo, choice.proto, choice.link), 0.0),
+            err = max(model.pair_error.get(pair_name(choice.algo, choice.proto), 0.0),
                       MIN_CALIBRATED_ERROR)
             row["range_us"] = [round(choice.time_us * math.exp(-err), 2),
                                round(choice.time_us * math.exp(err), 2)]
-            row["range"] = {"basis": f"the fit's error on {choice.algo}/{choice.proto} over "
-                                     f"{choice.link} (at least 10%)", "calibrated": True}
+            row["range"] = {"basis": f"the fit's error on {choice.algo}/{choice.proto} "
+                                     "(at least 10%)", "calibrated": True}
         elif refs:
             found = ranges.kind_range(refs, topology_name, nranks, nbytes, env, mode)
             if found is not None:
-                row["range_us"] = [round(found.low, 2), round(found.high, 2)]
+                row["range_us"] = found.rounded()
                 row["range"] = found.to_dict()
         rows.append(row)
     return rows

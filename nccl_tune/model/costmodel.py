@@ -122,8 +122,8 @@ class ModelParams:
     # term (baseLat, hops x hwLat, pipeline steps) and one on each protocol's bandwidth.
     lat_scale: float = 1.0
     bw_scale: dict = field(default_factory=lambda: {"LL": 1.0, "LL128": 1.0, "Simple": 1.0})
-    # Calibration per (algorithm, protocol, transport), keys like "Ring/LL/shm": `model fit`
-    # moves only what NCCL ran in the records; the others stay at 1.0 (uncalibrated).
+    # Calibration per (algorithm, protocol), keys like "Ring/LL": `model fit` moves only the
+    # pairs NCCL ran in the records; the others stay at 1.0 (uncalibrated).
     pair_lat_scale: dict = field(default_factory=dict)
     pair_bw_scale: dict = field(default_factory=dict)
 
@@ -334,7 +334,7 @@ def _alg_bandwidth(op: str, nranks: int, algo: str, proto: str, link: str, chann
     """Algorithm bandwidth (GB/s) = bus bandwidth x NCCL's algorithm ratio."""
     if per_channel is None:
         per_channel = (params.bw_per_channel[link] * params.bw_scale.get(proto, 1.0)
-                       * params.pair_bw_scale.get(f"{algo}/{proto}/{link}", 1.0))
+                       * params.pair_bw_scale.get(f"{algo}/{proto}", 1.0))
     if algo == "Tree":
         bus = channels * per_channel * params.tree_eff[proto]
         return (min(bus, params.ll_max_bw) if proto == "LL" else bus) * 0.5
@@ -364,7 +364,7 @@ def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: s
     if nranks <= 1:
         return params.base_lat[("Ring", proto)] if algo != "NVLS" else params.nvls_lat
     pool = max(pool or channels, channels)
-    lat_scale = params.lat_scale * params.pair_lat_scale.get(f"{algo}/{proto}/{link}", 1.0)
+    lat_scale = params.lat_scale * params.pair_lat_scale.get(f"{algo}/{proto}", 1.0)
     latency = latency_term_us(op, nranks, algo, proto, link, params, for_time=True) * lat_scale
     thread_scale = 1.0 if proto == "LL128" else min(1.0, nthreads / params.default_nthreads)
     bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, pool, params) * thread_scale
@@ -486,15 +486,15 @@ def latency_us(nbytes: int, nranks: int, topology_name: str, env: dict[str, str]
     return predict(op, nbytes, nranks, env or {}, topo, params, mode=mode).time_us
 
 
-def is_calibrated(params: ModelParams | None, algo: str, proto: str, link: str) -> bool:
-    """True when `params` carry a fit (`model fit`) of this algorithm, protocol and transport.
+def is_calibrated(params: ModelParams | None, algo: str, proto: str) -> bool:
+    """True when `params` carry a fit (`model fit`) of this algorithm and protocol.
 
     A fit names what it calibrated in `pair_lat_scale`; an older fit (one latency factor for
     every pair) calibrates everything; NCCL's own constants calibrate nothing."""
     if params is None or params == NCCL_PARAMS:
         return False
     if params.pair_lat_scale:
-        return f"{algo}/{proto}/{link}" in params.pair_lat_scale
+        return f"{algo}/{proto}" in params.pair_lat_scale
     return True
 
 

@@ -142,10 +142,15 @@ class Range:
         """The question that splits this kind's machines (None: they agree within DISAGREE)."""
         return self.band.question() if self.band else None
 
+    def rounded(self) -> list[float]:
+        """[low, high] to 0.01 us, rounded inwards: never printed wider than it is."""
+        return [math.ceil(self.low * 100 - 1e-9) / 100, math.floor(self.high * 100 + 1e-9) / 100]
+
     def to_dict(self) -> dict:
         """JSON-ready form."""
         band = self.band
-        return {"low": round(self.low, 2), "high": round(self.high, 2),
+        low, high = self.rounded()
+        return {"low": low, "high": high,
                 "model_us": round(self.model_us, 2), "calibrated": self.calibrated,
                 "capped": self.capped, "basis": self.basis,
                 "machines": list(band.machines) if band else [],

@@ -67,6 +67,9 @@ class Reference:
         pts = self.points
         if nbytes <= pts[0][0]:
             return pts[0][1]
+        exact = dict(pts).get(nbytes)
+        if exact is not None:
+            return exact
         for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
             if b0 <= nbytes <= b1:
                 if b0 == b1:
@@ -254,11 +257,9 @@ def attach_published_range(analysis, kind: str, baseline_tok_s: float | None, mo
     found = ranges.kind_range(refs, kind, nranks, nbytes, {}, mode=None)
     for row in (analysis.baseline, *analysis.cells):
         eff = row.effective or {}
-        link = str(eff.get("detail", "")).split()[-1] if eff.get("detail") else ""
         if model is not None and row.calibrated and row.latency_us:
-            err = max(model.pair_error.get(calibrate.pair_name(eff.get("algo"), eff.get("proto"),
-                                                               link), 0.0),
-                      calibrate.MIN_CALIBRATED_ERROR)
+            err = max(model.pair_error.get(calibrate.pair_name(eff.get("algo"), eff.get("proto")),
+                                           0.0), calibrate.MIN_CALIBRATED_ERROR)
             row.latency_range = (row.latency_us * math.exp(-err), row.latency_us * math.exp(err))
         else:
             cell = ranges.kind_range(refs, kind, nranks, nbytes, row.env, mode=None)
