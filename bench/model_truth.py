@@ -34,14 +34,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nccl_tune.errors import NcclTuneError  # noqa: E402
-from nccl_tune.model import calibrate, ranges, references  # noqa: E402
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.model import calibrate, ranges, references
 
 WINDOW = ranges.CHECK_WINDOW
 TARGET = (0.67, 1.5)

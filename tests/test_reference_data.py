@@ -54,7 +54,7 @@ def test_figures_derived_from_bus_bandwidth_say_so_and_have_no_verbatim_table(sh
     assert derived and all(r["derived"] == "busbw" and r["fixture"] is None for r in derived)
 
 
-_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|K|MB|M)$", re.I)
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|K|MB|M)$", re.IGNORECASE)
 _UNIT = {"b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20}
 
 

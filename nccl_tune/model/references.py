@@ -110,8 +110,8 @@ def kind_of(entry: dict) -> str:
         if "A100" in gpus or "A800" in gpus:
             return "nvswitch"
         return "nvlink"
-    two_sockets = bool(re.search(r"\b2x\b|dual", cpu, re.I)) and not re.search(
-        r"on NUMA 0|single|one socket", cpu, re.I)
+    two_sockets = bool(re.search(r"\b2x\b|dual", cpu, re.IGNORECASE)) and not re.search(
+        r"on NUMA 0|single|one socket", cpu, re.IGNORECASE)
     amd = bool(re.search(r"AMD|EPYC", cpu))
     if two_sockets and amd and n > 2:
         return "pcie-amd-2s"
