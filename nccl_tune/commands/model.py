@@ -131,9 +131,8 @@ def fit(results, topology, out_path, as_json):
     src = cal.source
     click.echo(f"CALIBRATED to {src.get('points')} points ({src.get('sizes')} sizes) of one machine "
                f"(host {src.get('host')}): topology {cal.topology}, {cal.nranks} ranks, {cal.mode}")
-    pairs = set(cal.calibrated_pairs)
     table = [[pt.nbytes, store.cell_label(pt.env) if pt.env else "defaults", f"{pt.algo}/{pt.proto}",
-              pt.link, "yes" if calibrate.pair_name(pt.algo, pt.proto) in pairs else "no",
+              pt.link, "yes" if cal.is_calibrated(pt) else "no",
               f"{pt.measured_us:.2f}", f"{pt.model_us:.2f}", f"{pt.ratio:.3f}"]
              for pt in cal.points]
     click.echo(tabulate(table, headers=["bytes", "settings", "NCCL runs", "transport", "calibrated",
@@ -148,4 +147,4 @@ def fit(results, topology, out_path, as_json):
                            for k in cal.calibrated_pairs))
     for name, why in cal.held.items():
         click.echo(f"held: {name}: {why}")
-    click.echo(f"worst point: {cal.worst_ratio():.3f}x; wrote {out_path}")
+    click.echo(f"worst calibrated point: {cal.worst_ratio():.3f}x; wrote {out_path}")

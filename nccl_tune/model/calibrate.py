@@ -107,7 +107,8 @@ class Calibration:
         out: dict[str, float] = {}
         for pt in self.points:
             key = pair_name(pt.algo, pt.proto)
-            out[key] = max(out.get(key, 0.0), abs(math.log(pt.ratio)))
+            if key in self.calibrated_pairs:
+                out[key] = max(out.get(key, 0.0), abs(math.log(pt.ratio)))
         return {k: round(v, 4) for k, v in out.items()}
 
     def constants(self) -> dict:
@@ -127,9 +128,15 @@ class Calibration:
                          for link in links}
         return out
 
+    def is_calibrated(self, point: Point) -> bool:
+        """True when the point's (algorithm, protocol) is one this fit calibrated."""
+        return pair_name(point.algo, point.proto) in self.calibrated_pairs
+
     def worst_ratio(self) -> float:
-        """The point furthest from measured, as a ratio >= 1 either way."""
-        return max(max(pt.ratio, 1 / pt.ratio) for pt in self.points)
+        """The calibrated point furthest from measured, as a ratio >= 1 either way (the
+        uncalibrated points are the model's own figures, not the fit's)."""
+        points = [pt for pt in self.points if self.is_calibrated(pt)] or self.points
+        return max(max(pt.ratio, 1 / pt.ratio) for pt in points)
 
     def to_dict(self) -> dict:
         """The model file's content (`model fit --out`)."""
@@ -143,7 +150,8 @@ class Calibration:
                            "pair_bw_scale": dict(p.pair_bw_scale)},
                 "fitted": self.fitted, "held": self.held, "constants": self.constants(),
                 "worst_ratio": round(self.worst_ratio(), 4),
-                "points": [pt.to_dict() for pt in self.points], "source": self.source,
+                "points": [dict(pt.to_dict(), calibrated=self.is_calibrated(pt))
+                           for pt in self.points], "source": self.source,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
