@@ -119,6 +119,12 @@ def test_recommend_and_sweep_with_a_fitted_model(cli_runner, farmshare, tmp_path
                                              "--json"]).output)
     assert out["topology"] == "pcie-direct" and out["world_size"] == 2
     assert any("CALIBRATED" in n for n in out["notes"])
+    # The fit calibrated Ring/LL only: rows running it say calibrated, with the fit's range.
+    rows = [out["baseline"], *out["cells"]]
+    ll = [r for r in rows if r["effective"]["algo"] == "Ring" and r["effective"]["proto"] == "LL"]
+    others = [r for r in rows if r not in ll]
+    assert ll and all(r["calibrated"] and r["latency_range_us"] for r in ll)
+    assert others and all(r["calibrated"] is False and r["latency_range_us"] for r in others)
     sim = tmp_path / "sim.jsonl"
     result = cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--model", str(model), "--set",
                                      "NCCL_PROTO=Simple", "--sizes", "16K", "--mode", "eager",
