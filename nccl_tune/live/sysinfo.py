@@ -95,6 +95,7 @@ def topology_info(topo_file: str | None = None) -> dict:
     """
     from nccl_tune.errors import NcclTuneError
 
+    names = caps = None  # another machine's GPUs are known only by what the file shows
     if topo_file is not None:
         topo = topology.parse_topo(read_text(topo_file), source=topo_file)
         vendor = None  # another machine's CPU is unknown
@@ -109,9 +110,11 @@ def topology_info(topo_file: str | None = None) -> dict:
             return {"source": "nvidia-smi topo -m", "kind": None,
                     "note": f"could not parse nvidia-smi topo -m: {exc}"}
         vendor = topology.local_cpu_vendor()
+        names, caps = topology.gpu_names(), topology.compute_caps()
     out = topo.to_dict()
     try:
-        out["kind"] = topology.classify(topo, vendor)
+        # This machine's GPUs decide NVSwitch with or without NVLS (compute capability).
+        out["kind"] = topology.classify(topo, vendor, names, caps)
         level = topology.default_p2p_level(vendor, len(topo.gpus))
         out["note"] = (f"kind assumes NCCL's default P2P level {level}"
                        + ("" if vendor else " (CPU vendor unknown; NCCL's default is PXB, "
