@@ -127,8 +127,10 @@ def test_sglang_engine_with_standin_server(cli_runner, tmp_path):
 def test_sglang_missing_is_one_line_exit_2(cli_runner, profile_file, monkeypatch):
     from nccl_tune.commands import validate as command
 
+    real_find_spec = importlib.util.find_spec  # the patch below must not call itself
     monkeypatch.setattr(command.importlib.util, "find_spec",
-                        lambda name: None if name == "sglang" else importlib.util.find_spec(name))
+                        lambda name, package=None: None if name == "sglang"
+                        else real_find_spec(name, package))
     res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "sglang",
                                   "--server-args", "--model-path m"])
     assert res.exit_code == 2
