@@ -11,7 +11,7 @@ For two model sizes, on gloo at world 2 (CPU), this runs:
 Then it predicts, per decode cycle (k draft steps + one verify of k+1 tokens):
 
     collectives = k x per_draft_forward x lat(decode bytes)
-                  + per_target_forward x lat(verify bytes)          (nccl_tune.model)
+                  + per_target_forward x lat(verify bytes)          (nccl_tune.model.per_token)
     cycle       = compute-only cycle + straggler wait + collectives
 
 and compares with what the loop measured: its cycle, and the time its collectives took
@@ -57,7 +57,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nccl_tune import model  # noqa: E402  (after the path is set)
+from nccl_tune.model import per_token as model  # noqa: E402  (after the path is set)
 
 TARGET = 0.15
 WORLD = 2

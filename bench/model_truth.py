@@ -1,6 +1,6 @@
 """The latency model against published measurements of real machines. Prints the table.
 
-For every reference in references.json (nccl_tune.references: published nccl-tests and
+For every reference in references.json (nccl_tune.model.references: published nccl-tests and
 similar tables, each with its machine, settings and source):
 
 - model / measured per point, uncalibrated (NCCL's tables and this project's labelled
@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nccl_tune import calibrate, costmodel, references  # noqa: E402
+from nccl_tune.model import calibrate, costmodel, references  # noqa: E402
 from nccl_tune.errors import NcclTuneError  # noqa: E402
 
 WINDOW = (8 << 10, 64 << 10)
@@ -212,7 +212,7 @@ def render(result: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--references", help="references.json (default: nccl_tune.references' search)")
+    parser.add_argument("--references", help="references.json (default: nccl_tune.model.references' search)")
     args = parser.parse_args()
     try:
         refs = references.load(args.references)

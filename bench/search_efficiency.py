@@ -39,9 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nccl_tune import grid as gridlib  # noqa: E402
-from nccl_tune import search, simbackend  # noqa: E402
-from nccl_tune import sweep as sweeplib  # noqa: E402
+from nccl_tune.measure import grid as gridlib  # noqa: E402
+from nccl_tune.measure import search, simbackend  # noqa: E402
+from nccl_tune.measure import sweep as sweeplib  # noqa: E402
 
 TOPOLOGIES = ("pcie-shm", "pcie", "nvlink")
 SIZES = (14336, 57344)  # 1 and 4 tokens x 7168 x bf16

@@ -4,7 +4,7 @@ Runs `integration.spec_loop` on gloo at world 2 (CPU), draft steps 0..6, at two 
 noise levels (how far the draft's weights are perturbed, i.e. how often it is accepted),
 all in one torchrun launch, and prints per step count: measured tok/s, accept length
 (bonus token included), draft / verify / other ms per cycle, and the planner's predicted
-tok/s. The planner (nccl_tune.spec_planner.plan_from_loop, the one spec-plan, recommend
+tok/s. The planner (nccl_tune.spec.planner.plan_from_loop, the one spec-plan, recommend
 and validate use) gets the loop's own measured plain decode time (k = 0), verify times at
 1..7 tokens, draft step and other time (means over k >= 1) and its measured per-position
 acceptance (from the k = 6 run), and answers a best k and candidates (within the stated
@@ -35,7 +35,7 @@ from tabulate import tabulate
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nccl_tune import spec_planner  # noqa: E402,F401  (fail early if the tree is broken)
+from nccl_tune.spec import planner as spec_planner  # noqa: E402,F401  (fail early if the tree is broken)
 
 STEPS = [0, 1, 2, 3, 4, 5, 6]
 MODEL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1024",
@@ -68,7 +68,7 @@ def run_sweep(noise: list[float], new_tokens: int, runs: int, timeout: float) ->
 
 def predict(records: dict[int, dict]) -> dict:
     """The planner on the loop's own measurements (see the module doc)."""
-    from nccl_tune.spec_planner import plan_from_loop
+    from nccl_tune.spec.planner import plan_from_loop
 
     loop = {k: {**r, "tok_s": r["tok_s_median"]} for k, r in records.items()}
     result = plan_from_loop(loop, [k for k in STEPS if k]).to_dict()
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built-in loop, gloo, world 2, {first['dtype']}: layers {first['layers']}, hidden "
           f"{first['hidden']}, heads {first['heads']}, vocab {first['vocab']}; draft "
           f"{first['draft_layers']} layer; {args.new_tokens} tokens x {args.runs} runs per step count; "
-          "planner: nccl_tune.spec_planner on the loop's own decode/verify/draft times and "
+          "planner: nccl_tune.spec.planner on the loop's own decode/verify/draft times and "
           "per-position acceptance (k = 6 run), candidates within 5%")
     for level in result:
         plans = level["prediction"]["plans"]

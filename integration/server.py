@@ -20,7 +20,7 @@ profile's variables (none for the baseline), so nothing left over in the shell o
 container leaks into either side of the comparison.
 
 `check_env` reads the environment of the server and of every descendant through
-nccl_tune.procenv (the logic of `nccl-tune check --tree`), which also handles workers
+nccl_tune.live.procenv (the logic of `nccl-tune check --tree`), which also handles workers
 that rewrote their environment block with setproctitle (both engines do).
 """
 
@@ -120,7 +120,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-# --- processes: lifecycle here, environments through nccl_tune.procenv ------------------
+# --- processes: lifecycle here, environments through nccl_tune.live.procenv ------------------
 
 def _stat(pid: int) -> tuple[int, str, int] | None:
     try:
@@ -148,7 +148,7 @@ def alive(pid: int) -> bool:
 class EnvCheck:
     """Whether each server process carries the expected NCCL_* environment.
 
-    Built on nccl_tune.procenv (the `check` command's logic). Stricter than `check` in
+    Built on nccl_tune.live.procenv (the `check` command's logic). Stricter than `check` in
     one way: an NCCL_* variable the profile does not set is a problem too (for the
     baseline, every NCCL_* is), except those the engine sets itself (`server_set`).
     """
@@ -205,7 +205,7 @@ def _entry(result, managed: frozenset) -> dict:
 def check_processes(pids: list[int], expected: dict[str, str],
                     managed: frozenset = frozenset()) -> EnvCheck:
     """Compare each process's NCCL_* variables with `expected` (the profile; {} for baseline)."""
-    from nccl_tune import procenv
+    from nccl_tune.live import procenv
 
     check = EnvCheck(dict(expected))
     for pid in pids:
@@ -219,7 +219,7 @@ def check_processes(pids: list[int], expected: dict[str, str],
 
 def check_tree(root: int, expected: dict[str, str], managed: frozenset = frozenset()) -> EnvCheck:
     """The server process and every descendant (procenv.check_processes with tree=True)."""
-    from nccl_tune import procenv
+    from nccl_tune.live import procenv
     from nccl_tune.errors import NcclTuneError
 
     check = EnvCheck(dict(expected))
@@ -325,7 +325,7 @@ class Server:
         """The server's process and all its descendants (the TP workers among them)."""
         if self.process is None or not alive(self.process.pid):
             return []
-        from nccl_tune.procenv import descendants
+        from nccl_tune.live.procenv import descendants
 
         found = [self.process.pid, *(p for p in descendants(self.process.pid) if alive(p))]
         for pid in found:

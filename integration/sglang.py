@@ -7,7 +7,7 @@
 
 The server runs as `python -m sglang.launch_server ARGS --host H --port P`; its TP
 workers are the schedulers (`sglang::scheduler_TP0`, ...), which rename themselves with
-setproctitle (nccl_tune.procenv handles the rewritten environment block). Its native API
+setproctitle (nccl_tune.live.procenv handles the rewritten environment block). Its native API
 is `/generate` (integration/client.py speaks it and the OpenAI one); with
 `--enable-metrics` it also serves `/metrics` (integration/metrics.py).
 

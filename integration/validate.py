@@ -9,7 +9,7 @@ measured, so a crash keeps everything measured before it.
 
 Measured against predicted: the time a profile saves per token is measured as
 1000/tok_s(baseline) - 1000/tok_s(profile) at the same step count, and predicted by the
-per-token model (nccl_tune.model): a cycle of k draft steps runs one target forward of
+per-token model (nccl_tune.model.per_token): a cycle of k draft steps runs one target forward of
 k+1 tokens (layers x 2 + 1 allreduces of (k+1) x hidden x dtype bytes) and k draft
 forwards of one token each, and yields `accept_len` tokens, so
 
@@ -33,9 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nccl_tune import costmodel, model, stats, store
+from nccl_tune import stats, store
+from nccl_tune.model import costmodel, per_token as model
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.launch import AGENT_LOG_RE, without_launcher_noise
+from nccl_tune.measure.launch import AGENT_LOG_RE, without_launcher_noise
 
 HELPS, HURTS, NO_DIFFERENCE = "helps", "hurts", "no significant difference"
 RESERVED_MODEL_ARGS = ("--steps", "--runs", "--new-tokens", "--json", "--warmup-tokens",
@@ -150,7 +151,7 @@ def _ranks_part(lines: list[str]) -> list[str]:
 def last_error_line(stderr: str, stdout: str = "") -> str | None:
     """The ranks' own last words: the last meaningful line a failed launch printed
     before torchrun's failure report, its banner and log lines removed
-    (nccl_tune.launch.without_launcher_noise)."""
+    (nccl_tune.measure.launch.without_launcher_noise)."""
     for text in (stderr, stdout):
         lines = [line.rstrip() for line in text.splitlines() if line.strip()]
         kept = [line for line in without_launcher_noise(_ranks_part(lines))
@@ -257,7 +258,7 @@ def measure_server(opts: Options, env_profile: dict[str, str] | None, steps: int
     environment, warm up, benchmark between two /metrics scrapes, stop."""
     from integration import client, logs, metrics
     from integration.server import Server, ServerError, tp_size
-    from nccl_tune import nccllog
+    from nccl_tune.nccl import nccllog
 
     engine = engine_of(opts.engine)
     log_path = os.path.join(opts.log_dir, f"{opts.run_id}-{label}-k{steps}.log")
@@ -350,7 +351,7 @@ def curves_from_results(path: str, profile_env: dict[str, str], world: int | Non
     source says so). The source is labelled by what the records are: measured,
     simulated (backend sim) or modelled (records with source: modelled).
     """
-    from nccl_tune import report
+    from nccl_tune.decide import report
 
     records = [r for r in store.read_records([path]) if (r.get("op") or "allreduce") == "allreduce"]
     summaries = [s for s in report.summarize(records)
@@ -395,9 +396,9 @@ def curves_from_results(path: str, profile_env: dict[str, str], world: int | Non
 
 def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str,
                           sizes: list[int], model_file: str | None = None) -> Curves:
-    """Modelled curves at the given sizes (nccl_tune.costmodel; not a measurement);
+    """Modelled curves at the given sizes (nccl_tune.model.costmodel; not a measurement);
     `model_file`: a `model fit` file whose fitted constants time NCCL's choice."""
-    from nccl_tune import calibrate, costmodel
+    from nccl_tune.model import calibrate, costmodel
 
     params, fitted = None, ""
     if model_file:
@@ -412,7 +413,7 @@ def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str
         raise NcclTuneError(f"cost model: {exc}") from None
     return Curves(model.LatencyCurve.from_points(base, "baseline"),
                   model.LatencyCurve.from_points(prof, "profile"),
-                  f"modelled: nccl_tune.costmodel{fitted}, topology {topology}, {world} ranks", False,
+                  f"modelled: nccl_tune.model.costmodel{fitted}, topology {topology}, {world} ranks", False,
                   kind="modelled")
 
 
@@ -580,7 +581,7 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
                                            opts.model_file)
         notes.append(f"prediction from {curves.source}")
         if opts.engine == "sglang":  # SGLang's own custom allreduce may bypass NCCL
-            from nccl_tune import engines
+            from nccl_tune.model import engines
 
             # --topology (or the --model file's) names the machine for the engine's rules
             notes.extend(engines.notes("sglang", opts.topology, world, needed_sizes(
@@ -622,11 +623,11 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
 
 def plan_steps_from_runs(measured: dict[tuple[str, int], dict], steps: list[int],
                          best: dict[str, int | None]) -> dict[str, dict]:
-    """The step planner (spec-plan's, nccl_tune.spec_planner.plan_from_loop) on each
+    """The step planner (spec-plan's, nccl_tune.spec.planner.plan_from_loop) on each
     configuration's own measured decode, verify and draft times and acceptance: its best
     k and candidates next to the measured best. Empty where the engine reports no timings
     (SGLang) or plain decoding or every speculative run is missing."""
-    from nccl_tune.spec_planner import PlanError, plan_from_loop
+    from nccl_tune.spec.planner import PlanError, plan_from_loop
 
     out = {}
     for label in ("baseline", "profile"):

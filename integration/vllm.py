@@ -10,7 +10,7 @@ and speaks the OpenAI API (`/v1/completions`, `/v1/models`) and `/metrics`. Its 
 tree (V1 engine): the API server, then `VLLM::EngineCore`, then one `VLLM::Worker_TP<N>`
 per rank (spawned with multiprocessing); the engine core and the workers rename
 themselves with setproctitle, which rewrites their environment block
-(nccl_tune.procenv reads the environment back from their memory).
+(nccl_tune.live.procenv reads the environment back from their memory).
 
 Speculative decoding: the method and the draft model are the user's, in
 `--speculative-config JSON` (eagle, eagle3, mtp, ngram, ...); a step count k sets its

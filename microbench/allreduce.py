@@ -38,7 +38,9 @@ import socket
 import sys
 import warnings
 
-from nccl_tune import costmodel, ncclinfo, settings, stats, store
+from nccl_tune import stats, store
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import ncclinfo, settings
 from nccl_tune.errors import NcclTuneError
 from microbench import check, nccllib, nccllog, options, output, teardown, timing
 

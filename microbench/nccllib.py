@@ -5,7 +5,7 @@ process runs can be another: a pip-upgraded nvidia-nccl-cu12, an LD_PRELOAD, an
 LD_LIBRARY_PATH copy. So a record states three things and which one it trusts:
 
 - the libnccl files mapped into this process (/proc/self/maps) and what their
-  `ncclGetVersion` says (nccl_tune.ncclinfo.library_version; ncclGetVersion only
+  `ncclGetVersion` says (nccl_tune.nccl.ncclinfo.library_version; ncclGetVersion only
   returns NCCL_VERSION_CODE, it initialises nothing, src/init.cc), or, with NCCL linked
   into another library, what the process's global namespace answers;
 - the "NCCL version 2.x.y+cudaZ" line of NCCL's own log, once a log was captured;
@@ -17,7 +17,7 @@ torch's; `versions.nccl_note` says when they differ.
 
 from __future__ import annotations
 
-from nccl_tune import ncclinfo
+from nccl_tune.nccl import ncclinfo
 from microbench.nccllog import loaded_nccl_paths
 
 

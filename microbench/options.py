@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from nccl_tune import settings
+from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
 
 PROG = "microbench.allreduce"
@@ -170,7 +170,7 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
     """Validate a decoded plan object and return it as a `Plan`.
 
     `comm_env` must be exactly the communicator-scoped part of `env` (the catalogue in
-    nccl_tune.settings decides scope): the measurement sets those variables itself,
+    nccl_tune.nccl.settings decides scope): the measurement sets those variables itself,
     and the launcher must have set the rest.
     """
     if not isinstance(data, dict):

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from nccl_tune import calibrate, costmodel as cm, references, store
+from nccl_tune import store
+from nccl_tune.model import calibrate, costmodel as cm, references
 from nccl_tune.errors import NcclTuneError
 
 SIZES = [1 << p for p in range(10, 23)]

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import subprocess_env
-from nccl_tune import procenv
+from nccl_tune.live import procenv
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
 

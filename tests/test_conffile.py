@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import subprocess_env
-from nccl_tune import conffile, procenv, profile
+from nccl_tune.live import conffile, procenv, profile
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune import costmodel as cm
+from nccl_tune.model import costmodel as cm
 
 P = cm.NCCL_PARAMS
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune import sysinfo
+from nccl_tune.live import sysinfo
 from nccl_tune.cli import cli
 
 KEYS = ["nccl_libraries", "torch", "gpus", "topology", "conf_files", "env"]

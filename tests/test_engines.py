@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nccl_tune import engines
+from nccl_tune.model import engines
 from nccl_tune.cli import cli
 
 

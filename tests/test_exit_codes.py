@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from nccl_tune import sweep as sweeplib
+from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
 from nccl_tune.errors import (EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
                               EXIT_RUN_FAILED)

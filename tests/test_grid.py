@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune import grid as gridlib
+from nccl_tune.measure import grid as gridlib
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.store import BASELINE
 
@@ -124,7 +124,7 @@ def test_unknown_topology_prunes_nothing_and_says_so(monkeypatch):
     real_import = builtins.__import__
 
     def no_topology(name, *args, **kwargs):
-        if name == "nccl_tune.topology" or (args and args[2] and "topology" in args[2]
+        if name == "nccl_tune.nccl.topology" or (args and args[2] and "topology" in args[2]
                                             and name == "nccl_tune"):
             raise ImportError("absent")
         return real_import(name, *args, **kwargs)

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from conftest import OWN_FIXTURES
-from nccl_tune import importers, nccltests, store
+from nccl_tune import store
+from nccl_tune.measure import importers
+from nccl_tune.nccl import nccltests
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
 

@@ -14,9 +14,11 @@ import math
 
 import pytest
 
-from nccl_tune import report, search, stats, store
+from nccl_tune import stats, store
+from nccl_tune.decide import report
+from nccl_tune.measure import search
 from nccl_tune.cli import cli
-from nccl_tune.grid import Cell
+from nccl_tune.measure.grid import Cell
 from nccl_tune.store import BASELINE
 
 

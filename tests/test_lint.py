@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from nccl_tune import lint
+from nccl_tune.live import lint
 from nccl_tune.cli import cli
-from nccl_tune.lint import ERROR, WARNING, KnownNames, lint_text
+from nccl_tune.live.lint import ERROR, WARNING, KnownNames, lint_text
 
 # A fixed libnccl view so results do not depend on what is installed.
 FAKE = KnownNames(frozenset({"NCCL_PROTO", "NCCL_IB_TIMEOUT", "NCCL_MAX_NCHANNELS"}), "2.32.3", "/fake/libnccl.so")
@@ -111,7 +111,7 @@ def test_line_numbers_with_comments_blank_lines_and_crlf():
 
 
 def test_shipped_profile_is_lint_clean():
-    from nccl_tune.profile import resolve_profile
+    from nccl_tune.live.profile import resolve_profile
 
     path = resolve_profile("pcie-8gpu-decode")
     assert lint.lint_file(str(path)) == []

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from microbench import check, nccllog, timing
-from nccl_tune import ncclinfo
+from nccl_tune.nccl import ncclinfo
 
 
 # ---------------------------------------------------------------- correctness check

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from microbench import allreduce, nccllib, nccllog, options, teardown, timing
-from nccl_tune import launch, ncclinfo, sweepplan
+from nccl_tune.measure import launch, sweepplan
+from nccl_tune.nccl import ncclinfo
 from nccl_tune.cli import cli
 from tests.conftest import REPO_ROOT, subprocess_env
 

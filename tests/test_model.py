@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nccl_tune import model, stats, store
+from nccl_tune import stats, store
+from nccl_tune.model import per_token as model
 
 DECODE = 14336
 

@@ -1,10 +1,10 @@
-"""The NCCL log parser (nccl_tune.ncclinfo) and the requested-vs-observed comparison."""
+"""The NCCL log parser (nccl_tune.nccl.ncclinfo) and the requested-vs-observed comparison."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from nccl_tune import ncclinfo
+from nccl_tune.nccl import ncclinfo
 from tests.conftest import OWN_FIXTURES
 
 LOGS = OWN_FIXTURES / "nccl_log"

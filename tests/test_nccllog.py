@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from conftest import OWN_FIXTURES
-from nccl_tune import ncclinfo, nccllog
+from nccl_tune.nccl import ncclinfo, nccllog
 from nccl_tune.cli import cli
 
 LOGS = OWN_FIXTURES / "nccl_log"

@@ -13,9 +13,11 @@ import pytest
 
 from conftest import OWN_FIXTURES, REPO_ROOT, subprocess_env
 from microbench import options
-from nccl_tune import grid as gridlib
-from nccl_tune import launch, ncclinfo, settings, store
-from nccl_tune import sweep as sweeplib
+from nccl_tune.measure import grid as gridlib
+from nccl_tune import store
+from nccl_tune.measure import launch
+from nccl_tune.nccl import ncclinfo, settings
+from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
 

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from nccl_tune import plotting, stats, store
+from nccl_tune import stats, store
+from nccl_tune.decide import plotting
 from nccl_tune.cli import cli
 
 pytest.importorskip("matplotlib")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nccl_tune import procenv, procmem
+from nccl_tune.live import procenv, procmem
 from nccl_tune.cli import cli
 from tests.conftest import subprocess_env
 

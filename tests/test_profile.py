@@ -8,9 +8,9 @@ import string
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from nccl_tune import profile
+from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.profile import parse_profile, render_profile
+from nccl_tune.live.profile import parse_profile, render_profile
 
 SAFE_CHARS = string.ascii_letters + string.digits + "_.,:^%/@+=-"
 keys = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,24}", fullmatch=True)

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import REPO_ROOT
-from nccl_tune import lint
+from nccl_tune.live import lint
 from nccl_tune.cli import cli
 
 BASH = shutil.which("bash")

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import python_cmd, subprocess_env
-from nccl_tune import export, profile, recommendation, stats, store, tuner
+from nccl_tune import stats, store
+from nccl_tune.decide import export, recommendation
+from nccl_tune.live import profile
+from nccl_tune.nccl import tuner
 from nccl_tune.cli import cli
 
 SIZES = (8192, 14336, 28672, 57344)
@@ -184,12 +187,12 @@ def test_assumed_topology_is_named(cli_runner, monkeypatch):
     import sys
     import types
 
-    import nccl_tune
+    import nccl_tune.nccl
 
-    fake = types.ModuleType("nccl_tune.topology")
+    fake = types.ModuleType("nccl_tune.nccl.topology")
     fake.detect_kind = lambda: None  # no GPU
-    monkeypatch.setitem(sys.modules, "nccl_tune.topology", fake)
-    monkeypatch.setattr(nccl_tune, "topology", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "nccl_tune.nccl.topology", fake)
+    monkeypatch.setattr(nccl_tune.nccl, "topology", fake, raising=False)
     result = run(cli_runner, "--layers", "61")
     assert "pcie-amd-2s ASSUMED (no GPU found)" in result.output
     fake.detect_kind = lambda: "nvlink"
@@ -404,7 +407,7 @@ def _nccl_tests_text(scale):
 
 
 def test_imported_nccl_tests_with_a_zero_byte_row(tmp_path, cli_runner):
-    from nccl_tune import importers
+    from nccl_tune.measure import importers
 
     records = []
     for name, scale, env in (("base", 1.0, {}), ("p2p", 0.5, P2P)):
@@ -429,7 +432,7 @@ def test_imported_nccl_tests_with_a_zero_byte_row(tmp_path, cli_runner):
     assert out["baseline"]["latency_us"] == pytest.approx(base_lat, rel=0.02)
     assert p2p["latency_us"] == pytest.approx(base_lat / 2, rel=0.02)
     # Library level too: the p50 points of the 0-byte rows never reach a curve.
-    from nccl_tune import model
+    from nccl_tune.model import per_token as model
 
     assert 0 not in model.pooled_samples(records)
     assert all(0 not in sizes for sizes in model.round_points(records).values())

@@ -10,7 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from nccl_tune import costmodel, stats, store
+from nccl_tune import stats, store
+from nccl_tune.model import costmodel
 from nccl_tune.cli import cli
 
 
@@ -132,7 +133,7 @@ def test_collectives_longer_than_the_whole_token_are_flagged(cli_runner, tmp_pat
 
 def test_validate_and_recommend_model_the_same_machine_by_default(cli_runner, tmp_path, monkeypatch):
     from integration import validate as lib
-    from nccl_tune import topology
+    from nccl_tune.nccl import topology
 
     monkeypatch.setattr(topology, "detect_kind", lambda: None)  # no GPU found
     shown = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--json"])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nccl_tune import references as R
+from nccl_tune.model import references as R
 from nccl_tune.errors import NcclTuneError
 
 
@@ -33,7 +33,7 @@ def test_kind_of_reads_what_an_entry_says(entry, kind):
 
 
 def test_every_reference_has_a_cost_model_kind_and_one_machine_one_kind(refs):
-    from nccl_tune import costmodel
+    from nccl_tune.model import costmodel
 
     assert refs and all(r.kind in costmodel.TOPOLOGIES for r in refs)
     by_machine = {}

@@ -10,7 +10,8 @@ import zlib
 import numpy as np
 import pytest
 
-from nccl_tune import report, store
+from nccl_tune import store
+from nccl_tune.decide import report
 from nccl_tune.cli import cli
 
 NBYTES = 14336
@@ -253,7 +254,7 @@ def test_imported_files_of_two_machines_are_reported_apart(cli_runner, tmp_path,
 
 
 def test_imported_rank_lines_name_the_machine(real_fixtures):
-    from nccl_tune import importers
+    from nccl_tune.measure import importers
 
     records, _ = importers.import_file(str(real_fixtures / "nccl_tests" / "oke_a100_2node_nccl2.25.txt"))
     (row,) = [s for s in report.summarize(records) if s.bytes == records[0]["bytes"]]

@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from nccl_tune import grid as gridlib
-from nccl_tune import search, simbackend, store
-from nccl_tune import sweep as sweeplib
+from nccl_tune.measure import grid as gridlib
+from nccl_tune import store
+from nccl_tune.measure import search, simbackend
+from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
 
 SIZES = (14336, 57344)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune import settings
-from nccl_tune.settings import ERROR, WARNING, check_value
+from nccl_tune.nccl import settings
+from nccl_tune.nccl.settings import ERROR, WARNING, check_value
 
 ISSUE_VARIABLES = """NCCL_PROTO NCCL_ALGO NCCL_MAX_NCHANNELS NCCL_MIN_NCHANNELS NCCL_MAX_NRINGS
 NCCL_MIN_NRINGS NCCL_MAX_CTAS NCCL_MIN_CTAS NCCL_BUFFSIZE NCCL_LL_BUFFSIZE NCCL_LL128_BUFFSIZE
@@ -40,7 +40,7 @@ def test_scopes_follow_design():
 def test_catalogue_names_are_read_by_the_installed_libnccl():
     # The library's own strings list the variables it reads; the tuner config file is
     # read by the tuner plugin, not by libnccl.
-    from nccl_tune.lint import installed_names
+    from nccl_tune.live.lint import installed_names
 
     known = installed_names()
     if known.names is None:

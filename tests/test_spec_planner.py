@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune import spec_accept as sa
-from nccl_tune import spec_options as so
-from nccl_tune import spec_verify as sv
-from nccl_tune import specdec as sd
-from nccl_tune.spec_planner import PlanError, PlanRequest, plan
+from nccl_tune.spec import accept as sa
+from nccl_tune.spec import options as so
+from nccl_tune.spec import verify as sv
+from nccl_tune.spec import accept as sa, cycle as sd, options as so
+from nccl_tune.spec.planner import PlanError, PlanRequest, plan
 
 SWEEPS = Path(__file__).resolve().parent / "fixtures" / "spec_sweeps"
 REPORT = ["--decode-ms", "11.26", "--verify-ms", "21.7@6", "--draft-ms", "0.138", "--other-ms",
@@ -293,7 +293,7 @@ def _loop_runs():
 
 def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
     from integration import validate as lib
-    from nccl_tune.spec_planner import plan_from_loop
+    from nccl_tune.spec.planner import plan_from_loop
 
     runs = _loop_runs()
     loop = plan_from_loop(runs).to_dict()

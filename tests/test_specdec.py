@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nccl_tune import spec_options as so
-from nccl_tune import spec_verify as sv
-from nccl_tune import specdec as sd
-from nccl_tune.model import LatencyCurve, message_bytes
+from nccl_tune.spec import options as so
+from nccl_tune.spec import verify as sv
+from nccl_tune.spec import accept as sa, cycle as sd, options as so
+from nccl_tune.model.per_token import LatencyCurve, message_bytes
 
 
 def acceptance(**kwargs):
@@ -22,57 +22,57 @@ def acceptance(**kwargs):
 @pytest.mark.parametrize("rate", [0.0, 0.3, 0.7, 0.9, 1.0])
 @pytest.mark.parametrize("k", [0, 1, 3, 8])
 def test_iid_closed_form_equals_the_sum(rate, k):
-    assert sd.tau_iid(rate, k) == pytest.approx(1 + sum(rate ** i for i in range(1, k + 1)))
-    assert sd.tau_from_reach([rate ** i for i in range(1, k + 1)]) == pytest.approx(sd.tau_iid(rate, k))
+    assert sa.tau_iid(rate, k) == pytest.approx(1 + sum(rate ** i for i in range(1, k + 1)))
+    assert sa.tau_from_reach([rate ** i for i in range(1, k + 1)]) == pytest.approx(sa.tau_iid(rate, k))
 
 
 @pytest.mark.parametrize("rate,k", [(0.6, 3), (0.85, 5), (0.95, 2)])
 def test_monte_carlo_accept_reject_matches_closed_form(rate, k):
     cycles = 60000
-    mean = sd.simulate_cycles([rate] * k, cycles, seed=1)
-    expected = sd.tau_iid(rate, k)
+    mean = sa.simulate_cycles([rate] * k, cycles, seed=1)
+    expected = sa.tau_iid(rate, k)
     # The per-cycle token count is bounded by k + 1: 4 standard errors of at most (k+1)/2.
     assert abs(mean - expected) < 4 * ((k + 1) / 2) / math.sqrt(cycles)
 
 
 def test_monte_carlo_with_position_dependent_rates():
     conditional = [0.9, 0.8, 0.6, 0.5]
-    reach = sd.reach_from_conditional(conditional)
+    reach = sa.reach_from_conditional(conditional)
     assert reach == pytest.approx([0.9, 0.72, 0.432, 0.216])
-    mean = sd.simulate_cycles(conditional, 60000, seed=2)
-    assert mean == pytest.approx(sd.tau_from_reach(reach), abs=0.03)
+    mean = sa.simulate_cycles(conditional, 60000, seed=2)
+    assert mean == pytest.approx(sa.tau_from_reach(reach), abs=0.03)
 
 
 @settings(max_examples=60, deadline=None)
 @given(rate=st.floats(0.01, 0.99), k=st.integers(1, 10))
 def test_accept_len_and_iid_rate_round_trip(rate, k):
-    tau = sd.tau_iid(rate, k)
-    assert sd.iid_rate_from_accept_len(tau, k) == pytest.approx(rate, abs=1e-6)
+    tau = sa.tau_iid(rate, k)
+    assert sa.iid_rate_from_accept_len(tau, k) == pytest.approx(rate, abs=1e-6)
 
 
 @settings(max_examples=60, deadline=None)
 @given(tau_frac=st.floats(0.0, 1.0), k=st.integers(1, 10))
 def test_tool_conventions_round_trip(tau_frac, k):
     tau = 1 + tau_frac * k  # any accept length in [1, k+1]
-    for variant in (sd.SGLANG_RATE_DRAFTS, sd.SGLANG_RATE_TOTAL):
-        rate = sd.sglang_accept_rate(tau, k, variant)
-        assert sd.accept_len_from_sglang_rate(rate, k, variant) == pytest.approx(tau)
-    assert sd.accept_len_from_vllm(tau) == tau
-    assert sd.accept_len_from_vllm_rate(sd.vllm_draft_acceptance_rate(tau, k), k) == pytest.approx(tau)
+    for variant in (sa.SGLANG_RATE_DRAFTS, sa.SGLANG_RATE_TOTAL):
+        rate = sa.sglang_accept_rate(tau, k, variant)
+        assert sa.accept_len_from_sglang_rate(rate, k, variant) == pytest.approx(tau)
+    assert sa.accept_len_from_vllm(tau) == tau
+    assert sa.accept_len_from_vllm_rate(sa.vllm_draft_acceptance_rate(tau, k), k) == pytest.approx(tau)
 
 
 def test_conventions_count_the_bonus_token():
     # Plain decoding (nothing accepted) is accept length 1.0 in SGLang and vLLM.
-    assert sd.tau_iid(0.0, 4) == 1.0
-    assert sd.sglang_accept_rate(1.0, 4) == 0.0  # recent SGLang: (L-1)/k
-    assert sd.sglang_accept_rate(1.0, 4, sd.SGLANG_RATE_TOTAL) == pytest.approx(0.2)  # L/(k+1)
-    assert sd.vllm_draft_acceptance_rate(5.0, 4) == 1.0  # everything accepted
+    assert sa.tau_iid(0.0, 4) == 1.0
+    assert sa.sglang_accept_rate(1.0, 4) == 0.0  # recent SGLang: (L-1)/k
+    assert sa.sglang_accept_rate(1.0, 4, sa.SGLANG_RATE_TOTAL) == pytest.approx(0.2)  # L/(k+1)
+    assert sa.vllm_draft_acceptance_rate(5.0, 4) == 1.0  # everything accepted
     with pytest.raises(ValueError):
-        sd.iid_rate_from_accept_len(0.5, 3)  # below 1: the bonus token was not counted
+        sa.iid_rate_from_accept_len(0.5, 3)  # below 1: the bonus token was not counted
 
 
 def _best_k(verify, rate=0.8, draft_ms=0.5):
-    plans = sd.plan_steps(range(1, 11), lambda k: sd.tau_iid(rate, k), draft_ms, verify)
+    plans = sd.plan_steps(range(1, 11), lambda k: sa.tau_iid(rate, k), draft_ms, verify)
     return sd.best_step(plans).k
 
 
@@ -99,7 +99,7 @@ def test_profile_that_flattens_comm_can_move_best_k_up():
 
 def test_plan_row_arithmetic():
     verify = sv.measured_curve([(1, 10.0), (3, 12.0)])
-    plans = sd.plan_steps([0, 2], lambda k: sd.tau_iid(0.5, k), 1.0, verify, other_ms=0.5)
+    plans = sd.plan_steps([0, 2], lambda k: sa.tau_iid(0.5, k), 1.0, verify, other_ms=0.5)
     plain, two = plans
     # plain decoding: one forward of one token, no per-cycle overhead of speculation
     assert (plain.tau, plain.cycle_ms, plain.tok_s) == (1.0, 10.0, pytest.approx(1000 / 10.0))
@@ -111,14 +111,14 @@ def test_plan_row_arithmetic():
 
 
 def test_parsers_reject_bad_text():
-    assert sd.parse_steps("1-3,8") == [1, 2, 3, 8]
+    assert so.parse_steps("1-3,8") == [1, 2, 3, 8]
     for bad in ("0-3", "5-2", "a", "1,,2", "1-100"):
         with pytest.raises(ValueError):
-            sd.parse_steps(bad)
-    assert sd.parse_at("3.2@4", "x") == ([3.2], [4])
-    assert sd.parse_at("10,11@1,2", "x") == ([10.0, 11.0], [1, 2])
+            so.parse_steps(bad)
+    assert so.parse_at("3.2@4", "x") == ([3.2], [4])
+    assert so.parse_at("10,11@1,2", "x") == ([10.0, 11.0], [1, 2])
     with pytest.raises(ValueError):
-        sd.parse_at("10,11@1", "x")
+        so.parse_at("10,11@1", "x")
     with pytest.raises(ValueError):
         sv.measured_curve([(1, 2.0), (1, 3.0)])
 
@@ -180,18 +180,18 @@ def test_step_ranges_are_bounded_before_they_are_built():
 
     tracemalloc.start()
     with pytest.raises(ValueError, match=r"--spec-steps '1-2000000': more than 64"):
-        sd.parse_steps("1-2000000", "--spec-steps")
+        so.parse_steps("1-2000000", "--spec-steps")
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 1_000_000  # a set of 2 million ints takes ~100 MB: never built
     with pytest.raises(ValueError, match="--spec-steps '1-99999999999999'"):
-        sd.parse_steps("1-99999999999999", "--spec-steps")
+        so.parse_steps("1-99999999999999", "--spec-steps")
 
 
 @pytest.mark.parametrize("text", ["x", "a-b", "0-3", "5-2", "1,,2", "1-65", "-3"])
 def test_step_errors_name_the_option(text):
     with pytest.raises(ValueError) as info:
-        sd.parse_steps(text, "--spec-steps")
+        so.parse_steps(text, "--spec-steps")
     assert str(info.value).startswith(f"--spec-steps '{text}':")
 
 
@@ -224,22 +224,22 @@ def test_spec_plan_errors_name_the_option(cli_runner, args, needle):
 @given(rate=st.floats(0.0, 1.0), k=st.integers(1, 10))
 def test_sglang_and_vllm_rate_options_round_trip(rate, k):
     text = f"{rate!r}@{k}"
-    acc = acceptance(sglang_accept_rate=text, sglang_convention=sd.SGLANG_RATE_DRAFTS)
+    acc = acceptance(sglang_accept_rate=text, sglang_convention=sa.SGLANG_RATE_DRAFTS)
     tau = acc.tau(k)
-    assert tau == pytest.approx(sd.accept_len_from_sglang_rate(rate, k, sd.SGLANG_RATE_DRAFTS))
-    assert sd.sglang_accept_rate(tau, k, sd.SGLANG_RATE_DRAFTS) == pytest.approx(rate, abs=1e-9)
+    assert tau == pytest.approx(sa.accept_len_from_sglang_rate(rate, k, sa.SGLANG_RATE_DRAFTS))
+    assert sa.sglang_accept_rate(tau, k, sa.SGLANG_RATE_DRAFTS) == pytest.approx(rate, abs=1e-9)
     assert acc.at(k).accept_len == pytest.approx(tau)
     vllm = acceptance(vllm_acceptance_rate=text)
-    assert vllm.tau(k) == pytest.approx(sd.accept_len_from_vllm_rate(rate, k))
-    assert sd.vllm_draft_acceptance_rate(vllm.tau(k), k) == pytest.approx(rate, abs=1e-9)
+    assert vllm.tau(k) == pytest.approx(sa.accept_len_from_vllm_rate(rate, k))
+    assert sa.vllm_draft_acceptance_rate(vllm.tau(k), k) == pytest.approx(rate, abs=1e-9)
     if rate >= 1 / (k + 1):  # earlier SGLang counted the bonus token: L = rate x (k + 1) >= 1
-        old = acceptance(sglang_accept_rate=text, sglang_convention=sd.SGLANG_RATE_TOTAL)
-        assert sd.sglang_accept_rate(old.tau(k), k, sd.SGLANG_RATE_TOTAL) == pytest.approx(rate, abs=1e-9)
+        old = acceptance(sglang_accept_rate=text, sglang_convention=sa.SGLANG_RATE_TOTAL)
+        assert sa.sglang_accept_rate(old.tau(k), k, sa.SGLANG_RATE_TOTAL) == pytest.approx(rate, abs=1e-9)
 
 
 def test_rate_options_are_checked_and_exclusive():
     with pytest.raises(ValueError, match="--sglang-accept-rate '0.1@4'"):  # L = 0.5 < 1
-        acceptance(sglang_accept_rate="0.1@4", sglang_convention=sd.SGLANG_RATE_TOTAL)
+        acceptance(sglang_accept_rate="0.1@4", sglang_convention=sa.SGLANG_RATE_TOTAL)
     for kwargs in ({"sglang_accept_rate": "0.7"}, {"sglang_accept_rate": "1.2@3"},
                    {"vllm_acceptance_rate": "0.5@0"}, {"vllm_acceptance_rate": "nan@2"},
                    {"sglang_accept_rate": "0.5@2", "accept_rate": 0.5},

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from nccl_tune import grid as gridlib
-from nccl_tune import launch, simbackend, store
-from nccl_tune import sweep as sweeplib
+from nccl_tune.measure import grid as gridlib
+from nccl_tune import store
+from nccl_tune.measure import launch, simbackend
+from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
 
 NBYTES = 14336

@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
-from nccl_tune import grid as gridlib
-from nccl_tune import launch, report, simbackend, store
-from nccl_tune import sweep as sweeplib
+from nccl_tune.measure import grid as gridlib
+from nccl_tune import store
+from nccl_tune.measure import launch, simbackend
+from nccl_tune.decide import report
+from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.errors import NcclTuneError
 
 SIZES = (14336, 57344)

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import OWN_FIXTURES, REPO_ROOT, subprocess_env
-from nccl_tune import launch, store
+from nccl_tune import store
+from nccl_tune.measure import launch
 from nccl_tune.cli import cli
 
 FAKE = OWN_FIXTURES / "sweep" / "fake_torchrun.py"

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from conftest import OWN_FIXTURES, subprocess_env
-from nccl_tune import grid as gridlib
-from nccl_tune import launch, store
-from nccl_tune import sweep as sweeplib
+from nccl_tune.measure import grid as gridlib
+from nccl_tune import store
+from nccl_tune.measure import launch
+from nccl_tune.measure import sweep as sweeplib
 
 FAKE = OWN_FIXTURES / "sweep" / "fake_torchrun.py"
 SIZES = (1024, 4096)
@@ -128,7 +129,7 @@ def test_crash_mid_group_blames_one_cell_and_relaunches_the_rest(tmp_path):
     assert engine.stats.launches == 3 and engine.stats.relaunches == 2
     # The engine's records of the crashed cells carry the machine and mode the ranks
     # reported, so the report lists them in the same family as the cells that ran.
-    from nccl_tune import report
+    from nccl_tune.decide import report
 
     rows = report.summarize(records)
     assert len({(s.machine, s.mode, s.dtype) for s in rows}) == 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import OWN_FIXTURES
-from nccl_tune import topology
+from nccl_tune.nccl import topology
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.topology import classify, parse_topo
+from nccl_tune.nccl.topology import classify, parse_topo
 
 TOPO = OWN_FIXTURES / "topo"
 
@@ -88,7 +88,7 @@ def test_single_gpu_cannot_be_classified():
 
 
 def test_kinds_are_the_cost_model_topologies():
-    from nccl_tune import costmodel
+    from nccl_tune.model import costmodel
 
     assert set(topology.KINDS) == set(costmodel.TOPOLOGIES)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune import tuner
+from nccl_tune.nccl import tuner
 
 FIXTURE = "tests/fixtures/tuner/example_plugin_format.conf"
 

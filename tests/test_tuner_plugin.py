@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import tuner_plugin
-from nccl_tune import costmodel, stats, store, tuner
+from nccl_tune import stats, store
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import tuner
 from nccl_tune.cli import cli
 
 OPS = {"allreduce": "allreduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
@@ -73,7 +75,7 @@ def disabled_by(env):
     """(func, algo, proto) triples NCCL core marks IGNORE under `env` on a one-node PCIe
     machine: what NCCL_ALGO / NCCL_PROTO disable, LL128 (off by default on PCIe), NVLS,
     NVLSTree, CollNet (no NVSwitch / one node / no CollNet) and PAT (one rank per node only)."""
-    from nccl_tune import settings
+    from nccl_tune.nccl import settings
 
     out = []
     for coll, f in tuner_plugin.FUNC.items():

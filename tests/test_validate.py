@@ -12,7 +12,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from integration import validate as lib
-from nccl_tune import model, store
+from nccl_tune import store
+from nccl_tune.model import per_token as model
 from nccl_tune.cli import cli
 from tests.conftest import REPO_ROOT
 
@@ -69,7 +70,7 @@ def test_builtin_end_to_end_on_gloo(cli_runner, profile_file, tmp_path):
     expected = "helps" if lo > 0 else "hurts" if hi < 0 else "no significant difference"
     assert data["verdict"] == expected, (data["verdict_detail"], lo, hi)
     assert f"[{lo:+.1f}, {hi:+.1f}] tok/s" in data["verdict_detail"]
-    assert data["prediction_source"].startswith("modelled: nccl_tune.costmodel")
+    assert data["prediction_source"].startswith("modelled: nccl_tune.model.costmodel")
     assert any("gloo" in note and "cannot change" in note for note in data["notes"])
     assert data["best_steps"]["baseline"] in (0, 2) and data["model"]["dtype"] == "float64"
     records = _records(out)  # one record per configuration, appended as measured
@@ -201,7 +202,7 @@ def test_prediction_from_results_records(tmp_path):
     verify = 5 * (40 - lat768) / 1000
     draft = 3 * 10 / 1000  # 1-layer draft, one token
     assert lib.predicted_ms_per_token(curves, 2, 2.5, 2, 32, "float64", 1) == pytest.approx((verify + 2 * draft) / 2.5)
-    # bf16 goes through nccl_tune.model.predicted_saving_ms itself: 2 B x 128 = 256 B
+    # bf16 goes through nccl_tune.model.per_token.predicted_saving_ms itself: 2 B x 128 = 256 B
     assert lib.forward_saving_ms(curves, 1, 2, 128, "bf16") == pytest.approx(
         model.predicted_saving_ms(curves.baseline, curves.profile, 1, 2, 128, "bf16"))
 

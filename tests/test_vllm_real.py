@@ -55,7 +55,7 @@ def server_args(model: str) -> list[str]:
 def leftovers(model: str) -> list[int]:
     """Processes of a vLLM server of this model still running (titled VLLM:: or started
     with the model's path)."""
-    from nccl_tune import procenv
+    from nccl_tune.live import procenv
 
     found = []
     for entry in os.listdir("/proc"):
@@ -111,7 +111,7 @@ class TestLiveServer:
 
     def test_without_memory_access_workers_are_inherited_not_missing(self, live_server, monkeypatch):
         from integration import server as server_mod
-        from nccl_tune import procmem
+        from nccl_tune.live import procmem
 
         def refuse(pid):
             raise procmem.MemoryReadError("cannot open its memory: Permission denied")

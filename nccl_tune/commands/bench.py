@@ -129,7 +129,7 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
 
     Returns (exit code, one-line reason or None, True when every rank refused with exit 2).
     """
-    from nccl_tune.launch import AGENT_LOG_RE
+    from nccl_tune.measure.launch import AGENT_LOG_RE
 
     kept: list[str] = []
     # torchrun sets OMP_NUM_THREADS=1 itself when unset, with a banner; same value, no banner.
@@ -189,7 +189,7 @@ def bench(nproc: int | None, nnodes: int, node_rank: int, rdzv_endpoint: str | N
     """
     from microbench.options import WORLD_ONE_NOTE, parse_args, preflight
 
-    from nccl_tune.launch import Launcher
+    from nccl_tune.measure.launch import Launcher
 
     options = parse_args(list(args))  # raises NcclTuneError: one line, exit 2
     if rdzv_endpoint is not None and master_port is not None:

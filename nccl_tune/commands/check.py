@@ -1,6 +1,6 @@
 """`nccl-tune check --profile FILE --pid PID [--tree] [--json]`: does a running server
 (and its workers) carry the profile? Exit 0 when every process matches, 1 when any does
-not, 2 when the process cannot be read. Logic: nccl_tune.procenv (roles, rewritten
+not, 2 when the process cannot be read. Logic: nccl_tune.live.procenv (roles, rewritten
 environment blocks, inheritance).
 """
 
@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from nccl_tune import procenv
-from nccl_tune.profile import load_profile, resolve_profile
+from nccl_tune.live import procenv
+from nccl_tune.live.profile import load_profile, resolve_profile
 
 
 _SOURCE = {"environ": "/proc environ", "memory": "memory (rewritten block)",

@@ -1,6 +1,6 @@
 """`nccl-tune doctor [--json] [--topo-file FILE]`: what NCCL will find on this machine.
 
-Logic lives in nccl_tune.sysinfo; this module renders it.
+Logic lives in nccl_tune.live.sysinfo; this module renders it.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _render(report: dict) -> None:
               help="Read a saved `nvidia-smi topo -m` output instead of running it.")
 def doctor(as_json: bool, topo_file: str | None) -> None:
     """Show NCCL libraries, torch, GPUs, topology, conf files and NCCL_* env."""
-    from nccl_tune import sysinfo
+    from nccl_tune.live import sysinfo
     from nccl_tune.cli import emit_json
 
     report = sysinfo.doctor_report(topo_file=topo_file)

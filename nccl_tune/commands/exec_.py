@@ -15,9 +15,9 @@ import sys
 
 import click
 
-from nccl_tune import lint as linter
+from nccl_tune.live import lint as linter
 from nccl_tune.errors import CannotExecute, NcclTuneError
-from nccl_tune.profile import load_profile, read_text, resolve_profile
+from nccl_tune.live.profile import load_profile, read_text, resolve_profile
 
 
 def check_runnable(name: str, path: str | None) -> None:

@@ -7,14 +7,15 @@ from collections import Counter
 import click
 from tabulate import tabulate
 
-from nccl_tune import importers, store
+from nccl_tune import store
+from nccl_tune.measure import importers
 from nccl_tune.errors import NcclTuneError
 
 
 def _lint_env_option(env: dict[str, str]) -> None:
     """--env goes into every record as the settings the runs used: lint it like a profile.
     Errors refuse (exit 2); warnings are printed."""
-    from nccl_tune import lint
+    from nccl_tune.live import lint
 
     findings = lint.lint_env(env, source="--env")
     errors = [f for f in findings if f.severity == lint.ERROR]

@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from nccl_tune import lint as linter
-from nccl_tune.profile import read_text
+from nccl_tune.live import lint as linter
+from nccl_tune.live.profile import read_text
 
 
 @click.command("lint")

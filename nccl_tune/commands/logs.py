@@ -1,6 +1,6 @@
 """`nccl-tune logs summarize LOG...`: throughput and accept length from server logs (SGLang,
 vLLM V0/V1) or saved /metrics scrapes, one summary per file; `nccl-tune logs nccl LOG...
-[--profile P.env]`: what NCCL's own log says it read and ran (logic: nccl_tune.nccllog)."""
+[--profile P.env]`: what NCCL's own log says it read and ran (logic: nccl_tune.nccl.nccllog)."""
 
 from __future__ import annotations
 
@@ -125,8 +125,8 @@ def nccl(logs_: tuple[str, ...], profile_path: str | None, as_json: bool) -> Non
     """
     import sys
 
-    from nccl_tune import nccllog
-    from nccl_tune.profile import load_profile, resolve_profile
+    from nccl_tune.nccl import nccllog
+    from nccl_tune.live.profile import load_profile, resolve_profile
 
     env = load_profile(str(resolve_profile(profile_path))).env if profile_path else None
     report = nccllog.analyze(list(logs_), env)

@@ -1,6 +1,6 @@
 """`nccl-tune model predict|fit`: the latency model, as is or fitted to one machine.
 
-Thin: parse, call nccl_tune.calibrate / references, render. Every figure printed here
+Thin: parse, call nccl_tune.model.calibrate / references, render. Every figure printed here
 is modelled; a fitted model says which measurements it was fitted to.
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
-from nccl_tune import calibrate, costmodel, references, store
+from nccl_tune import store
+from nccl_tune.model import calibrate, costmodel, references
 from nccl_tune.errors import NcclTuneError
 
 MODELLED_NOTE = ("MODELLED, not measured: NCCL's cost tables plus this project's labelled "
-                 "guesses and constants fitted to public tables (nccl_tune/costmodel.py)")
+                 "guesses and constants fitted to public tables (nccl_tune/model/costmodel.py)")
 
 
 def _sizes(text: str) -> list[int]:
@@ -46,7 +47,7 @@ def model() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per size.")
 def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
     """Per size: modelled time, NCCL's algorithm, protocol, channels and the published range."""
-    from nccl_tune.importers import parse_env_option
+    from nccl_tune.measure.importers import parse_env_option
 
     loaded = calibrate.load(model_path) if model_path else None
     if loaded and topology and topology != loaded.topology:

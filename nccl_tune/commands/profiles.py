@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import click
 
-from nccl_tune import lint as linter
-from nccl_tune.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
+from nccl_tune.live import lint as linter
+from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
 # Provenance keys worth a column in `list`, first found wins.
 _SUMMARY_KEYS = ("summary", "source", "measured", "gpus")
@@ -55,7 +55,7 @@ def list_(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def show(name_or_path: str, as_json: bool) -> None:
     """One profile: provenance, variables (with scope) and lint result."""
-    from nccl_tune import settings
+    from nccl_tune.nccl import settings
     from nccl_tune.cli import emit_json
 
     path = str(resolve_profile(name_or_path))
@@ -93,7 +93,7 @@ def convert(source: str, fmt: str, output: str | None) -> None:
     The provenance header is kept as comments. The environment wins over a conf file:
     NCCL applies conf values only to variables the environment does not set.
     """
-    from nccl_tune import conffile, profile
+    from nccl_tune.live import conffile, profile
 
     text = conffile.convert(str(resolve_profile(source)))
     if output:

@@ -1,6 +1,6 @@
 """`nccl-tune recommend`: latencies -> time saved per token; pick, plan, export.
 
-Thin: parse options, call nccl_tune.recommendation / specdec / tuner, render. Without
+Thin: parse options, call nccl_tune.decide.recommendation / specdec / tuner, render. Without
 --results it shows the embedded default (the analytical model, labelled MODELLED).
 """
 
@@ -11,11 +11,13 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import (calibrate, costmodel, engines, export, model, plotting, recommendation,
-                       references, spec_options, store)
+from nccl_tune import store
+from nccl_tune.model import calibrate, costmodel, engines, per_token as model, references
+from nccl_tune.decide import export, plotting, recommendation
+from nccl_tune.spec import options as spec_options
 from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.recommendation import MODELLED, SIMULATED
+from nccl_tune.decide.recommendation import MODELLED, SIMULATED
 
 ASSUMED_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
 resolve_topology = costmodel.resolve_topology  # the one default, shared with validate and sweep
@@ -336,7 +338,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     analysis.notes.extend(engine_notes)
     comp = None
     if steps:
-        from nccl_tune.spec_profiles import compare_profiles
+        from nccl_tune.spec.profile_steps import compare_profiles
 
         comp = compare_profiles(
             analysis, steps=steps, tau=acceptance.tau, hidden=hidden, dtype=dtype, batch=batch,

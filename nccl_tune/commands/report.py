@@ -9,10 +9,11 @@ import json
 import click
 from tabulate import tabulate
 
-from nccl_tune import plotting, store
+from nccl_tune import store
+from nccl_tune.decide import plotting
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.launch import summarize_error
-from nccl_tune.report import ADJUSTMENTS, GLOO_NOTE, latency_records, summarize
+from nccl_tune.measure.launch import summarize_error
+from nccl_tune.decide.report import ADJUSTMENTS, GLOO_NOTE, latency_records, summarize
 
 SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
 CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",

@@ -1,7 +1,7 @@
 """`nccl-tune spec-plan`: the draft step-count planner on its own, from profiler numbers.
 
-Thin: options -> nccl_tune.spec_planner.PlanRequest -> plan -> render. The planner,
-its conventions and its models live in nccl_tune.spec_* (see nccl_tune/specdec.py).
+Thin: options -> nccl_tune.spec.planner.PlanRequest -> plan -> render. The planner,
+its conventions and its models live in nccl_tune.spec_* (see nccl_tune/spec/cycle.py).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
-from nccl_tune import spec_accept as sa
-from nccl_tune import spec_options as so
+from nccl_tune.spec import accept as sa
+from nccl_tune.spec import options as so
 
 ACCEPT_LEN_HELP = ("Accept length L@K counting the bonus token (SGLang's `accept len`, vLLM's mean "
                    "acceptance length) at K draft steps; repeatable, one per K.")
@@ -75,15 +75,15 @@ def usage(fn, *args, **kwargs):
 
 def engines_kinds() -> list[str]:
     """The cost model's topology kinds (spec-plan's --topology choices)."""
-    from nccl_tune import costmodel
+    from nccl_tune.model import costmodel
 
     return list(costmodel.TOPOLOGIES)
 
 
 def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7168,
                   dtype: str = "bf16") -> list[str]:
-    """Whether the engine's decode and verify allreduces bypass NCCL (nccl_tune.engines)."""
-    from nccl_tune import engines, model
+    """Whether the engine's decode and verify allreduces bypass NCCL (nccl_tune.model.engines)."""
+    from nccl_tune.model import engines, per_token as model
 
     if engine == "none":
         return []
@@ -116,7 +116,7 @@ def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7
 @click.option("--moe-experts", type=click.IntRange(min=1), help="Routed experts E of a MoE target.")
 @click.option("--moe-topk", type=click.IntRange(min=1), help="Experts per token K of a MoE target.")
 @click.option("--layers", type=click.IntRange(min=1),
-              help="Target layers: adds comm(n) (2 per layer + 1 allreduces, nccl_tune.model) from "
+              help="Target layers: adds comm(n) (2 per layer + 1 allreduces, nccl_tune.model.per_token) from "
                    "the cost model to the verify model (MODELLED).")
 @click.option("--hidden", type=click.IntRange(min=1), default=7168, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True)
@@ -157,7 +157,7 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
     its own decode time. The answer is the best k and the candidates within the
     uncertainty; the measured sweep (the validate command printed) decides.
     """
-    from nccl_tune.spec_planner import PlanError, PlanRequest, plan
+    from nccl_tune.spec.planner import PlanError, PlanRequest, plan
 
     accept_in = parse_acceptance(acceptance)
     step_list = usage(so.parse_steps, steps, "--steps")
@@ -177,11 +177,11 @@ def spec_plan(decode_ms, verify_ms, draft_ms, steps, other_ms, verify_model, moe
         raise click.UsageError("--moe-topk cannot exceed --moe-experts")
     env, comm, comm_note = None, None, None
     if profile_path:
-        from nccl_tune.profile import load_profile, resolve_profile
+        from nccl_tune.live.profile import load_profile, resolve_profile
 
         env = dict(load_profile(str(resolve_profile(profile_path))).env)
     if layers:
-        from nccl_tune import spec_verify
+        from nccl_tune.spec import verify as spec_verify
 
         comm, comm_note = usage(spec_verify.modelled_comm, layers, hidden, dtype, tp,
                                  topology or "pcie-shm", env)

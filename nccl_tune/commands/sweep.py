@@ -10,7 +10,9 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import costmodel, grid as gridlib, launch, search, stats, sweep as sweeplib
+from nccl_tune import stats
+from nccl_tune.model import costmodel
+from nccl_tune.measure import grid as gridlib, launch, search, sweep as sweeplib
 from nccl_tune.errors import EXIT_INTERRUPTED, NcclTuneError, RunFailed
 
 SIM_DEFAULT_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
@@ -80,7 +82,7 @@ def _refuse_unknown_names(g, allow_unknown: bool) -> None:
     """NcclTuneError for a variable neither the catalogue nor the installed libnccl knows
     (a typo such as NCCL_PROTOO would be measured as a cell NCCL ignores), with lint's
     did-you-mean; --allow-unknown keeps it."""
-    from nccl_tune import lint
+    from nccl_tune.live import lint
 
     names = [name for cell in [*g.cells, *g.dropped] for name in cell.env]
     findings = lint.unknown_names(names, "sweep")
@@ -307,7 +309,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
     """
     sim_model = None
     if model_path:
-        from nccl_tune import calibrate
+        from nccl_tune.model import calibrate
 
         if backend != "sim":
             raise NcclTuneError("--model needs --backend sim (it changes what the model draws)")
@@ -409,7 +411,7 @@ def _planned_requests(plan: dict, n_cells: int, rounds: int) -> int | None:
 
 def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
          out, module, as_json, strategy, budget, sim_model=None):
-    from nccl_tune import simbackend
+    from nccl_tune.measure import simbackend
 
     warnings: list[str] = []
     landscape = (simbackend.make_landscape(sim_landscape, g.topology, seed, model=sim_model)

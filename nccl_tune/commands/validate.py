@@ -11,10 +11,10 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
-from nccl_tune.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
+from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
 from nccl_tune.errors import NcclTuneError, RunFailed
 
-MAX_STEPS = 64  # as nccl_tune.specdec.MAX_STEPS
+MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
 VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
                  "no significant difference": "the profile makes no significant difference",
                  "unknown": "no verdict"}
@@ -157,7 +157,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
-    from nccl_tune.profile import load_profile, resolve_profile
+    from nccl_tune.live.profile import load_profile, resolve_profile
     from integration import validate as lib
 
     steps = _steps(steps_text)
@@ -178,7 +178,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     if results_path and not os.path.isfile(results_path):
         raise NcclTuneError("cannot read: no such file", path=results_path)
     if model_file:
-        from nccl_tune import calibrate
+        from nccl_tune.model import calibrate
 
         if results_path:
             raise click.UsageError("--model and --results are two predictions: pass one")

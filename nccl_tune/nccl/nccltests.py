@@ -26,7 +26,7 @@ versions, and from outputs in public issues; see tests/fixtures/nccl_tests/READM
   ``time`` or ``cpu_time``, ``alg_bw``, ``bus_bw``, ``nwrong``, and with ``-I``
   ``out_of_place_per_iter`` holding ``p50_us`` and ``times_us``).
 
-Parsing only: each file becomes `Run`s (header facts and rows); nccl_tune.importers
+Parsing only: each file becomes `Run`s (header facts and rows); nccl_tune.measure.importers
 turns them into results records. Errors name the file and line.
 """
 
@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.ncclinfo import decode_version
+from nccl_tune.nccl.ncclinfo import decode_version
 
 INSTRUMENTATION_PREFIXES = ("NCCL_DEBUG", "NCCL_TESTS_")
 _TAG_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<(stdout|stderr)>:|\[\d+\]\s?|\d+:\s)")

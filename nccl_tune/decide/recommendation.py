@@ -4,7 +4,7 @@ From results records (measured, or simulated by the sweep's `sim` backend) or, w
 results, from the analytical cost model (modelled). Rules (issue "recommend"):
 
 - a cell's saving per token is baseline minus cell collectives time at the decode size,
-  with an interval carried from the rounds (nccl_tune.model.estimate_saving);
+  with an interval carried from the rounds (nccl_tune.model.per_token.estimate_saving);
 - the recommended cell has the largest saving whose interval excludes zero; with none,
   keep NCCL's defaults;
 - ties go to the cell that sets fewer variables: a cell is tied with the best when the
@@ -23,12 +23,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nccl_tune import costmodel, settings, stats
+from nccl_tune import stats
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.model import (LatencyCurve, OutOfRangeError, SavingEstimate,
+from nccl_tune.model.per_token import (LatencyCurve, OutOfRangeError, SavingEstimate,
                              estimate_saving, projected_tok_s,
                              projected_tok_s_interval)
-from nccl_tune.report import GLOO_NOTE, latency_records
+from nccl_tune.decide.report import GLOO_NOTE, latency_records
 from nccl_tune.store import BASELINE, cell_label
 
 MEASURED, MODELLED, SIMULATED = "measured", "modelled", "simulated"
@@ -323,7 +325,7 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
                     extrapolate: bool = False, baseline_tok_s: float | None = None,
                     confidence: float = 0.95) -> Analysis:
     """Rank the cells of measured (or simulated) records at the decode size `nbytes`."""
-    from nccl_tune.report import summarize
+    from nccl_tune.decide.report import summarize
 
     subset, world, backend, notes = _choose_subset(records, tp)
     final = [r for r in subset if r.get("final", True) is not False]
@@ -405,7 +407,7 @@ def unfinished_search_message(subset: list[dict], nbytes: int, collectives: int,
                               extrapolate: bool, confidence: float) -> str:
     """One line for results whose search stopped before its final rung (every record
     `final: false`): what happened, what to do, the best pruned cells; nothing is picked."""
-    from nccl_tune.report import summarize
+    from nccl_tune.decide.report import summarize
 
     summaries = [s for s in summarize(subset, confidence=confidence) if not s.final]
     rows: dict[str, CellRow] = {}

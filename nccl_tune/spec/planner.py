@@ -22,10 +22,10 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
-from nccl_tune import spec_accept as sa
-from nccl_tune import spec_verify as sv
-from nccl_tune.spec_options import AcceptanceInput
-from nccl_tune.specdec import (DEFAULT_REL_ERROR, StepPlan, best_step, candidate_steps, plan_steps,
+from nccl_tune.spec import accept as sa
+from nccl_tune.spec import verify as sv
+from nccl_tune.spec.options import AcceptanceInput
+from nccl_tune.spec.cycle import (DEFAULT_REL_ERROR, StepPlan, best_step, candidate_steps, plan_steps,
                                validate_command)
 
 OTHER_NOTE = ("--other-ms is charged to speculative cycles only (draft re-extend, tree and "

@@ -1,7 +1,7 @@
 """NCCL's own log as the proof: per rank and communicator, what NCCL read and what it did.
 
 Input: NCCL_DEBUG=INFO output, one file per process (NCCL_DEBUG_FILE=path.%h.%p) or one
-server log with many processes interleaved. Lines are parsed by nccl_tune.ncclinfo
+server log with many processes interleaved. Lines are parsed by nccl_tune.nccl.ncclinfo
 (parse_log); this module groups them by process (host:pid) and communicator, and checks
 a profile against what each process logged.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from nccl_tune import ncclinfo, settings
+from nccl_tune.nccl import ncclinfo, settings
 from nccl_tune.errors import NcclTuneError
 
 # Read by NCCL without a "set by environment" line (debug.cc, param.cc) or by a plugin.

@@ -11,13 +11,8 @@ Plain decoding (k = 0) is priced by a decode time of its own: one target forward
 token, with none of the per-cycle overhead `t_other` of speculation (draft re-extend,
 tree building, acceptance). A verify time is never charged to it.
 
-The pieces live by concern (this module re-exports the names callers use):
-  spec_accept   acceptance conventions, tau, position-dependent and iid forms
-  spec_verify   verify cost against tokens: measured points, MoE-aware and dense models
-  spec_options  option text -> inputs (acceptance, verify points, step lists)
-  spec_planner  the planner: plans per batch size, reconciliation with measured tok/s,
-                --fit, candidates with their uncertainty, the validate command
-  spec_profiles recommend's use: the same planner under the baseline and a profile
+The other pieces of `nccl_tune.spec` live by concern (see its `__init__`); callers
+import each name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -25,14 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from nccl_tune.spec_accept import (  # noqa: F401  (re-exported)
-    SGLANG_CONVENTION_WORDS, SGLANG_RATE_AUTO, SGLANG_RATE_DRAFTS, SGLANG_RATE_TOTAL, Acceptance,
-    accept_len_from_sglang_rate, accept_len_from_vllm, accept_len_from_vllm_rate,
-    iid_rate_from_accept_len, reach_from_conditional, sglang_accept_rate, simulate_cycles,
-    tau_from_reach, tau_iid, vllm_draft_acceptance_rate)
-from nccl_tune.spec_options import MAX_STEPS, parse_at, parse_steps  # noqa: F401
-from nccl_tune.spec_verify import (  # noqa: F401
-    VerifyCurve, expected_experts, fit_curve, measured_curve)
 
 DEFAULT_REL_ERROR = 0.05  # stated relative error of a predicted tok/s when no interval is given
 
@@ -118,13 +105,3 @@ def validate_command(candidates: Sequence[int], profile: str | None = None) -> s
     """The `nccl-tune validate` command that measures exactly the candidates (plus plain)."""
     steps = ",".join(str(k) for k in sorted({0, *candidates}))
     return f"nccl-tune validate --profile {profile or 'PROFILE.env'} --steps {steps}"
-
-
-def __getattr__(name: str):
-    # recommend's comparison lives in spec_profiles (it imports this module); reached lazily
-    # so that `specdec.compare_profiles` keeps working for callers of the old layout
-    if name in ("compare_profiles", "SpecComparison"):
-        from nccl_tune import spec_profiles
-
-        return getattr(spec_profiles, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

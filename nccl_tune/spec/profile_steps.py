@@ -1,6 +1,6 @@
 """recommend --spec-steps: the step planner under the baseline and the recommended cell.
 
-The same planner pieces as spec-plan (nccl_tune.spec_verify, specdec.plan_steps,
+The same planner pieces as spec-plan (nccl_tune.spec.verify, specdec.plan_steps,
 candidate_steps): verify(n) = compute(n) + comm(n), where comm(n) is the baseline's
 collectives time at n tokens per sequence (its latency curve at n x batch x hidden x
 dtype bytes) and compute(n) is what the measured verify times leave after it (interp),
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from nccl_tune import spec_verify as sv
-from nccl_tune.specdec import DEFAULT_REL_ERROR, best_step, candidate_steps, plan_steps, validate_command
+from nccl_tune.spec import verify as sv
+from nccl_tune.spec.cycle import DEFAULT_REL_ERROR, best_step, candidate_steps, plan_steps, validate_command
 
 
 @dataclass
@@ -99,7 +99,7 @@ def compare_profiles(analysis, *, steps: list[int], tau, hidden: int, dtype: str
     its `draft_collectives` one-token collectives with the profile.
     """
     from nccl_tune.errors import NcclTuneError
-    from nccl_tune.model import message_bytes
+    from nccl_tune.model.per_token import message_bytes
 
     points = dict(verify_points or [])
     if decode_ms is None and baseline_tok_s:

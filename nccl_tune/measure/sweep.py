@@ -30,10 +30,10 @@ How a batch runs (DESIGN.md sections 4-5):
   records say failed or timeout (a crash, a hang, a machine that went away): those are
   measured again, and their old records are kept in the file marked `superseded: true,
   final: false` (`retried_by`: the run id). `wrong` is a result, never retried.
-- The `sim` backend draws records from nccl_tune.simbackend instead of launching.
+- The `sim` backend draws records from nccl_tune.measure.simbackend instead of launching.
 
 Options, sizes, the launch environment, round orders and estimates live in
-nccl_tune.sweepplan (re-exported here); launchers and process trees in nccl_tune.launch.
+nccl_tune.measure.sweepplan (re-exported here); launchers and process trees in nccl_tune.measure.launch.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from nccl_tune import launch as launching
+from nccl_tune.measure import launch as launching
 from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.grid import Cell, no_cache_names
-from nccl_tune.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
+from nccl_tune.measure.grid import Cell, no_cache_names
+from nccl_tune.measure.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
     BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions,
     canonical_dtype, conf_cell_conflicts, conf_files, count_launches, estimate_seconds,
     launch_environment, launches_by_isolation, planned_nccl_version, resolve_isolation,
@@ -541,7 +541,7 @@ class SweepEngine:
         return sized + [{**whole[0], "bytes": b} for b in self.options.sizes if b not in have]
 
     def _launch_sim(self, requests: list[Request], on_complete):
-        from nccl_tune import simbackend
+        from nccl_tune.measure import simbackend
 
         world = self.launcher.world_size if self.launcher else 2
         for request in requests:
@@ -624,7 +624,7 @@ def _remove_dir(path: str) -> None:
 def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int,
                extra: dict | None = None) -> list[dict]:
     """Every cell in every round (1..rounds), baseline included, each round in a fresh
-    random order. (The CLI runs strategies through nccl_tune.search, whose exhaustive
+    random order. (The CLI runs strategies through nccl_tune.measure.search, whose exhaustive
     strategy does the same and tags its records with strategy and rung.)"""
     records = []
     for round_ in range(1, rounds + 1):

@@ -26,8 +26,8 @@ import functools
 import re
 from dataclasses import asdict, dataclass
 
-from nccl_tune import settings
-from nccl_tune.profile import parse_lines
+from nccl_tune.nccl import settings
+from nccl_tune.live.profile import parse_lines
 
 ERROR = settings.ERROR
 WARNING = settings.WARNING
@@ -74,7 +74,7 @@ class KnownNames:
     @property
     def version_tuple(self) -> tuple[int, int, int] | None:
         """The library's version as a tuple, for version-dependent value checks."""
-        from nccl_tune.ncclinfo import parse_version
+        from nccl_tune.nccl.ncclinfo import parse_version
 
         return parse_version(self.version)
 
@@ -82,7 +82,7 @@ class KnownNames:
 @functools.lru_cache(maxsize=1)
 def installed_names() -> KnownNames:
     """The names of the libnccl `ncclinfo.default_library()` picks (cached per process)."""
-    from nccl_tune import ncclinfo
+    from nccl_tune.nccl import ncclinfo
 
     try:
         lib = ncclinfo.default_library()
@@ -249,6 +249,6 @@ def counts(findings: list[Finding]) -> tuple[int, int]:
 
 def lint_file(path: str, known: KnownNames | None = None) -> list[Finding]:
     """Findings for one profile file; NcclTuneError when it cannot be read."""
-    from nccl_tune.profile import read_text
+    from nccl_tune.live.profile import read_text
 
     return lint_text(read_text(path), path=path, known=known)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nccl_tune import spec_accept as sa
+from nccl_tune.spec import accept as sa
 
 MAX_STEPS = 64  # more draft steps than this is not a plan (SGLang sweeps 1..10)
 ACCEPTANCE_OPTIONS = ("--accept-len L@K", "--accepted-drafts A@K", "--accept-rate A",

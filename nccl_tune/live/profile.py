@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.settings import needs_quoting
+from nccl_tune.nccl.settings import needs_quoting
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXPORT_RE = re.compile(r"^export\s+")
@@ -256,7 +256,7 @@ def shipped_profiles_dir() -> Path | None:
     candidates = []
     if os.environ.get("NCCL_TUNE_PROFILES"):
         candidates.append(Path(os.environ["NCCL_TUNE_PROFILES"]))
-    candidates.append(Path(__file__).resolve().parents[1] / "profiles")
+    candidates.append(Path(__file__).resolve().parents[2] / "profiles")
     for prefix in {sysconfig.get_path("data"), sys.prefix}:
         if prefix:
             candidates.append(Path(prefix) / "share" / "nccl-tune" / "profiles")

@@ -606,7 +606,7 @@ def confirm_effective(requested_env: dict[str, str], observed: dict | None,
     choice for this collective (an old NCCL, or TUNING not logged). `channels` is the
     number of channels the collective used (the communicator's when no choice was seen).
     """
-    from nccl_tune import settings  # local: keeps this module importable on its own
+    from nccl_tune.nccl import settings  # local: keeps this module importable on its own
 
     if not observed or not any(observed.get(k) for k in ("version", "choices", "comms", "env", "channels")):
         return None

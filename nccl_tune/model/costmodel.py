@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from nccl_tune import settings
+from nccl_tune.nccl import settings
 
 LINKS = ("nvlink", "pci", "shm")
 STEPS_PER_BUFFER = 8  # NCCL_STEPS: a channel's Simple buffer is split into 8 pipeline slots
@@ -126,8 +126,8 @@ class ModelParams:
 NCCL_PARAMS = ModelParams()
 
 
-# The machine kinds (Topology, TOPOLOGIES) live in nccl_tune.kinds; re-exported here.
-from nccl_tune.kinds import TOPOLOGIES, Topology  # noqa: E402,F401
+# The machine kinds (Topology, TOPOLOGIES) live in nccl_tune.model.kinds; re-exported here.
+from nccl_tune.model.kinds import TOPOLOGIES, Topology  # noqa: E402,F401
 
 # Path order for NCCL_P2P_LEVEL comparisons (NCCL's PATH_* order); legacy integers 0-5
 # map through NCCL's levelsOldToNew. NODE is nvidia-smi's name for a PHB-class path.
@@ -162,7 +162,7 @@ def resolve_topology(choice: str) -> tuple[str, str]:
     if choice != "auto":
         return choice, f"{choice} (--topology)"
     try:
-        from nccl_tune import topology as topo_mod  # helper module; may be absent or fail
+        from nccl_tune.nccl import topology as topo_mod  # helper module; may be absent or fail
 
         kind = topo_mod.detect_kind()
     except ImportError:

@@ -15,7 +15,7 @@ Rewritten blocks: a process that calls setproctitle (vLLM's engine core and work
 SGLang's schedulers) overwrites that memory with its title and NUL padding, so
 /proc/PID/environ shows a remnant, not its environment. Such a block is recognised
 (`rewritten_block`: empty entries or entries without `=`), and the environment is then
-read from the process's memory instead (nccl_tune.procmem: setproctitle keeps a copy of
+read from the process's memory instead (nccl_tune.live.procmem: setproctitle keeps a copy of
 every string behind libc's `environ`). Where that is refused, the nearest ancestor whose
 environment could be read stands in: the process inherited it (`spawned`: it exec'd a
 new program, e.g. multiprocessing's spawn; `forked`: it shares the ancestor's start-up
@@ -242,12 +242,12 @@ def descendants(pid: int) -> list[int]:
 def conf_supply(pid: int, environ: dict[str, str]) -> dict[str, dict]:
     """NCCL_* values the NCCL conf files would give process `pid` (name -> {value, path}).
 
-    Read as NCCL would at its first lookup (nccl_tune.conffile): NCCL_CONF_FILE (relative
+    Read as NCCL would at its first lookup (nccl_tune.live.conffile): NCCL_CONF_FILE (relative
     to the process's working directory) or $HOME/.nccl.conf, then /etc/nccl.conf, inside
     the process's root (/proc/PID/root: a container's own files); values the environment
     already sets are not supplied. The files are read now, not when the process read them.
     """
-    from nccl_tune.sysinfo import conf_files
+    from nccl_tune.live.sysinfo import conf_files
 
     base = os.path.join(PROC, str(pid))
     root = os.path.join(base, "root")
@@ -309,11 +309,11 @@ def read_process_env(pid: int) -> tuple[dict[str, str], str, bool, str | None]:
     """(environment, source, rewritten, why-not) of one process.
 
     source "environ": its /proc/PID/environ block as execve wrote it; "memory": the block
-    was rewritten and the environment was read from its memory (nccl_tune.procmem);
+    was rewritten and the environment was read from its memory (nccl_tune.live.procmem);
     "remnant": rewritten and the memory could not be read (why-not says why): only what
     is left of the block. Raises ProcessGone and PermissionError as read_environ does.
     """
-    from nccl_tune import procmem
+    from nccl_tune.live import procmem
 
     environ = read_environ(pid)
     if not rewritten_block(_read_bytes(pid, "environ")):

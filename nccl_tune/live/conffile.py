@@ -21,7 +21,7 @@ and `#` comments), so `nccl-tune lint` and `profiles show` read it too.
 
 from __future__ import annotations
 
-from nccl_tune import profile
+from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
 
 CONF_FILE_SINCE = (2, 23, 4)  # first NCCL release that reads NCCL_CONF_FILE

@@ -33,7 +33,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from nccl_tune import costmodel, settings
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.store import BASELINE, cell_id, cell_label
 
@@ -418,14 +419,14 @@ def group_cells(cells: list[Cell], isolation: str) -> list[ProcessGroup]:
 def detect_topology() -> tuple[str | None, str]:
     """This machine's topology kind (costmodel.TOPOLOGIES name) and how it was found.
 
-    Uses nccl_tune.topology.detect_kind when that module is present; None (nothing is
+    Uses nccl_tune.nccl.topology.detect_kind when that module is present; None (nothing is
     pruned by topology) when it is missing or cannot tell.
     """
     try:
-        from nccl_tune import topology as topo_module
+        from nccl_tune.nccl import topology as topo_module
         detect = topo_module.detect_kind
     except (ImportError, AttributeError):
-        return None, ("unknown topology (nccl_tune.topology.detect_kind is not available): "
+        return None, ("unknown topology (nccl_tune.nccl.topology.detect_kind is not available): "
                       "nothing pruned by topology; pass --topology to prune")
     try:
         kind = detect()

@@ -1,6 +1,6 @@
 """Search strategies over a sweep grid: exhaustive, successive halving, coordinate descent.
 
-A strategy decides *what* to measure next; the sweep engine (nccl_tune.sweep) decides
+A strategy decides *what* to measure next; the sweep engine (nccl_tune.measure.sweep) decides
 *how*: launches grouped by process-scoped settings, a fresh communicator per
 communicator-scoped setting, timeouts, records written exactly once. They meet in
 `Measure`, a callable taking a batch of `sweep.Request`s and returning their records
@@ -38,10 +38,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from nccl_tune import stats
-from nccl_tune.grid import Cell
+from nccl_tune.measure.grid import Cell
 from nccl_tune.store import BASELINE
-from nccl_tune.sweep import Request
-from nccl_tune.sweepplan import round_order
+from nccl_tune.measure.sweep import Request
+from nccl_tune.measure.sweepplan import round_order
 
 STRATEGIES = ("exhaustive", "halving", "descent")
 STRATEGY_HELP = {

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nccl_tune import costmodel, settings
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
 
 SCHEMA = "nccl-tune-model/1"
@@ -358,7 +359,7 @@ class LoadedModel:
 
 def save(calibration: Calibration, path: str) -> None:
     """Write the model file atomically."""
-    from nccl_tune.profile import write_atomic
+    from nccl_tune.live.profile import write_atomic
 
     write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
 
@@ -411,7 +412,7 @@ def predict_rows(topology_name: str, nranks: int, sizes, env: dict, mode: str,
                "mode": mode, "calibrated": model is not None, "range_us": None,
                "range_machines": [], "range_measured_us": None, "range_basis": None}
         if model is None and refs:
-            from nccl_tune import references
+            from nccl_tune.model import references
 
             found = references.kind_range(refs, topology_name, nranks, nbytes, env)
             if found is not None:

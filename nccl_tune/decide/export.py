@@ -4,7 +4,7 @@ Both are written atomically (profile.write_atomic) and only for a measured, sign
 recommendation unless forced; anything modelled or forced says so in its header. The
 profile's provenance header records what was measured, where, when, with which NCCL,
 the saving and its interval, the trust (confirmed by NCCL's log or declared) and the
-exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.tuner).
+exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nccl_tune import costmodel, profile, settings, store, tuner
+from nccl_tune import store
+from nccl_tune.model import costmodel
+from nccl_tune.live import profile
+from nccl_tune.nccl import settings, tuner
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.recommendation import (MEASURED, MODELLED, Analysis, CellRow,
+from nccl_tune.decide.recommendation import (MEASURED, MODELLED, Analysis, CellRow,
                                       lint_problems, source_words)
 from nccl_tune.store import cell_label
 
@@ -40,7 +43,7 @@ class Workload:
 def installed_nccl() -> str:
     """'not measured (installed: 2.x.y)' for provenance when nothing was measured."""
     try:
-        from nccl_tune import ncclinfo
+        from nccl_tune.nccl import ncclinfo
 
         lib = ncclinfo.default_library()
     except Exception:  # the version is provenance only; never fail an export over it
@@ -142,7 +145,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
                   conf: bool = False) -> dict:
     """Write the recommended profile (or refuse, saying why); returns what happened.
 
-    `conf`: in NCCL's conf-file syntax (nccl_tune.conffile) instead of a .env file.
+    `conf`: in NCCL's conf-file syntax (nccl_tune.live.conffile) instead of a .env file.
     """
     row, forced, refusal = export_row(analysis, force)
     if row is None:
@@ -150,7 +153,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
                       confidence)
     if conf:
-        from nccl_tune import conffile
+        from nccl_tune.live import conffile
 
         text = conffile.render_conf(row.env, prov)
     else:
@@ -166,7 +169,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
 # ---------------------------------------------------------------- tuner-plugin CSV
 #
 # NCCL's example plugin runs every collective, size and communicator that no rule covers
-# on ONE channel (nccl_tune.tuner), so the CSV tiles every collective the plugin knows
+# on ONE channel (nccl_tune.nccl.tuner), so the CSV tiles every collective the plugin knows
 # from 0 to SIZE_MAX with an explicit channel count: the measured winner where measured
 # and significant, elsewhere NCCL's own choice under the profile's settings (seen in
 # NCCL's log where the cell was measured, else modelled), each row's comment says which.
@@ -331,7 +334,7 @@ def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float,
                forced: bool = False) -> bool:
     """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend);
     `forced`: its saving is above zero, significant or not."""
-    from nccl_tune.model import OutOfRangeError, estimate_saving
+    from nccl_tune.model.per_token import OutOfRangeError, estimate_saving
 
     if row is None or row.records is None or analysis.baseline.records is None:
         return False
@@ -374,7 +377,7 @@ def _check_allowed(rules: list[tuner.Rule], env: dict) -> list[str]:
 
 
 def _version_tuple(text: str | None):
-    from nccl_tune.ncclinfo import parse_version
+    from nccl_tune.nccl.ncclinfo import parse_version
 
     return parse_version(text)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP, conf_conflicts  # torch-free
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.grid import Cell, group_cells
+from nccl_tune.measure.grid import Cell, group_cells
 
 MODULE = "microbench.allreduce"
 BACKENDS = ("nccl", "gloo", "sim")
@@ -178,10 +178,10 @@ def count_launches(cells: list[Cell], rounds: int, isolation: str) -> int:
 def planned_nccl_version(backend: str, given: str | None = None):
     """(version tuple or None, where it came from) of the NCCL a sweep plans for:
     --nccl-version when given, else on nccl the libnccl torch would load here (the first
-    loadable one, nccl_tune.ncclinfo.default_library); gloo and sim load none."""
+    loadable one, nccl_tune.nccl.ncclinfo.default_library); gloo and sim load none."""
     import re
 
-    from nccl_tune import ncclinfo
+    from nccl_tune.nccl import ncclinfo
 
     if given is not None:
         version = ncclinfo.parse_version(given)
@@ -204,7 +204,7 @@ def resolve_isolation(requested: str | None, backend: str, nccl_version,
     group; process when --no-verify-effective leaves shared NCCL cells unconfirmable.
     On gloo and sim no libnccl is loaded: auto plans nocache only for a given --nccl-version.
     """
-    from nccl_tune import settings
+    from nccl_tune.nccl import settings
 
     shown = ".".join(map(str, nccl_version)) if nccl_version else None
     where = f"NCCL {shown}{version_source}" if shown else "no NCCL version known"

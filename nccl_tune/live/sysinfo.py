@@ -19,11 +19,11 @@ import os
 import shutil
 import subprocess
 
-from nccl_tune import lint as linter
-from nccl_tune import ncclinfo, topology
-from nccl_tune.profile import nccl_env, parse_lines, read_text
+from nccl_tune.live import lint as linter
+from nccl_tune.nccl import ncclinfo, topology
+from nccl_tune.live.profile import nccl_env, parse_lines, read_text
 
-from nccl_tune.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
+from nccl_tune.live.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
 
 
 def torch_info() -> dict:

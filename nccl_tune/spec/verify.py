@@ -9,7 +9,7 @@
   the cost rises steeply for the first extra tokens and then flattens.
 - dense: t(n) = fixed + per_token x n + comm(n).
 
-comm(n) is the collectives time of a forward of n tokens (nccl_tune.model: layers x
+comm(n) is the collectives time of a forward of n tokens (nccl_tune.model.per_token: layers x
 collectives x latency(n x hidden x dtype bytes)), so an NCCL profile changes the verify
 cost at every n. The free parameters (fixed, per_expert / per_token) are fitted by least
 squares to the given points minus comm; with two points the fit is exact. Beyond the
@@ -195,9 +195,9 @@ def fit_curve(kind: str, points: Sequence[tuple[int, float]], *, experts: int | 
 def modelled_comm(layers: int, hidden: int, dtype: str, nranks: int, topology: str,
                   env: dict[str, str] | None = None, per_layer: int = 2,
                   extra: int = 1) -> tuple[Callable[[int], float], str]:
-    """comm(n) in ms from nccl_tune.costmodel (MODELLED, not measured) and its description:
-    layers x per_layer + extra allreduces of n x hidden x dtype bytes (nccl_tune.model)."""
-    from nccl_tune import costmodel, model
+    """comm(n) in ms from nccl_tune.model.costmodel (MODELLED, not measured) and its description:
+    layers x per_layer + extra allreduces of n x hidden x dtype bytes (nccl_tune.model.per_token)."""
+    from nccl_tune.model import costmodel, per_token as model
 
     collectives = model.collectives_per_forward(layers, per_layer, extra)
     cache: dict[int, float] = {}
@@ -210,5 +210,5 @@ def modelled_comm(layers: int, hidden: int, dtype: str, nranks: int, topology: s
 
     comm(1)  # refuse a bad topology or dtype now, not mid-plan
     where = "under the given NCCL settings" if env else "under NCCL's defaults"
-    return comm, (f"MODELLED by nccl_tune.costmodel ({topology}, {nranks} ranks, {where}): "
+    return comm, (f"MODELLED by nccl_tune.model.costmodel ({topology}, {nranks} ranks, {where}): "
                   f"{collectives} allreduces of n x {hidden} x {model.dtype_bytes(dtype)} B")

@@ -1,6 +1,6 @@
 """nccl-tests output -> results records (`nccl-tune import-nccl-tests`).
 
-The formats are read by nccl_tune.nccltests (text tables in their old and new layouts,
+The formats are read by nccl_tune.nccl.nccltests (text tables in their old and new layouts,
 as people paste them, and `-J` JSON). Here each row becomes a record (DESIGN.md section
 3, via store.make_record), one per run and size, `backend: nccl-tests`.
 
@@ -18,7 +18,7 @@ import shlex
 
 from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
+from nccl_tune.nccl.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
 
 BACKEND = "nccl-tests"
 

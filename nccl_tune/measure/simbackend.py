@@ -1,6 +1,6 @@
 """The `sim` backend: measurements drawn from the analytical model, with realistic noise.
 
-Nothing here is measured. A landscape is the cost model (nccl_tune.costmodel) on one
+Nothing here is measured. A landscape is the cost model (nccl_tune.model.costmodel) on one
 topology, optionally with its "true" parameters perturbed away from the ones NCCL
 selects with (so NCCL's own choice can be beaten, as on real machines), or flat (every
 cell equally fast: no winner should ever be declared). Samples add the noise seen on
@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nccl_tune import costmodel, settings, stats, store
+from nccl_tune import stats, store
+from nccl_tune.model import costmodel
+from nccl_tune.nccl import settings
 
 LANDSCAPES = ("nccl", "perturbed", "flat")
 

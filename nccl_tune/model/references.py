@@ -27,7 +27,7 @@ from nccl_tune.errors import NcclTuneError
 ENV_VAR = "NCCL_TUNE_REFERENCES"
 FILE_NAME = "references.json"
 RANGE_MAX_RATIO = 3.5  # the widest range_us may be (high / low)
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
     The model's relative saving (1 - cell/default) is applied to the published
     range of the default latency: the machines differ, the ratio is what the model says.
     """
-    from nccl_tune.model import projected_tok_s
+    from nccl_tune.model.per_token import projected_tok_s
 
     if base_model_us <= 0:
         return None

@@ -1,0 +1,7 @@
+"""Measuring: grids of settings (grid), what a sweep will do (sweepplan), the sweep
+engine (sweep) and its search strategies (search), the simulated backend (simbackend),
+launchers (launch) and nccl-tests importers (importers).
+
+May import `microbench` (its torch-free options), `nccl_tune.model`, `live`, `nccl` and
+the root modules; never spec, decide or commands.
+"""
