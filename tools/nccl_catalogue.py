@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from nccl_tune.ncclinfo import parse_version, variable_names  # noqa: E402  (after the path)
+from nccl_tune.nccl.ncclinfo import parse_version, variable_names  # noqa: E402  (after the path)
 
 PACKAGE = "nvidia-nccl-cu12"
 LIB_MEMBER = "nvidia/nccl/lib/libnccl.so.2"
@@ -71,7 +71,7 @@ def _wheel_key(version: str) -> tuple:
 
 def _library_version(path: str) -> str:
     """ncclGetVersion of `path`, asked in a child process (one libnccl per process)."""
-    code = ("import sys; from nccl_tune.ncclinfo import library_version; "
+    code = ("import sys; from nccl_tune.nccl.ncclinfo import library_version; "
             "print(library_version(sys.argv[1]))")
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
