@@ -13,11 +13,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import sys
 
 import pytest
-
 from conftest import REPO_ROOT
+
 from nccl_tune.nccl import ncclinfo, settings
 
 DATA = REPO_ROOT / "nccl_tune" / "data" / "nccl_releases.json"

@@ -15,7 +15,7 @@ from nccl_tune import store
 from nccl_tune.model import calibrate, costmodel, engines, per_token as model, references
 from nccl_tune.decide import export, plotting, recommendation
 from nccl_tune.spec import options as spec_options
-from nccl_tune.commands import nccl_target
+from nccl_tune.commands import engine_option, nccl_target
 from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.decide.recommendation import MODELLED, SIMULATED
@@ -247,8 +247,9 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
               show_default=True, help="Machine the model assumes without results (auto: detect).")
 @click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
-              show_default=True, help="Serving engine: says which decode allreduces its own "
-                                      "custom allreduce runs instead of NCCL.")
+              show_default=True, help="Serving engine: which path carries each decode allreduce, "
+                                      "read from the installed engine (cited rules otherwise).")
+@engine_option.arch_option
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Without --results: a `model fit` file (constants fitted to your machine).")
 @click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
@@ -286,7 +287,7 @@ def _plot(path, analysis, comp) -> None:
 @nccl_target.nccl_version_option
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, engine, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
+              topology, engine, arch, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
               moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
               export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, nccl_version,
               **acceptance_opts):
@@ -336,9 +337,10 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
             analysis.notes.insert(0, loaded.describe())
         else:
             published = references.attach_published_range(analysis, topo_name, baseline_tok_s)
-    engine_notes = engines.notes(engine, analysis.topology or topo_name,
-                                 analysis.world_size or tp or 8, [nbytes, *extra_sizes])
-    analysis.notes.extend(engine_notes)
+    engine_report = engines.report(engine, analysis.topology or topo_name,
+                                   analysis.world_size or tp or 8, [nbytes, *extra_sizes],
+                                   cc=engine_option.resolve_arch(arch, engine))
+    analysis.notes.extend(engine_report.lines)
     comp = None
     if steps:
         from nccl_tune.spec.profile_steps import compare_profiles
@@ -383,7 +385,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
         out["published_range"] = published.to_dict() if published else None
-        out["engine"] = {"name": engine, "notes": engine_notes}
+        out["engine"] = {"name": engine, **engine_report.to_dict()}
         out["acceptance"] = acceptance.description if acceptance else None
         out["acceptance_detail"] = acceptance.to_dict() if acceptance else None
         out["spec"] = comp.to_dict() if comp else None

@@ -18,10 +18,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from importlib import resources
-from typing import Callable, Iterable
 
 from nccl_tune.nccl import ncclinfo
 
