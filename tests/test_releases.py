@@ -142,3 +142,10 @@ def test_target_defaults_to_the_installed_library_or_says_none():
     none = releases.resolve_target(None, find=lambda: None)
     assert none.version is None
     assert releases.check([(1, "NCCL_NO_CACHE", "ALL")], none) == []
+
+
+def test_a_name_with_a_gap_is_not_read_in_the_gap():
+    data = {"releases": ["2.1.0", "2.2.0", "2.3.0"], "tuner_plugin": {}, "changes": [],
+            "names": {"NCCL_B": {"first": "2.1.0", "last": "2.3.0", "in": ["2.1.0", "2.3.0"]}}}
+    catalogue = releases.parse_catalogue(data)
+    assert [catalogue.reads("NCCL_B", v) for v in data["releases"]] == [True, False, True]

@@ -399,9 +399,7 @@ def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nrank
     warnings, provenance."""
     version = analysis.nccl_version
     where = "the results were measured with"
-    if target is not None and target.version:
-        version, where = target.version, "the target release is"
-    elif not version:
+    if not version:
         installed = installed_nccl()
         version = installed.split("installed: ")[-1].rstrip(")") if "installed: " in installed else None
         where = "this machine has"
@@ -423,6 +421,8 @@ def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nrank
     if target is not None:
         header.append(f"Target: {target.describe()}. {releases.tuner_header(target)}.")
     header += tuner.version_warnings(_version_tuple(version), where)
+    if target is not None and target.version and target.version != version:
+        header += tuner.version_warnings(_version_tuple(target.version), "the target release is")
     for item in uncovered:
         header.append(f"NO RULE (runs on ONE channel): {item}")
     header += [

@@ -19,7 +19,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
 
@@ -62,6 +62,7 @@ class Catalogue:
     names: dict[str, tuple[str, str]]
     tuner: dict[str, tuple[int, ...]]
     changes: tuple[Change, ...]
+    gaps: dict[str, frozenset[str]] = field(default_factory=dict)  # name -> the releases reading it
 
     @property
     def oldest(self) -> str:
@@ -85,6 +86,8 @@ class Catalogue:
         target = ncclinfo.parse_version(version)
         if span is None or target is None or target < ncclinfo.parse_version(self.oldest):
             return None
+        if name in self.gaps and self.covers(version):  # not every release in its span reads it
+            return _short(version) in self.gaps[name]
         first, last = (ncclinfo.parse_version(v) for v in span)
         if last == ncclinfo.parse_version(self.newest):
             return first <= target
@@ -111,7 +114,8 @@ def parse_catalogue(data: dict) -> Catalogue:
     return Catalogue(releases=tuple(data["releases"]),
                      names={k: (v["first"], v["last"]) for k, v in data["names"].items()},
                      tuner={k: tuple(v) for k, v in data["tuner_plugin"].items()},
-                     changes=changes)
+                     changes=changes,
+                     gaps={k: frozenset(v["in"]) for k, v in data["names"].items() if "in" in v})
 
 
 @functools.lru_cache(maxsize=1)
