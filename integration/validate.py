@@ -62,6 +62,7 @@ class Options:
     results: str | None = None
     results_any_world: bool = False  # predict from --results of another world size
     topology: str = costmodel.DEFAULT_TOPOLOGY  # the one default (costmodel.resolve_topology)
+    arch: str | None = None  # the GPUs' compute capability, for the engine's allreduce path
     model_file: str | None = None  # a `model fit` file for the prediction (no --results)
     layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
     hidden: int | None = None
@@ -584,12 +585,14 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
                                            needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)),
                                            opts.model_file)
         notes.append(f"prediction from {curves.source}")
-        if opts.engine == "sglang":  # SGLang's own custom allreduce may bypass NCCL
+        if opts.engine in ("sglang", "vllm"):  # the engine's own paths may bypass NCCL
             from nccl_tune.model import engines
 
-            # --topology (or the --model file's) names the machine for the engine's rules
-            notes.extend(engines.notes("sglang", opts.topology, world, needed_sizes(
-                sizes["hidden"], sizes["dtype"], max(opts.steps))))
+            # read from the installed engine (cited rules when it is not importable); the
+            # profile's engine switches apply; --topology names the machine
+            notes.extend(engines.report(opts.engine, opts.topology, world, needed_sizes(
+                sizes["hidden"], sizes["dtype"], max(opts.steps)), cc=opts.arch,
+                env=opts.profile_env).lines)
     if backend == "gloo":
         notes.append(f"engine {opts.engine} ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
                      "so any difference here is noise and the prediction (for NCCL) does not apply")

@@ -45,7 +45,8 @@ def _render(report: dict) -> None:
         click.echo(tabulate([[d["index"], d["name"], d["pci_bus_id"], d["memory_mib"]]
                              for d in gpus["devices"]],
                             headers=["index", "name", "PCI bus", "MiB"]))
-        click.echo(f"  driver {gpus['driver']}")
+        click.echo(f"  driver {gpus['driver']}, compute capability "
+                   f"{gpus.get('compute_capability') or 'unknown'}")
     else:
         click.echo(f"  none: {gpus['note']}")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune.commands import nccl_target
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import lint as linter
 from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
@@ -87,17 +89,28 @@ def show(name_or_path: str, as_json: bool) -> None:
               help="Target format: conf = NCCL's conf-file syntax (NCCL_CONF_FILE, ~/.nccl.conf).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write here (atomically) instead of printing.")
-def convert(source: str, fmt: str, output: str | None) -> None:
+@nccl_target.nccl_version_option
+def convert(source: str, fmt: str, output: str | None, nccl_version: str | None) -> None:
     """Convert a profile (.env file or shipped name) into an NCCL conf file.
 
     The provenance header is kept as comments. The environment wins over a conf file:
-    NCCL applies conf values only to variables the environment does not set.
+    NCCL applies conf values only to variables the environment does not set. The
+    profile is checked against an NCCL release (--nccl-version, default the installed
+    libnccl): a variable that release does not read refuses the conversion.
     """
     from nccl_tune.live import conffile, profile
 
-    text = conffile.convert(str(resolve_profile(source)))
+    path = str(resolve_profile(source))
+    target = nccl_target.target(nccl_version)
+    release = nccl_target.release_findings(read_text(path), path, target)
+    for finding in release:
+        click.echo(str(finding), err=True)
+    if linter.has_errors(release):
+        raise NcclTuneError(f"not converted: {release[0].message}", path=path)
+    text = conffile.convert(path)
     if output:
         profile.write_atomic(output, text)
-        click.echo(f"wrote {output}", err=True)
+        click.echo(f"wrote {output} ({nccl_target.used(target)})", err=True)
     else:
         click.echo(text, nl=False)
+        click.echo(f"converted {path} ({nccl_target.used(target)})", err=True)

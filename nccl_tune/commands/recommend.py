@@ -15,6 +15,7 @@ from nccl_tune import store
 from nccl_tune.model import calibrate, costmodel, engines, per_token as model, references
 from nccl_tune.decide import export, plotting, recommendation
 from nccl_tune.spec import options as spec_options
+from nccl_tune.commands import engine_option, nccl_target
 from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.decide.recommendation import MODELLED, SIMULATED
@@ -255,8 +256,9 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
               show_default=True, help="Machine the model assumes without results (auto: detect).")
 @click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
-              show_default=True, help="Serving engine: says which decode allreduces its own "
-                                      "custom allreduce runs instead of NCCL.")
+              show_default=True, help="Serving engine: which path carries each decode allreduce, "
+                                      "read from the installed engine (cited rules otherwise).")
+@engine_option.arch_option
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Without --results: a `model fit` file (constants fitted to your machine).")
 @click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
@@ -291,11 +293,13 @@ def _plot(path, analysis, comp) -> None:
               help="Save a PNG: saving by cell (and tok/s against steps). Needs the plot extra.")
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@nccl_target.nccl_version_option
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, engine, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
+              topology, engine, arch, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
               moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
-              export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, **acceptance_opts):
+              export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, nccl_version,
+              **acceptance_opts):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
 
     With --results: cells ranked by the ms they save per token across all layers, with
@@ -341,9 +345,10 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         if loaded:
             analysis.notes.insert(0, loaded.describe())
         published = references.attach_published_range(analysis, topo_name, baseline_tok_s, loaded)
-    engine_notes = engines.notes(engine, analysis.topology or topo_name,
-                                 analysis.world_size or tp or 8, [nbytes, *extra_sizes])
-    analysis.notes.extend(engine_notes)
+    engine_report = engines.report(engine, analysis.topology or topo_name,
+                                   analysis.world_size or tp or 8, [nbytes, *extra_sizes],
+                                   cc=engine_option.resolve_arch(arch, engine))
+    analysis.notes.extend(engine_report.lines)
     comp = None
     if steps:
         from nccl_tune.spec.profile_steps import compare_profiles
@@ -359,17 +364,25 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     workload = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
     command = "nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", []))
     written = {}
+    target, target_notes = None, ()
+    if export_path or conf_path or tuner_path:  # exports name and are checked against a release
+        target = nccl_target.target(nccl_version)
+        row = export.export_row(analysis, force)[0]
+        target_notes = nccl_target.check_export(row.env if row else None, analysis.nccl_version, target)
+        analysis.notes.extend([f"exports {nccl_target.used(target)}", *target_notes])
     if export_path:
         written["export"] = export.write_profile(
             export_path, analysis, workload, command, force=force, topology_note=topo_note,
-            baseline_tok_s=baseline_tok_s, confidence=confidence)
+            baseline_tok_s=baseline_tok_s, confidence=confidence, target=target,
+            target_notes=target_notes)
     if conf_path:
         written["export_conf"] = export.write_profile(
             conf_path, analysis, workload, command, force=force, topology_note=topo_note,
-            baseline_tok_s=baseline_tok_s, confidence=confidence, conf=True)
+            baseline_tok_s=baseline_tok_s, confidence=confidence, conf=True, target=target,
+            target_notes=target_notes)
     if tuner_path:
         written["tuner_csv"] = export.write_tuner_csv(tuner_path, analysis, topo_name, command,
-                                                      force=force)
+                                                      force=force, target=target)
     if plot_path:
         _plot(plot_path, analysis, comp)
         written["plot"] = {"path": plot_path, "written": True}
@@ -380,11 +393,12 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
         out["published_range"] = published.to_dict() if published else None
-        out["engine"] = {"name": engine, "notes": engine_notes}
+        out["engine"] = {"name": engine, **engine_report.to_dict()}
         out["acceptance"] = acceptance.description if acceptance else None
         out["acceptance_detail"] = acceptance.to_dict() if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
         out["files"] = written
+        out["nccl_target"] = target.to_dict() if target else None
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,

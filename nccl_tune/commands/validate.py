@@ -11,6 +11,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
+from nccl_tune.commands import engine_option
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
 from nccl_tune.errors import NcclTuneError, RunFailed
 
@@ -151,10 +152,11 @@ def render(result: dict) -> str:
               help="Seconds to wait for a server's /health (sglang, vllm).")
 @click.option("--server-command", default=None, hidden=True,
               help="Replaces the engine's server command (tests use a stand-in).")
+@engine_option.arch_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
              server_args, out, results_path, results_any_world, topology, model_file, layers, hidden, dtype,
-             draft_layers, timeout, health_timeout, server_command, as_json) -> None:
+             draft_layers, timeout, health_timeout, server_command, arch, as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
@@ -200,7 +202,8 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
                        results=results_path, results_any_world=results_any_world,
-                       topology=topology, model_file=model_file, layers=layers, hidden=hidden,
+                       topology=topology, arch=engine_option.resolve_arch(arch, engine),
+                       model_file=model_file, layers=layers, hidden=hidden,
                        dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     if engine != "builtin":

@@ -16,6 +16,7 @@ flags lines NCCL would read differently from a shell.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,22 @@ def gpu_info(timeout: float = 30.0) -> dict:
     driver = done.stdout.split(",")[4].strip() if devices else None
     return {"count": len(devices), "devices": devices, "driver": driver,
             "note": None if devices else "nvidia-smi lists no GPU"}
+
+
+def compute_capability(timeout: float = 30.0) -> str | None:
+    """The first GPU's compute capability ("9.0") from nvidia-smi, or None (no GPU, or a
+    driver whose nvidia-smi lacks the compute_cap field). A query of its own, so an old
+    driver does not cost gpu_info its answer."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = done.stdout.strip().splitlines()[:1] if done.returncode == 0 else []
+    return first[0].strip() if first and re.fullmatch(r"\d+\.\d+", first[0].strip()) else None
 
 
 def topology_info(topo_file: str | None = None) -> dict:
@@ -205,7 +222,7 @@ def doctor_report(topo_file: str | None = None, with_torch: bool = True) -> dict
     return {
         "nccl_libraries": [lib.to_dict() for lib in libraries],
         "torch": torch,
-        "gpus": gpu_info(),
+        "gpus": {**gpu_info(), "compute_capability": compute_capability()},
         "topology": topology_info(topo_file),
         "conf_files": conf_files(nccl_version=known.version_tuple, known=known),
         "env": env_info(known=known),
