@@ -676,7 +676,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None
-        options.check_out(args.out if rank == 0 else None)  # rank 0 writes --out
+        # Rank 0 writes --out; every rank of its node (torchrun's GROUP_RANK 0) checks it, so
+        # all refuse alike instead of one refusing while the others wait in a rendezvous.
+        writes = int(os.environ.get("GROUP_RANK", "0") or 0) == 0
+        options.check_out(args.out if writes else None)
         env_process = options.settings_env(os.environ)  # before any instrumentation
         torch_env = options.torch_nccl_env(os.environ)
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")

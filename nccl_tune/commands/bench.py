@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from nccl_tune import vocab
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 _REASON_PREFIX = "microbench.allreduce: "
@@ -165,19 +166,19 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
     return code, refused or failure_summary(kept), refused is not None
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--nproc", type=click.IntRange(min=1), default=None,
+@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
               help="Processes (GPUs) per node [one per GPU with NCCL; 2 on CPU, as sweep and "
                    "validate].")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--nnodes", type=vocab.Count(1, max=vocab.MAX_RANKS), default=1, show_default=True,
               help="Nodes; with more than one, run the same command on every node with its "
                    "--node-rank and node 0's --rdzv-endpoint.")
-@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--node-rank", type=vocab.Count(0, max=vocab.MAX_RANKS - 1), default=0, show_default=True,
               help="This node's rank (multi-node); node 0 hosts rank 0, which writes --out.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT",
               help="Node 0's address for torchrun's rendezvous (multi-node).")
-@click.option("--master-port", type=click.IntRange(1, 65535), default=None,
+@click.option("--master-port", type=vocab.Count(1, max=65535), default=None,
               help="Rendezvous port on one node (default: --standalone).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from nccl_tune.live import procenv
+from nccl_tune import vocab
+from nccl_tune.live import envcheck, procenv
 from nccl_tune.live.profile import load_profile, resolve_profile
 
 
@@ -25,9 +26,9 @@ def _short(cmdline: list[str], width: int = 60) -> str:
 
 
 @click.command("check")
-@click.option("--profile", "profiles", multiple=True, required=True,
+@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
               help="Profile .env file or shipped profile name (repeatable; later ones win).")
-@click.option("--pid", type=click.IntRange(min=1), required=True, help="Process to check.")
+@click.option("--pid", type=vocab.Count(1, max=vocab.MAX_PID), required=True, help="Process to check.")
 @click.option("--tree", is_flag=True, help="Also check every descendant (TP workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one object per process.")
 def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import click
 
-from nccl_tune.live import lint as linter
+from nccl_tune import vocab
+from nccl_tune.live import envcheck, lint as linter
 from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
 # Provenance keys worth a column in `list`, first found wins.
@@ -51,7 +52,7 @@ def list_(as_json: bool) -> None:
 
 
 @profiles.command("show")
-@click.argument("name_or_path")
+@click.argument("name_or_path", type=envcheck.PROFILE)
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def show(name_or_path: str, as_json: bool) -> None:
     """One profile: provenance, variables (with scope) and lint result."""
@@ -82,10 +83,10 @@ def show(name_or_path: str, as_json: bool) -> None:
 
 
 @profiles.command("convert")
-@click.argument("source")
+@click.argument("source", type=envcheck.PROFILE)
 @click.option("--to", "fmt", type=click.Choice(["conf"]), required=True,
               help="Target format: conf = NCCL's conf-file syntax (NCCL_CONF_FILE, ~/.nccl.conf).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write here (atomically) instead of printing.")
 def convert(source: str, fmt: str, output: str | None) -> None:
     """Convert a profile (.env file or shipped name) into an NCCL conf file.

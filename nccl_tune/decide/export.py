@@ -3,8 +3,8 @@
 Both are written atomically (profile.write_atomic) and only for a measured, significant
 recommendation unless forced; anything modelled or forced says so in its header. The
 profile's provenance header records what was measured, where, when, with which NCCL,
-the saving and its interval, the trust (confirmed by NCCL's log or declared) and the
-exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
+the saving and its interval, the trust (confirmed by NCCL's log or declared where NCCL ran;
+else the provenance: simulated, modelled, measured on gloo) and the exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
 """
 
 from __future__ import annotations
@@ -253,7 +253,8 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
     origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
                                     "modelled_channels": [], "not faster": []}
     points: list[tuner.Point] = []
-    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend"
+    # a simulated choice is the cost model's, never one NCCL was seen to make
+    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend's cost model (not observed)"
     win = "measured winner" if analysis.source == MEASURED else "SIMULATED winner"
     win += ", NOT significant (--force)" if forced else ""
     for nbytes in measured:
