@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -174,10 +173,11 @@ def _run_group(argv: list[str], env: dict[str, str], timeout: float) -> tuple[in
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err
     except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # torchrun's ranks run in sessions of their own: stop the whole tree, or they keep
+        # the pipes open and communicate() below waits for them forever (Ctrl-C hung here)
+        from nccl_tune.measure.launch import kill_tree
+
+        kill_tree(proc)
         out, err = proc.communicate()
         if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
             return None, out, err

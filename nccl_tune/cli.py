@@ -8,7 +8,9 @@ Errors: a command raises `NcclTuneError` (or click's own exceptions) for bad inp
 another `nccl_tune.errors.ToolError` (a run that failed, a command exec cannot start);
 the group turns it into one line on stderr and the exit code its kind carries
 (nccl_tune.errors decides them all: 2 bad input, 1 failed run, 127/126, 130 interrupted:
-Ctrl-C or SIGTERM, in every command).
+Ctrl-C or SIGTERM, in every command). A value refused by its option's type is one line
+too ("Error: Invalid value for '--pid': ..."); usage mistakes (an unknown option, a
+missing argument) keep click's usage lines above their `Error:` line.
 
 The contract every command inherits from the group (DESIGN.md section 8): options typed
 from nccl_tune.vocab are checked as they are parsed; then, before the command runs, an
@@ -95,6 +97,8 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except ToolError as exc:  # the error's kind decides the exit code (nccl_tune.errors)
             raise CodedError(str(exc), exc.exit_code) from None
+        except click.BadParameter as exc:  # a value refused at its option: one line, as tool errors
+            raise CodedError(exc.format_message(), exc.exit_code) from None
         except KeyboardInterrupt:  # click would say "Aborted!" and exit 1
             raise CodedError("interrupted", EXIT_INTERRUPTED) from None
         finally:

@@ -89,7 +89,11 @@ def test_model_file_round_trip_and_bad_files(tmp_path):
     assert loaded.params.lat_scale == pytest.approx(cal.params.lat_scale)
     for text, what in (("{", "not JSON"), ('{"schema": "x"}', "schema"),
                        (json.dumps(dict(data, params=dict(data["params"], lat_scale=-1))), "non-positive"),
-                       (json.dumps(dict(data, params={})), "malformed")):
+                       (json.dumps(dict(data, params={})), "malformed"),
+                       # a world of 0 (or of a million) ranks: refused, never passed on as --tp 0
+                       (json.dumps(dict(data, nranks=0)), "nranks 0 is not a world of 2 to 4096"),
+                       (json.dumps(dict(data, nranks=10 ** 6)), "nranks 1000000 is not a world"),
+                       (json.dumps(dict(data, nranks=True)), "nranks True is not a world")):
         path.write_text(text)
         with pytest.raises(NcclTuneError, match=what) as err:
             calibrate.load(str(path))

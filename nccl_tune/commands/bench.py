@@ -130,40 +130,52 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
 
     Returns (exit code, one-line reason or None, True when every rank refused with exit 2).
     """
-    from nccl_tune.measure.launch import AGENT_LOG_RE
+    from nccl_tune.measure.launch import kill_tree
 
     kept: list[str] = []
     # torchrun sets OMP_NUM_THREADS=1 itself when unset, with a banner; same value, no banner.
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    state = "normal"  # | "traceback" | "box" (the ===== failure summary)
-    held: list[str] = []  # a traceback, shown at its end unless it is torchrun's own
     with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, bufsize=1, env=env) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            kept.append(line)
-            rule = line.strip().startswith("=" * 20)
-            if state == "normal" and line.startswith("Traceback (most recent call last):"):
-                state, held = "traceback", [line]
-                continue
-            if state == "normal" and rule:
-                state = "box"
-                continue
-            if state == "normal":
-                if not AGENT_LOG_RE.match(line.strip()):
-                    sys.stderr.write(line)
-            elif state == "traceback":
-                held.append(line)
-                if not line[:1].isspace():  # the exception line after the indented frames
-                    state = "normal"
-                    if "ChildFailedError" not in line:  # a rank's own traceback: show it
-                        sys.stderr.writelines(held)
-            elif state == "box" and rule:
-                state = "normal"
-        code = proc.wait()
+        try:
+            code = _relay(proc, kept)
+        except BaseException:  # Ctrl-C, SIGTERM: stop torchrun and its ranks (their own sessions)
+            kill_tree(proc)
+            raise
     if not code:
         return code, None, False
     refused = refused_reason(kept)
     return code, refused or failure_summary(kept), refused is not None
+
+
+def _relay(proc: subprocess.Popen, kept: list[str]) -> int:
+    """Pass `proc`'s stderr through (less torchrun's noise), keeping every line in `kept`;
+    returns its exit code."""
+    from nccl_tune.measure.launch import AGENT_LOG_RE
+
+    state = "normal"  # | "traceback" | "box" (the ===== failure summary)
+    held: list[str] = []  # a traceback, shown at its end unless it is torchrun's own
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        kept.append(line)
+        rule = line.strip().startswith("=" * 20)
+        if state == "normal" and line.startswith("Traceback (most recent call last):"):
+            state, held = "traceback", [line]
+            continue
+        if state == "normal" and rule:
+            state = "box"
+            continue
+        if state == "normal":
+            if not AGENT_LOG_RE.match(line.strip()):
+                sys.stderr.write(line)
+        elif state == "traceback":
+            held.append(line)
+            if not line[:1].isspace():  # the exception line after the indented frames
+                state = "normal"
+                if "ChildFailedError" not in line:  # a rank's own traceback: show it
+                    sys.stderr.writelines(held)
+        elif state == "box" and rule:
+            state = "normal"
+    return proc.wait()
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True,

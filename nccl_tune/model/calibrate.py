@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from nccl_tune import vocab
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
@@ -390,6 +391,10 @@ def load(path: str) -> LoadedModel:
             or params.lat_scale <= 0 or min(scales.values()) <= 0:
         raise NcclTuneError("model file has an unknown topology or non-positive constants",
                             path=path)
+    if isinstance(data["nranks"], bool) or not 2 <= nranks <= vocab.MAX_RANKS:
+        # a fit describes a communicator of 2+ ranks; 0 would reach the model as --tp 0
+        raise NcclTuneError(f"model file: nranks {data['nranks']!r} is not a world of 2 to "
+                            f"{vocab.MAX_RANKS} ranks", path=path)
     return LoadedModel(path, topo, nranks, mode, params)
 
 
