@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from nccl_tune import vocab
+from nccl_tune import fileio
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
 
@@ -152,6 +153,9 @@ def _opt_count(value, where: str, path: str) -> int | None:
     return value
 
 
+PLAN_MAX_DEPTH = 8  # plan -> cells -> cell -> extra -> an extra's object
+
+
 def parse_plan(data, path: str = "<plan>") -> Plan:
     """Validate a decoded plan object and return it as a `Plan`.
 
@@ -207,15 +211,8 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
 
 
 def load_plan(path: str) -> Plan:
-    """Read and validate a plan file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read plan: {exc.strerror}", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise NcclTuneError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from None
-    return parse_plan(data, path)
+    """Read (by the input policy, nccl_tune.fileio.load_json) and validate a plan file."""
+    return parse_plan(fileio.load_json(path, what="plan", max_depth=PLAN_MAX_DEPTH), path)
 
 
 def settings_env(environ) -> dict[str, str]:
@@ -353,20 +350,13 @@ def check_backend_mode(backend: str, mode: str | None, verify: bool | None, *, c
     return backend, mode
 
 
-def check_out(path: str | None) -> None:
-    """NcclTuneError when the results file `path` cannot be appended to (its folder is
-    missing, or it is not writable), so that nothing is measured for a file that cannot
-    be written. Creates nothing that was not there."""
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise NcclTuneError(f"--out {path}: the folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise NcclTuneError(f"--out {path}: is a folder, not a results file")
-    target = path if os.path.exists(path) else folder
-    if not os.access(target, os.W_OK):
-        raise NcclTuneError(f"--out {path}: not writable ({'the file' if target == path else 'its folder'})")
+def check_out(path: str | None, inputs=()) -> None:
+    """NcclTuneError when `path` cannot take results (nccl_tune.fileio.check_output: the
+    same file as an input such as --plan, under /proc or /sys, a folder, a missing or
+    unwritable folder, a file that is not a results file, one another process is writing),
+    so that nothing is measured for a file that cannot be written. Creates nothing."""
+    if path:
+        fileio.check_output(path, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
 
 
 def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes_out: bool = True):
@@ -374,7 +364,7 @@ def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes
     backend and mode, --verify-effective, --out (where this node writes it: node 0),
     --plan. Returns (backend, mode, plan or None); raises NcclTuneError (one line, exit 2)."""
     backend, mode = check_backend_mode(args.backend, args.mode, args.verify, cuda=cuda, nccl=nccl)
-    check_out(args.out if writes_out else None)
+    check_out(args.out if writes_out else None, inputs=[args.plan])
     plan = load_plan(args.plan) if args.plan else None
     return backend, mode, plan
 

@@ -280,7 +280,7 @@ def test_bench_refuses_a_missing_plan_once_before_torchrun(tmp_path):
     # one line, not one per rank after torchrun's start-up
     result = _bench("--nproc", "2", "--master-port", str(_port()), "--plan", str(tmp_path / "missing.json"))
     assert result.returncode == 2
-    reason = f"{tmp_path / 'missing.json'}: cannot read plan: No such file or directory"
+    reason = f"{tmp_path / 'missing.json'}: cannot read the plan: No such file or directory"
     assert result.stderr.strip() == f"Error: {reason}" and result.stdout == ""
 
 

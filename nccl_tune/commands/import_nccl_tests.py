@@ -7,7 +7,7 @@ from collections import Counter
 import click
 from tabulate import tabulate
 
-from nccl_tune import store, vocab
+from nccl_tune import fileio, store, vocab
 from nccl_tune.live import envcheck
 from nccl_tune.measure import importers
 from nccl_tune.errors import NcclTuneError
@@ -47,6 +47,7 @@ def import_nccl_tests(files, env_text, label, host, op, out, as_json):
     latency, the in-place one is kept; rows with #wrong > 0 are imported as wrong and
     cut-off or failed rows as failed. Every file is read before anything is written.
     """
+    fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=files, option="--out")
     env = importers.parse_env_option(env_text) if env_text is not None else None
     if env:
         _lint_env_option(env)
@@ -57,8 +58,9 @@ def import_nccl_tests(files, env_text, label, host, op, out, as_json):
                                               host=host)
         parsed.append((path, records, runs))
     summary = []
+    # One write for every file: all imported, or nothing (a full disk, another writer).
+    store.append_records(out, [r for _, records, _ in parsed for r in records])
     for path, records, runs in parsed:
-        store.append_records(out, records)
         statuses = Counter(r["status"] for r in records)
         first = records[0]
         summary.append({

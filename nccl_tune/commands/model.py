@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
-from nccl_tune import store, vocab
+from nccl_tune import fileio, store, vocab
 from nccl_tune.live import envcheck
 from nccl_tune.model import calibrate, costmodel, references
 from nccl_tune.errors import NcclTuneError
@@ -100,6 +100,7 @@ def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted model as JSON.")
 def fit(results, topology, out_path, as_json):
     """Fit the model's constants to one machine's records (bench, sweep, import-nccl-tests)."""
+    fileio.check_output(out_path, kind=fileio.OutputKind.EXPORT, inputs=results, option="--out")
     records = store.read_records(results, warn=lambda m: click.echo(f"warning: {m}", err=True))
     if not records:
         raise NcclTuneError("no results records to read", path=", ".join(results))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from nccl_tune import vocab
+from nccl_tune import fileio, vocab
 from nccl_tune.live import envcheck, lint as linter
 from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
@@ -96,9 +96,13 @@ def convert(source: str, fmt: str, output: str | None) -> None:
     """
     from nccl_tune.live import conffile, profile
 
-    text = conffile.convert(str(resolve_profile(source)))
+    source_path = str(resolve_profile(source))
     if output:
-        profile.write_atomic(output, text)
+        fileio.check_output(output, kind=fileio.OutputKind.EXPORT, inputs=[source_path],
+                            option="--output")
+    text = conffile.convert(source_path)
+    if output:
+        fileio.write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)

@@ -11,7 +11,7 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import store, vocab
+from nccl_tune import fileio, store, vocab
 from nccl_tune.model import calibrate, costmodel, engines, per_token as model, references
 from nccl_tune.decide import export, plotting, recommendation
 from nccl_tune.spec import options as spec_options
@@ -312,6 +312,12 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
     if results and model_path:
         raise click.BadParameter("--model applies to the model, not to --results", param_hint="--model")
+    K = fileio.OutputKind
+    outputs = fileio.check_outputs(  # before any work: none is an input, none another's file
+        [("--export", export_path, K.EXPORT), ("--export-conf", conf_path, K.EXPORT),
+         ("--tuner-csv", tuner_path, K.EXPORT), ("--plot", plot_path, K.PLOT)],
+        inputs=[*results, model_path])
+    plot_path = str(outputs["--plot"]) if plot_path else None
     published = None
     if results:
         analysis = recommendation.analyze_records(

@@ -8,7 +8,7 @@ import io
 import click
 from tabulate import tabulate
 
-from nccl_tune import store, vocab
+from nccl_tune import fileio, store, vocab
 from nccl_tune.decide import plotting
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.launch import summarize_error
@@ -219,6 +219,9 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
+    if plot_path:  # the file really written (fileio's one suffix rule), refused before reading
+        plot_path = str(fileio.check_output(plot_path, kind=fileio.OutputKind.PLOT, inputs=results,
+                                            option="--plot"))
     warnings: list[str] = []
     records = store.read_records(results, warnings.append)
     for message in warnings:

@@ -10,7 +10,7 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import stats, vocab
+from nccl_tune import fileio, stats, vocab
 from nccl_tune.live import envcheck
 from nccl_tune.model import costmodel
 from nccl_tune.measure import grid as gridlib, launch, search, sweep as sweeplib
@@ -393,13 +393,13 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
         return
     if not out:
         raise NcclTuneError("--out FILE is required (results are appended there, one record per line)")
-    folder = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(folder):
-        raise NcclTuneError(f"--out: the folder {folder} does not exist")
+    inputs = [model_path] + ([grid_option] if grid_option and os.path.exists(grid_option) else [])
+    fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
-    _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
-         out, module, as_json, strategy, budget, sim_model)
+    with fileio.ResultsLock(out, option="--out"):  # one writer for the whole run (fileio)
+        _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape,
+             keep_env, out, module, as_json, strategy, budget, sim_model)
 
 
 def _planned_requests(plan: dict, n_cells: int, rounds: int) -> int | None:
@@ -421,7 +421,7 @@ def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim
     engine = sweeplib.SweepEngine(
         options, launcher, out, isolation=isolation, timeout=timeout if timeout else 120.0,
         timeout_per_cell=0.0 if timeout else 30.0, landscape=landscape, keep_env=tuple(keep_env),
-        module=module, warn=warnings.append, strategy=strategy)
+        module=module, warn=warnings.append, strategy=strategy, grid=g.cells)
     done_before = len(engine.recorded_requests())
     planned = _planned_requests(plan, sum(1 for c in g.cells if c.env), rounds)
     todo = max(0, planned - done_before) if planned is not None else None

@@ -10,7 +10,7 @@ import sys
 import click
 from tabulate import tabulate
 
-from nccl_tune import vocab
+from nccl_tune import fileio, vocab
 from nccl_tune.cli import emit_json
 from nccl_tune.live import envcheck
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
@@ -211,11 +211,13 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     if engine != "builtin":
         lib.check_server_args(opts)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
-    _check_writable(opts.out)
+    fileio.check_output(opts.out, kind=fileio.OutputKind.RESULTS, option="--out",
+                        inputs=[profile.path, results_path, model_file])
     lib.check_results(opts)
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = 2 * len(steps)
-    with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
+    with fileio.ResultsLock(opts.out, option="--out"), click.progressbar(
+            length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
     if not results_path and result.get("prediction_kind") and topology_asked == "auto":
         result["notes"].append(f"cost-model topology: {topology_note}")
@@ -238,16 +240,3 @@ def run_failure(rows: list[dict]) -> str | None:
     return None
 
 
-def _check_writable(path: str) -> None:
-    """NcclTuneError before the first launch when the results file cannot be appended to."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise NcclTuneError("cannot write: its folder does not exist", path=path)
-    existed = os.path.exists(path)
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
-    if not existed:
-        os.unlink(path)  # created only to test; the first record creates it for real

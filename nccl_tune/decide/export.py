@@ -1,6 +1,6 @@
 """Writing what `recommend` decided: the `.env` profile and the tuner-plugin CSV.
 
-Both are written atomically (profile.write_atomic) and only for a measured, significant
+Both are written atomically (fileio.write_atomic) and only for a measured, significant
 recommendation unless forced; anything modelled or forced says so in its header. The
 profile's provenance header records what was measured, where, when, with which NCCL,
 the saving and its interval, the trust (confirmed by NCCL's log or declared where NCCL ran;
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nccl_tune import store
+from nccl_tune import fileio, store
 from nccl_tune.model import costmodel
 from nccl_tune.live import profile
 from nccl_tune.nccl import settings, tuner
@@ -162,7 +162,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     problems = lint_findings(text, path)
     if back.env != row.env or problems:
         raise NcclTuneError("the profile would not lint clean: " + "; ".join(problems), path=path)
-    profile.write_atomic(path, text)
+    fileio.write_atomic(path, text)
     return {"path": path, "written": True, "cell": row.cell, "env": row.env, "forced": bool(forced)}
 
 
@@ -467,6 +467,6 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     header = tuner_header(analysis, path, command, nnodes, nranks, notes, uncovered)
     text = tuner.render(rules, header)
     tuner.parse(text)  # the plugin's own reading must accept every line
-    profile.write_atomic(path, text)
+    fileio.write_atomic(path, text)
     return {"path": path, "written": True, "rules": [r.line() for r in rules],
             "nnodes": nnodes, "nranks": nranks, "one_channel": uncovered, "forced": bool(forced)}

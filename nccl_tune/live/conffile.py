@@ -21,6 +21,7 @@ and `#` comments), so `nccl-tune lint` and `profiles show` read it too.
 
 from __future__ import annotations
 
+from nccl_tune import fileio
 from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
 
@@ -78,7 +79,7 @@ def render_conf(env: dict[str, str], provenance: dict[str, str] | None = None) -
 
 def write_conf(path: str, env: dict[str, str], provenance: dict[str, str] | None = None) -> None:
     """Write `env` as an NCCL conf file, atomically."""
-    profile.write_atomic(path, render_conf(env, provenance))
+    fileio.write_atomic(path, render_conf(env, provenance))
 
 
 def convert(source: str) -> str:

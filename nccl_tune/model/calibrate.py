@@ -32,12 +32,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nccl_tune import vocab
+from nccl_tune import fileio, vocab
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
 
 SCHEMA = "nccl-tune-model/1"
+MODEL_MAX_DEPTH = 6  # the model file: points -> env, constants -> link -> table
+MAX_NRANKS = vocab.MAX_RANKS  # the largest world a model file may describe (as --tp, --nranks)
 PROTOS = settings.PROTOCOLS
 MIN_SIZES = 3
 # A parameter whose relative effect on every point is below this is not seen by the records.
@@ -360,42 +362,37 @@ class LoadedModel:
 
 def save(calibration: Calibration, path: str) -> None:
     """Write the model file atomically."""
-    from nccl_tune.live.profile import write_atomic
-
-    write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
+    fileio.write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
 
 
 def load(path: str) -> LoadedModel:
     """Read a `model fit` file; NcclTuneError naming the file when it is not one."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read the model file: {exc.strerror or exc}", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise NcclTuneError(f"not JSON (line {exc.lineno}): not a `nccl-tune model fit` file",
-                            path=path) from None
+    data = fileio.load_json(path, what="model file", max_depth=MODEL_MAX_DEPTH)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise NcclTuneError(f"not a `nccl-tune model fit` file (schema is not {SCHEMA})", path=path)
-    try:
-        raw = data["params"]
-        topo, nranks, mode = data["topology"], int(data["nranks"]), data.get("mode") or "eager"
-        scales = {p: float(raw["bw_scale"][p]) for p in PROTOS}
-        params = replace(costmodel.NCCL_PARAMS, launch_us=float(raw["launch_us"]),
-                         lat_scale=float(raw["lat_scale"]), bw_scale=scales)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise NcclTuneError(f"model file incomplete or malformed ({type(exc).__name__}: {exc})",
-                            path=path) from None
-    values = [params.launch_us, params.lat_scale, *scales.values()]
-    if topo not in costmodel.TOPOLOGIES or not all(math.isfinite(v) and v >= 0 for v in values) \
-            or params.lat_scale <= 0 or min(scales.values()) <= 0:
-        raise NcclTuneError("model file has an unknown topology or non-positive constants",
-                            path=path)
-    if isinstance(data["nranks"], bool) or not 2 <= nranks <= vocab.MAX_RANKS:
-        # a fit describes a communicator of 2+ ranks; 0 would reach the model as --tp 0
-        raise NcclTuneError(f"model file: nranks {data['nranks']!r} is not a world of 2 to "
-                            f"{vocab.MAX_RANKS} ranks", path=path)
-    return LoadedModel(path, topo, nranks, mode, params)
+    raw = data.get("params")
+    scales = raw.get("bw_scale") if isinstance(raw, dict) else None
+    positive = ("a positive number", lambda v: fileio.is_number(v) and v > 0)
+    checks = [  # (name, value, expected, check): every value the model reads, typed
+        ("topology", data.get("topology"), "one of " + ", ".join(costmodel.TOPOLOGIES),
+         lambda v: isinstance(v, str) and v in costmodel.TOPOLOGIES),
+        ("nranks", data.get("nranks"), f"an integer from 2 to {MAX_NRANKS}",
+         lambda v: fileio.is_int(v) and 2 <= v <= MAX_NRANKS),
+        ("mode", data.get("mode"), "graph or eager", lambda v: v in (None, "graph", "eager")),
+        ("params", raw, "an object", lambda v: isinstance(v, dict)),
+        ("params.launch_us", (raw or {}).get("launch_us") if isinstance(raw, dict) else None,
+         "a non-negative number", lambda v: fileio.is_number(v) and v >= 0),
+        ("params.lat_scale", raw.get("lat_scale") if isinstance(raw, dict) else None, *positive),
+        ("params.bw_scale", scales, "an object with " + ", ".join(PROTOS),
+         lambda v: isinstance(v, dict) and all(p in v for p in PROTOS)),
+    ] + [(f"params.bw_scale.{p}", scales.get(p) if isinstance(scales, dict) else None, *positive)
+         for p in PROTOS]
+    for name, value, expected, check in checks:
+        if not check(value):
+            raise fileio.wrong_type(path, name, value, expected)
+    params = replace(costmodel.NCCL_PARAMS, launch_us=float(raw["launch_us"]),
+                     lat_scale=float(raw["lat_scale"]), bw_scale={p: float(scales[p]) for p in PROTOS})
+    return LoadedModel(path, data["topology"], data["nranks"], data.get("mode") or "eager", params)
 
 
 # ---------------------------------------------------------------- predictions

@@ -17,6 +17,9 @@ import re
 import sys
 from dataclasses import asdict, dataclass, replace
 
+from nccl_tune import fileio
+from nccl_tune.errors import NcclTuneError
+
 _VAR_RE = re.compile(rb"NCCL_[A-Z0-9_]{2,}")
 
 
@@ -138,23 +141,21 @@ def variable_names(path: str, use_cache: bool = True) -> frozenset[str]:
     stat = os.stat(path)
     key = hashlib.sha1(f"{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     cache = os.path.join(_cache_dir(), f"varnames-{key}.json")
-    if use_cache:
-        try:
-            with open(cache, encoding="utf-8") as handle:
-                return frozenset(json.load(handle))
-        except (OSError, ValueError):
-            pass
+    if use_cache and os.path.exists(cache):
+        try:  # a cache of our own, still read by the input policy: a bad one is rebuilt
+            cached = fileio.load_json(cache, what="cache file", max_depth=1)
+        except NcclTuneError:
+            cached = None
+        if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
+            return frozenset(cached)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         names = frozenset(m.group().decode() for m in _VAR_RE.finditer(data))
     if use_cache:
         try:
             os.makedirs(_cache_dir(), exist_ok=True)
-            tmp = cache + f".{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(sorted(names), handle)
-            os.replace(tmp, cache)
-        except OSError:
-            pass
+            fileio.write_atomic(cache, json.dumps(sorted(names)))
+        except (OSError, NcclTuneError):
+            pass  # no cache: the next lint scans again
     return names
 
 
