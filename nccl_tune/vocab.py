@@ -7,8 +7,8 @@ option, exit 2) wherever it is given, before anything runs.
   ranks, tokens, bytes, seconds) and a value past the bound is a typo, not a machine;
 - byte sizes and counts given as comma lists: `ByteSizes`, `CountList`;
 - files: `InputFile` (must exist, not a folder) and `OutputFile` (checked by the output
-  policy, nccl_tune.fileio once merged); the CLI group refuses an output that is the
-  same file as any input (`check_apart`, called for every command);
+  policy, nccl_tune.fileio); the CLI group refuses an output that is the same file as any
+  input (`check_apart`, called for every command);
 - where a record comes from: `Provenance`, derived from a record in one function
   (`provenance_of`), from which trust words, "effective" columns and export headers
   follow.
@@ -17,7 +17,7 @@ The types say what they are (input or output file, bounded number), so the test 
 walks the command tree (tests/test_cli_contract.py) knows which bad values to feed each
 option without a list per command. NCCL variable names and values are the `live`
 layer's part of the vocabulary (nccl_tune.live.envcheck): they need the catalogue and
-the installed libnccl. Root module: imports only nccl_tune.errors.
+the installed libnccl. Root module: imports only nccl_tune.fileio and nccl_tune.errors.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ import math
 import os
 import re
 from enum import Enum
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import click
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 # ---------------------------------------------------------------- physical bounds
@@ -220,58 +221,15 @@ class InputFile(click.ParamType):
         return value
 
 
-KERNEL_TREES = ("/proc", "/sys")
-
-
-class OutputKind(str, Enum):
-    """What an output is (as nccl_tune.fileio.OutputKind): how it is checked."""
-
-    RESULTS = "results"  # JSON Lines, appended
-    EXPORT = "export"  # a profile, conf file, tuner CSV, model file: replaced atomically
-    PLOT = "plot"  # an image
-    TEXT = "text"  # any other written file
-
-
-def check_output(path: str, *, kind: OutputKind, inputs: Iterable = (), option: str | None = None) -> str:
-    """The output policy at the option: NcclTuneError when `path` is a folder, lies under
-    /proc or /sys, sits in a folder that is missing or not writable, or is the same file
-    as one of `inputs`; else the path to write."""
-    label = f"{option} {path}" if option else str(path)
-    given = os.path.expanduser(str(path))
-    if not given:
-        raise NcclTuneError(f"{option or 'output'}: an empty path")
-    if os.path.isdir(given):
-        raise NcclTuneError(f"{label}: is a folder; give a file name")
-    resolved = os.path.realpath(given)
-    for tree in KERNEL_TREES:
-        if resolved == tree or resolved.startswith(tree + "/"):
-            raise NcclTuneError(f"{label}: is under {tree}, a kernel file system, not a place for output")
-    for source in inputs:
-        if source and same_file(given, source):
-            raise NcclTuneError(f"{label}: is the same file as the input {source}; write to another file")
-    folder = os.path.dirname(resolved) or "."
-    if not os.path.isdir(folder):
-        raise NcclTuneError(f"{label}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(given) and not os.access(given, os.W_OK)):
-        raise NcclTuneError(f"{label}: is not writable")
-    return given
-
-
-def same_file(a, b) -> bool:
-    """True when paths `a` and `b` name one file (resolved path, or device and inode)."""
-    a, b = os.path.expanduser(str(a)), os.path.expanduser(str(b))
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        sa, sb = os.stat(a), os.stat(b)
-    except OSError:
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+OutputKind = fileio.OutputKind  # RESULTS (appended), EXPORT (replaced atomically), PLOT, TEXT
 
 
 class OutputFile(click.ParamType):
-    """A file the command writes, of one `OutputKind`: checked by the output policy when
-    the option is parsed (before anything runs); the value is the path really written."""
+    """A file the command writes, of one `OutputKind`: checked by the output policy
+    (nccl_tune.fileio.check_output: not a folder, not under /proc or /sys, a folder that
+    exists and this process can write, a results file that is results and that no other
+    process is writing) when the option is parsed, before anything runs. The value is the
+    path really written (a plot gets fileio's suffix rule)."""
 
     name = "file"
 
@@ -279,37 +237,34 @@ class OutputFile(click.ParamType):
         self.kind = OutputKind(kind)
 
     def convert(self, value: Any, param, ctx) -> str:
+        option = _option_name(param)
         try:
-            return str(check_output(value, kind=self.kind, option=_option_name(param)))
+            return str(fileio.check_output(value, kind=self.kind, option=option))
         except NcclTuneError as exc:
-            self.fail(str(exc).removeprefix(f"{_option_name(param)} "), param, ctx)
+            self.fail(str(exc).removeprefix(f"{option} "), param, ctx)
 
 
-def _files(ctx: click.Context, kind: type) -> list[tuple[str, str]]:
-    """(option name, path) of every parameter of `ctx` whose type is `kind`."""
+def _files(ctx: click.Context, kind: type) -> list[tuple[click.Parameter, str]]:
+    """(parameter, path) of every value of `ctx`'s parameters whose type is `kind`."""
     found = []
     for param in ctx.command.params:
         if not isinstance(param.type, kind):
             continue
         value = ctx.params.get(param.name)
         values = value if isinstance(value, (tuple, list)) else [value]
-        found += [(_option_name(param), str(v)) for v in values if v not in (None, "")]
+        found += [(param, str(v)) for v in values if v not in (None, "")]
     return found
 
 
 def check_apart(ctx: click.Context) -> None:
-    """Refuse (click.UsageError, exit 2) an output that is the same file as any input of
-    the command, or as another output: called by the CLI group for every command after
-    its options are parsed and before it runs."""
-    inputs = [(name, path) for name, path in _files(ctx, InputFile) if os.path.exists(path)]
-    outputs = _files(ctx, OutputFile)
-    for index, (name, path) in enumerate(outputs):
-        for other, source in inputs + outputs[:index]:
-            if same_file(path, source):
-                role = "the input" if (other, source) in inputs else "the output"
-                raise click.UsageError(f"{name} {path} is the same file as {role} {other} "
-                                       f"{source}: it would be overwritten; write to another file",
-                                       ctx)
+    """NcclTuneError (exit 2) for an output that is the same file as any input of the
+    command (resolved path, or device and inode: links are caught), or as another output
+    (fileio.check_outputs): called by the CLI group for every command after its options
+    are parsed and before it runs."""
+    inputs = [path for _, path in _files(ctx, InputFile) if os.path.exists(os.path.expanduser(path))]
+    outputs = [(_option_name(param), path, param.type.kind) for param, path in _files(ctx, OutputFile)]
+    if outputs:
+        fileio.check_outputs(outputs, inputs=inputs)
 
 
 # ---------------------------------------------------------------- provenance

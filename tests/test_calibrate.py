@@ -98,7 +98,9 @@ def test_model_file_round_trip_and_bad_files(tmp_path):
             (json.dumps(dict(data, topology=["pcie"])), "field topology is [\"pcie\"], expected one of "
                                                        + ", ".join(cm.TOPOLOGIES)),
             (json.dumps(dict(data, nranks=True)), "field nranks is true, expected an integer from 2 "
-                                                  "to 65536"),
+                                                  "to 4096"),
+            # a world of 0 ranks is refused, never passed on as --tp 0
+            (json.dumps(dict(data, nranks=0)), "field nranks is 0, expected an integer from 2 to 4096"),
             ("[" * 50 + "]" * 50, "nested 50 levels deep: a model file nests at most 6")):
         path.write_text(text)
         with pytest.raises(NcclTuneError) as err:

@@ -16,9 +16,6 @@ int or float.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import click
@@ -153,23 +150,14 @@ for _path, _command in LEAVES:
 
 @pytest.fixture(scope="module")
 def unwritable(tmp_path_factory):
-    """A folder this process cannot write in, as root too (an immutable folder; chmod
-    does not stop root)."""
-    folder = tmp_path_factory.mktemp("ro")
-    if os.geteuid() == 0:
-        if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(folder)],
-                                                        capture_output=True).returncode:
-            pytest.skip("root, and no immutable folder can be made here")
-        try:
-            yield folder
-        finally:
-            subprocess.run(["chattr", "-i", str(folder)], check=False)
-        return
-    folder.chmod(0o500)
-    try:
-        yield folder
-    finally:
-        folder.chmod(0o700)
+    """A folder this process cannot write in, as root too (tests/unwritable.py: a read-only
+    bind mount or an immutable folder; chmod does not stop root)."""
+    from unwritable import unwritable_folder
+
+    with unwritable_folder(tmp_path_factory.mktemp("ro")) as made:
+        if made is None:
+            pytest.skip("root, and no unwritable folder can be made here")
+        yield made[0]
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -205,6 +193,11 @@ def test_a_bad_value_is_refused_on_one_line(case, cli_runner, tmp_path, request)
     result = cli_runner.invoke(cli, [*path, *_words(param, value)])
     line = _check_refused(result, param)
     assert _label(param) in line, (line, result.output)
+    why = {"missing": getattr(param.type, "missing", None), "a folder": "is a folder",
+           "no such folder": "does not exist", "/proc": "is under /proc", "not writable": "not writable",
+           "nccl": value.split("=")[-1] if value.endswith("LLL") else "NCCL_PROTOO",
+           "nccl name": "NCCL_PROTOO"}.get(what)
+    assert why is None or why in line, (why, line)  # refused for the reason the class tests
     assert _digests(scratch) == before
 
 
@@ -212,7 +205,9 @@ def test_a_bad_value_is_refused_on_one_line(case, cli_runner, tmp_path, request)
                                              for p, _, o, i in APART])
 def test_an_output_is_never_the_same_file_as_an_input(case, cli_runner, tmp_path):
     path, command, out_param, other = case
-    shared = tmp_path / "shared.file"
+    # a plot keeps a suffix matplotlib writes (fileio's suffix rule): name the shared file so
+    shared = tmp_path / ("shared.png" if vocab.OutputKind.PLOT in (out_param.type.kind, getattr(
+        other.type, "kind", None)) else "shared.file")
     shared.write_text('{"schema": 1, "cell": "baseline"}\n')
     if isinstance(other.type, vocab.OutputFile):
         shared.unlink()  # two outputs: the file need not exist yet

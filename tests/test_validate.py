@@ -316,7 +316,7 @@ def test_topology_and_out_are_checked_before_any_launch(cli_runner, profile_file
     for bad in (tmp_path / "missing" / "o.jsonl", tmp_path / "ll-ring.env" / "o.jsonl"):
         res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
                                       "--out", str(bad)])
-        assert res.exit_code == 2 and f"{bad}: the folder" in res.output  # refused at the option
+        assert res.exit_code == 2 and f"Error: Invalid value for '--out': {bad}: " in res.output
     ok = tmp_path / "fine.jsonl"
     lib_opts = []
     monkeypatch.setattr(lib, "run", lambda opts, on_config=None: lib_opts.append(opts) or lib.finish(opts, {}))
