@@ -236,7 +236,8 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--extra-collectives", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=1, show_default=True,
               help="Allreduces per forward outside the layers (the vocab-parallel embedding).")
 @click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=7168, show_default=True)
-@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype of the allreduce.")
+@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype of the allreduce.",
+              type=click.Choice(list(model.DTYPE_BYTES), case_sensitive=False))
 @click.option("--tp", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
               help="Tensor-parallel world size [default: the results' world size; 8 when modelled].")
 @click.option("--batch", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=1, show_default=True,

@@ -10,6 +10,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune import vocab
+from nccl_tune.model.per_token import DTYPE_BYTES
 from nccl_tune.live import envcheck
 from nccl_tune.spec import accept as sa
 from nccl_tune.spec import options as so
@@ -121,7 +122,8 @@ def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7
               help="Target layers: adds comm(n) (2 per layer + 1 allreduces, nccl_tune.model.per_token) from "
                    "the cost model to the verify model (MODELLED).")
 @click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=7168, show_default=True)
-@click.option("--dtype", default="bf16", show_default=True)
+@click.option("--dtype", default="bf16", show_default=True,
+              type=click.Choice(list(DTYPE_BYTES), case_sensitive=False))
 @click.option("--tp", type=vocab.Count(1, max=vocab.MAX_RANKS), default=8, show_default=True)
 @click.option("--topology", type=click.Choice(sorted(engines_kinds())), default=None,
               help="Machine kind: what the comm(n) cost model assumes with --layers (default "

@@ -10,6 +10,7 @@ import time
 import click
 from tabulate import tabulate
 
+from microbench.options import DTYPE_ALIASES, DTYPES
 from nccl_tune import fileio, stats, vocab
 from nccl_tune.live import envcheck
 from nccl_tune.model import costmodel
@@ -232,7 +233,8 @@ def _print_plan(plan: dict) -> None:
 @click.option("--tokens", type=vocab.CountList(vocab.MAX_TOKENS),
               help="Decode token counts (sizes = tokens x hidden x dtype).")
 @click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), help="Hidden size for --tokens [7168].")
-@click.option("--dtype", default="bf16", show_default=True)
+@click.option("--dtype", default="bf16", show_default=True,
+              type=click.Choice([*DTYPES, *DTYPE_ALIASES], case_sensitive=False))
 @click.option("--iters", type=vocab.Count(1, max=vocab.MAX_ITERS), help="Timed iterations per size.")
 @click.option("--warmup", type=vocab.Count(0, max=vocab.MAX_ITERS), help="Warm-up iterations per size.")
 @click.option("--mode", type=click.Choice(["graph", "eager"]), help="Timing mode (CUDA).")

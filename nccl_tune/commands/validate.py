@@ -14,6 +14,7 @@ from nccl_tune import fileio, vocab
 from nccl_tune.cli import emit_json
 from nccl_tune.live import envcheck
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
+from nccl_tune.model.per_token import DTYPE_BYTES
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
@@ -149,7 +150,8 @@ def render(result: dict) -> str:
               help="Served model's layers (sglang prediction).")
 @click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=None,
               help="Served model's hidden size (sglang prediction).")
-@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
+@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).",
+              type=click.Choice(list(DTYPE_BYTES), case_sensitive=False))
 @click.option("--draft-layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=1, show_default=True,
               help="Draft model layers (sglang prediction; EAGLE heads have 1).")
 @click.option("--timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
