@@ -139,10 +139,11 @@ def parse_counts(text: str, option: str, maximum: int, noun: str = "positive int
     """'1,2,4' -> integers in [1, maximum]; NcclTuneError naming `option` otherwise."""
     out = []
     for item in _items(text, option, noun):
-        if not item.isdigit() or int(item) <= 0:
-            raise NcclTuneError(f"{option}: '{item}' is not a positive integer")
-        if len(item) > 20 or int(item) > maximum:
-            raise NcclTuneError(f"{option}: {item} is more than {maximum}")
+        if not item.isdigit() or not item.strip("0"):
+            raise NcclTuneError(f"{option}: '{item[:30]}' is not a positive integer")
+        if len(item) > 20 or int(item) > maximum:  # the length first: int() of 5000 digits raises
+            raise NcclTuneError(f"{option}: {item[:30]}{'...' if len(item) > 30 else ''} is more "
+                                f"than {maximum}")
         out.append(int(item))
     return out
 

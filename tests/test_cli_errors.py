@@ -29,7 +29,7 @@ def files(tmp_path):
 # Tool errors (NcclTuneError): exactly one line naming the file, line or option.
 ONE_LINE = [
     (["lint", "{d}/missing.env"], "missing.env: no such file"),
-    (["lint", "{d}/binary.env"], "binary.env: cannot read"),
+    (["lint", "{d}/binary.env"], "binary.env:1: not UTF-8 text"),
     (["profiles", "show", "no-such-profile"], "no-such-profile: no such file or shipped profile"),
     (["profiles", "show", "{d}/malformed.env"], "malformed.env:2: malformed line"),
     (["exec", "--profile", "{d}/missing.env", "--", "true"], "missing.env: no such file or shipped profile"),
