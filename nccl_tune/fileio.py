@@ -29,7 +29,8 @@ microbench, an import) holds the lock from before its first record until it ends
 second writer is refused at once with one line naming the file (and the holder's pid
 when /proc/locks shows it). Waiting would turn two sweeps to one file into one sweep
 measured twice, or leave a command hanging for hours behind another; refusing says what
-is happening. Within one process every append goes through the held lock; an append
+is happening. On a file system that cannot lock at all (NFS without lockd) the run
+writes unlocked rather than not at all. Within one process every append goes through the held lock; an append
 without a held lock takes the lock for that one line. Readers take no lock: a record is
 one `write` of one line, and a reader that sees a torn last line skips it with a warning.
 
@@ -45,6 +46,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import re
 import stat
@@ -258,8 +260,10 @@ def _busy(path: str) -> int | None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return _lock_holder(os.fstat(fd)) or 0
+    except OSError as exc:
+        if exc.errno in _HELD_ERRNOS:
+            return _lock_holder(os.fstat(fd)) or 0
+        return None  # a file system without locks: nothing can be known (see ResultsLock)
     finally:
         os.close(fd)
     return None
@@ -356,6 +360,11 @@ def _lock_holder(info: os.stat_result) -> int | None:
 
 
 _HELD: dict[tuple[int, int], "ResultsLock"] = {}  # (st_dev, st_ino) -> this process's lock
+_HELD_ERRNOS = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)  # another process holds it
+# A file system that cannot lock (an NFS mount without lockd, some FUSE file systems):
+# refusing every write there would make the tool useless on shared home folders, so the
+# run writes without the lock (appends stay whole lines, each one write).
+_NO_LOCKS_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 class ResultsLock:
@@ -373,6 +382,7 @@ class ResultsLock:
         self.option = option
         self.fd: int | None = None
         self.created = False
+        self.locked = True  # False on a file system without locks (see _NO_LOCKS_ERRNOS)
         self.key: tuple[int, int] | None = None
 
     def acquire(self) -> "ResultsLock":
@@ -394,8 +404,12 @@ class ResultsLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            if exc.errno in _NO_LOCKS_ERRNOS:  # a file system without locks: write unlocked
+                self.fd, self.key, self.locked = fd, key, False
+                _HELD[key] = self
+                return self
             os.close(fd)
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            if exc.errno not in _HELD_ERRNOS:
                 raise NcclTuneError(f"{label}: cannot lock ({exc.strerror})") from None
             holder = _lock_holder(info)
             who = f"another process (pid {holder})" if holder else "another process"
@@ -551,6 +565,16 @@ def read_bytes(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
     return data
 
 
+def read_size(path, *, what: str) -> int | None:
+    """The size of the regular file `path` (None for a pipe or device); NcclTuneError
+    naming it when it cannot be read or is a folder."""
+    with _open_input(path, what) as handle:
+        info = os.fstat(handle.fileno())
+    if stat.S_ISDIR(info.st_mode):
+        raise NcclTuneError(f"is a folder, not {_a(what)}", path=str(path))
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
 def read_text(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES,
               max_line: int | None = None) -> str:
     """A file's text: strict UTF-8, at most `max_bytes`, each line at most `max_line`
@@ -649,7 +673,7 @@ def _non_finite(data: Any) -> str | None:
     stack = [data]
     while stack:
         item = stack.pop()
-        if isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
+        if isinstance(item, float) and not math.isfinite(item):
             return repr(item)
         if isinstance(item, dict):
             stack.extend(item.values())
@@ -737,4 +761,4 @@ def results_file_problem(path) -> str | None:
         seen += 1
         if seen >= RESULTS_PROBE_LINES:
             return f"none of its first {seen} lines is a nccl-tune record"
-    return None if seen == 0 else f"no line of it is a nccl-tune record"
+    return None if seen == 0 else "no line of it is a nccl-tune record"

@@ -215,7 +215,7 @@ def test_cli_summarize_text_and_json(cli_runner):
 def test_cli_missing_file_is_one_line_exit_2(cli_runner, tmp_path):
     out = cli_runner.invoke(cli, ["logs", "summarize", str(tmp_path / "none.log")])
     assert out.exit_code == 2
-    assert out.output.strip().splitlines()[-1].endswith("none.log: no such file.")
+    assert out.output == f"Error: Invalid value for 'FILES...': {tmp_path / 'none.log'}: no such file.\n"
     out = cli_runner.invoke(cli, ["logs", "summarize", str(LOGS / "vllm_v0_spec.log"), "--idle-gap", "0"])
     assert out.exit_code == 2 and "--idle-gap" in out.output
 

@@ -26,6 +26,8 @@ from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
 
 CONF_FILE_SINCE = (2, 23, 4)  # first NCCL release that reads NCCL_CONF_FILE
+MAX_CONF_BYTES = 1024 * 1024  # a conf file holds a few NCCL_* lines
+MAX_CONF_LINE = 4096  # characters per line (NCCL keeps 1023 of a name or value)
 MAX_PART = 1023  # setEnvFile's envVar / envValue buffers, without the NUL
 
 CONF_NOTES = [

@@ -158,10 +158,14 @@ def parse_profile(text: str, path: str | None = None) -> Profile:
     return Profile(env=env, provenance=parse_provenance(lines), path=path, lines=where)
 
 
+PROFILE_MAX_BYTES = 1024 * 1024  # a profile is a few dozen lines
+PROFILE_MAX_LINE = 4096  # characters per line: an NCCL value or a provenance note is far shorter
+
+
 def read_text(path: str) -> str:
     """A profile's text by the input policy (nccl_tune.fileio.read_text: strict UTF-8, a
     size cap), or NcclTuneError naming the file (and line)."""
-    return fileio.read_text(path, what="profile")
+    return fileio.read_text(path, what="profile", max_bytes=PROFILE_MAX_BYTES, max_line=PROFILE_MAX_LINE)
 
 
 def load_profile(path: str) -> Profile:

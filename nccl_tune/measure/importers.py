@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from nccl_tune import store, vocab
+from nccl_tune import fileio, store, vocab
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import envcheck
 from nccl_tune.nccl.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
@@ -119,15 +119,14 @@ def parse_env_option(text: str) -> dict[str, str]:
     return env
 
 
+MAX_IMPORT_BYTES = 32 * 1024 * 1024  # an nccl-tests output, NCCL's INFO lines of many ranks included
+
+
 def import_file(path: str, *, env: dict[str, str] | None = None, label: str | None = None,
                 op: str | None = None, run_id: str | None = None,
                 host: str | None = None) -> tuple[list[dict], list[Run]]:
     """Records of one nccl-tests output file (text or -J JSON) and the runs found in it."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    text = fileio.read_text(path, what="nccl-tests output", max_bytes=MAX_IMPORT_BYTES)
     is_json = text.lstrip().startswith("{")
     runs, versions = parse_json(text, path) if is_json else parse_text(text, path)
     run_id = run_id or store.new_run_id()

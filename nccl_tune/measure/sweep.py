@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nccl_tune.measure import launch as launching
-from nccl_tune import store
+from nccl_tune import fileio, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.grid import Cell, no_cache_names
 from nccl_tune.measure.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
@@ -528,11 +528,7 @@ class SweepEngine:
              "extra": self._extra(r, len(requests))} for r in requests]}
         if no_cache:
             plan["no_cache"] = list(no_cache)
-        try:
-            with open(plan_path, "w", encoding="utf-8") as handle:
-                json.dump(plan, handle, indent=1)
-        except OSError as exc:
-            raise NcclTuneError(f"cannot write the launch plan: {exc.strerror}", path=plan_path) from None
+        fileio.write_atomic(plan_path, json.dumps(plan, indent=1))  # all of it or none (a full disk)
         process_env = dict(requests[0].cell.split(split)[0])
         if no_cache:  # read once per process by NCCL: it must be there from the start
             process_env["NCCL_NO_CACHE"] = ",".join(no_cache)

@@ -15,13 +15,13 @@ that machines of one kind show (at most RANGE_MAX_RATIO wide in all).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 ENV_VAR = "NCCL_TUNE_REFERENCES"
@@ -126,6 +126,10 @@ def default_path() -> Path | None:
     return None
 
 
+REFERENCES_MAX_BYTES = 16 * 1024 * 1024
+REFERENCES_MAX_DEPTH = 6  # list -> entry -> points -> [bytes, us]
+
+
 def load(path: str | Path | None = None) -> list[Reference]:
     """The published references ([] when no file is found and no path was given)."""
     where = Path(path) if path else default_path()
@@ -133,10 +137,8 @@ def load(path: str | Path | None = None) -> list[Reference]:
         return []
     if where.is_dir():
         where = where / FILE_NAME
-    try:
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise NcclTuneError(f"cannot read the reference table: {exc}", path=str(where)) from None
+    data = fileio.load_json(where, what="reference table", max_bytes=REFERENCES_MAX_BYTES,
+                            max_depth=REFERENCES_MAX_DEPTH)
     if not isinstance(data, list):
         raise NcclTuneError("the reference table is not a JSON list", path=str(where))
     out = []
