@@ -12,8 +12,9 @@ import sys
 import click
 
 from nccl_tune.commands import nccl_target
-from nccl_tune.live import lint as linter, procenv
+from nccl_tune.live import envcheck, lint as linter, procenv
 from nccl_tune.live.profile import load_profile, read_text, resolve_profile
+from nccl_tune import vocab
 
 
 _SOURCE = {"environ": "/proc environ", "memory": "memory (rewritten block)",
@@ -26,9 +27,9 @@ def _short(cmdline: list[str], width: int = 60) -> str:
 
 
 @click.command("check")
-@click.option("--profile", "profiles", multiple=True, required=True,
+@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
               help="Profile .env file or shipped profile name (repeatable; later ones win).")
-@click.option("--pid", type=click.IntRange(min=1), required=True, help="Process to check.")
+@click.option("--pid", type=vocab.Count(1, max=vocab.MAX_PID), required=True, help="Process to check.")
 @click.option("--tree", is_flag=True, help="Also check every descendant (TP workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one object per process.")
 @nccl_target.nccl_version_option

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune import vocab
+
 
 def _render(report: dict) -> None:
     from tabulate import tabulate
@@ -91,7 +93,7 @@ def _render(report: dict) -> None:
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--topo-file", type=click.Path(dir_okay=False),
+@click.option("--topo-file", type=vocab.InputFile(),
               help="Read a saved `nvidia-smi topo -m` output instead of running it.")
 def doctor(as_json: bool, topo_file: str | None) -> None:
     """Show NCCL libraries, torch, GPUs, topology, conf files and NCCL_* env."""

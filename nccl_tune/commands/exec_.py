@@ -16,7 +16,7 @@ import sys
 import click
 
 from nccl_tune.commands import nccl_target
-from nccl_tune.live import lint as linter
+from nccl_tune.live import envcheck, lint as linter
 from nccl_tune.errors import CannotExecute, NcclTuneError
 from nccl_tune.live.profile import load_profile, read_text, resolve_profile
 
@@ -57,7 +57,7 @@ def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) ->
 
 @click.command("exec", context_settings={"ignore_unknown_options": True,
                                          "allow_interspersed_args": False})
-@click.option("--profile", "profiles", multiple=True, required=True,
+@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
               help="Profile .env file or shipped profile name (repeatable; later ones win).")
 @click.option("--clean", is_flag=True,
               help="First remove every NCCL_* variable the profiles do not set.")

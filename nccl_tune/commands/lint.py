@@ -10,12 +10,13 @@ import sys
 import click
 
 from nccl_tune.commands import nccl_target
+from nccl_tune import vocab
 from nccl_tune.live import lint as linter
 from nccl_tune.live.profile import read_text
 
 
 @click.command("lint")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=vocab.InputFile())
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON objects.")
 @nccl_target.nccl_version_option
 def lint(files: tuple[str, ...], as_json: bool, nccl_version: str | None) -> None:

@@ -1,10 +1,10 @@
 """Writing what `recommend` decided: the `.env` profile and the tuner-plugin CSV.
 
-Both are written atomically (profile.write_atomic) and only for a measured, significant
+Both are written atomically (fileio.write_atomic) and only for a measured, significant
 recommendation unless forced; anything modelled or forced says so in its header. The
 profile's provenance header records what was measured, where, when, with which NCCL,
-the saving and its interval, the trust (confirmed by NCCL's log or declared) and the
-exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
+the saving and its interval, the trust (confirmed by NCCL's log or declared where NCCL ran;
+else the provenance: simulated, modelled, measured on gloo) and the exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nccl_tune import store
+from nccl_tune import fileio, store
 from nccl_tune.model import costmodel
 from nccl_tune.live import profile
 from nccl_tune.nccl import releases, settings, tuner
@@ -171,7 +171,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     problems = lint_findings(text, path)
     if back.env != row.env or problems:
         raise NcclTuneError("the profile would not lint clean: " + "; ".join(problems), path=path)
-    profile.write_atomic(path, text)
+    fileio.write_atomic(path, text)
     return {"path": path, "written": True, "cell": row.cell, "env": row.env, "forced": bool(forced)}
 
 
@@ -262,7 +262,8 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
     origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
                                     "modelled_channels": [], "not faster": []}
     points: list[tuner.Point] = []
-    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend"
+    # a simulated choice is the cost model's, never one NCCL was seen to make
+    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend's cost model (not observed)"
     win = "measured winner" if analysis.source == MEASURED else "SIMULATED winner"
     win += ", NOT significant (--force)" if forced else ""
     for nbytes in measured:
@@ -481,6 +482,6 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     header = tuner_header(analysis, path, command, nnodes, nranks, notes, uncovered, target)
     text = tuner.render(rules, header)
     tuner.parse(text)  # the plugin's own reading must accept every line
-    profile.write_atomic(path, text)
+    fileio.write_atomic(path, text)
     return {"path": path, "written": True, "rules": [r.line() for r in rules],
             "nnodes": nnodes, "nranks": nranks, "one_channel": uncovered, "forced": bool(forced)}

@@ -21,9 +21,10 @@ import shutil
 import subprocess
 import sys
 
-from nccl_tune.live import lint as linter
+from nccl_tune import fileio
+from nccl_tune.live import conffile, lint as linter
 from nccl_tune.nccl import ncclinfo, topology
-from nccl_tune.live.profile import nccl_env, parse_lines, read_text
+from nccl_tune.live.profile import nccl_env, parse_lines
 
 from nccl_tune.live.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
 
@@ -114,7 +115,9 @@ def topology_info(topo_file: str | None = None) -> dict:
 
     names = caps = None  # another machine's GPUs are known only by what the file shows
     if topo_file is not None:
-        topo = topology.parse_topo(read_text(topo_file), source=topo_file)
+        text = fileio.read_text(topo_file, what="topology paste", max_bytes=topology.MAX_PASTE_BYTES,
+                                max_line=topology.MAX_PASTE_LINE)
+        topo = topology.parse_topo(text, source=topo_file)
         vendor = None  # another machine's CPU is unknown
     else:
         text = topology.run_nvidia_smi_topo()
@@ -173,7 +176,8 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
                 "error": None}
         if item["exists"]:
             try:
-                text = read_text(local)
+                text = fileio.read_text(local, what="conf file", max_bytes=conffile.MAX_CONF_BYTES,
+                                        max_line=conffile.MAX_CONF_LINE)
             except Exception as exc:  # NcclTuneError: unreadable; report, don't stop
                 item["error"] = str(exc)
             else:
