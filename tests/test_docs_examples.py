@@ -10,38 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import docs_examples as dx  # noqa: E402
-
-PAGES = [p for p in dx.pages() if dx.parse_page(p)]
-
-
-def _ids(pages):
-    return [str(p.relative_to(dx.REPO)) for p in pages]
-
-
-def _report(failures) -> str:
-    return "\n".join(f"{b.name}: `$ {b.commands[n].text}` printed:\n  " + "\n  ".join(actual)
-                     for b, n, actual in failures)
-
-
-@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
-def test_page_examples_print_what_the_page_shows(page):
-    failures = dx.run_page(page, include_slow=False, write=False)
-    assert not failures, _report(failures)
-
-
-SLOW_PAGES = [p for p in PAGES if any("slow" in b.options for b in dx.parse_page(p))]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("page", SLOW_PAGES, ids=_ids(SLOW_PAGES))
-def test_slow_page_examples_print_what_the_page_shows(page):
-    failures = dx.run_page(page, include_slow=True, write=False)
-    assert not failures, _report(failures)
-
 
 def test_every_skipped_example_says_why():
     for page in dx.pages():
