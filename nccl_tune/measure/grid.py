@@ -33,7 +33,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
+import click
+
 from nccl_tune import fileio
+from nccl_tune.live import envcheck
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
@@ -198,6 +201,32 @@ def parse_set(text: str) -> tuple[str, list[str | None]]:
     parts = body.split("|") if "|" in body else body.split(",")
     values = [_value(part, where) for part in parts]
     return name, list(dict.fromkeys(values))
+
+
+class SetOption(click.ParamType):
+    """`--set NAME=V1,V2`: one axis, its name and values checked as it is parsed (the
+    vocabulary's rule, nccl_tune.live.envcheck); an unknown name passes when the command's
+    `--allow-unknown` flag (eager, so parsed first) is given."""
+
+    name = "NAME=V1,V2"
+
+    def convert(self, value, param, ctx) -> str:
+        try:
+            name, values = parse_set(str(value))
+            allow = bool(ctx.params.get("allow_unknown")) if ctx is not None else False
+            envcheck.check_settings([(name, v) for v in values], "--set", allow_unknown=allow)
+        except NcclTuneError as exc:
+            self.fail(str(exc).removeprefix("--set: "), param, ctx)
+        return value
+
+
+def check_spec(spec: GridSpec, allow_unknown: bool) -> None:
+    """NcclTuneError naming the spec's sources for the first unknown name or invalid value
+    of its axes and cells (envcheck.check_settings, the rule `--set` is parsed with)."""
+    where = ", ".join(spec.sources) or "grid"
+    pairs = [(name, v) for name, values in spec.axes for v in values]
+    pairs += [(name, v) for cell in spec.cells for name, v in cell.items()]
+    envcheck.check_settings(pairs, where, allow_unknown=allow_unknown)
 
 
 def spec_from_sets(items: list[str]) -> GridSpec:

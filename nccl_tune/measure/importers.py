@@ -13,11 +13,10 @@ in-place one is kept under ``inplace``. Fields nccl-tests lacks are left null.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 
-from nccl_tune import fileio, store
+from nccl_tune import fileio, store, vocab
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import envcheck
 from nccl_tune.nccl.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
 
 BACKEND = "nccl-tests"
@@ -48,6 +47,12 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
     compares results of one machine only, and tells files without a host apart by
     `source_file`.
     """
+    for row in run.rows:  # an absurd size (a typo, a corrupt file) is refused, not inferred from
+        if row["size"] > vocab.MAX_BYTES:
+            digits = str(row["size"])
+            raise NcclTuneError(f"a size of {digits[:30]}{'...' if len(digits) > 30 else ''} bytes "
+                                f"is more than one GPU holds (at most {vocab.MAX_BYTES})",
+                                path=path, line=row.get("line"))
     cell_env = dict(run.env if env is None else env)
     nranks = len(run.gpus) or None
     the_op = op or run.op or infer_op(run.rows)
@@ -107,17 +112,10 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
 
 
 def parse_env_option(text: str) -> dict[str, str]:
-    """``--env "NCCL_PROTO=LL NCCL_ALGO=Ring"`` -> mapping; NcclTuneError on a bad item."""
-    try:
-        items = shlex.split(text)
-    except ValueError as exc:
-        raise NcclTuneError(f"--env: cannot split '{text}': {exc}") from None
-    env = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not re.match(r"^NCCL_[A-Z0-9_]+$", name):
-            raise NcclTuneError(f"--env: '{item}' is not NCCL_NAME=VALUE")
-        env[name] = value
+    """``--env "NCCL_PROTO=LL NCCL_ALGO=Ring"`` -> mapping; NcclTuneError on a bad item, an
+    unknown name or a bad value (the vocabulary's rule, nccl_tune.live.envcheck)."""
+    env = envcheck.parse_assignments(text, "--env")
+    envcheck.check_settings(env.items(), "--env")
     return env
 
 
