@@ -216,12 +216,6 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         why = f"the folder {folder} {why}" if why else None
     if why:
         raise NcclTuneError(f"{label}: {why}")
-    if kind is OutputKind.RESULTS and info is not None and (info.st_dev, info.st_ino) not in _HELD:
-        holder = _busy(target)
-        if holder is not None:
-            who = f"another process (pid {holder})" if holder else "another process"
-            raise NcclTuneError(f"{label}: {who} is writing results to this file; wait for it to "
-                                "finish or choose another file")
     if kind is OutputKind.RESULTS and info is not None and info.st_size > 0:
         try:
             problem = results_file_problem(target)
@@ -250,6 +244,25 @@ def check_outputs(outputs: Sequence[tuple[str, Any, OutputKind]], *, inputs: Seq
                                     "give each output its own file")
         checked[option] = target
     return checked
+
+
+def check_not_busy(path, *, option: str | None = None) -> None:
+    """Refuse (NcclTuneError) a results file another process is writing now: for a
+    command that checks before it starts processes that will take the lock themselves
+    (bench: rank 0 of the microbench writes). Commands that write in their own process
+    just take the lock (`ResultsLock`), which refuses the same way."""
+    info = None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if (info.st_dev, info.st_ino) in _HELD:
+        return
+    holder = _busy(str(path))
+    if holder is not None:
+        who = f"another process (pid {holder})" if holder else "another process"
+        raise NcclTuneError(f"{_label(path, option)}: {who} is writing results to this file; wait "
+                            "for it to finish or choose another file")
 
 
 def _busy(path: str) -> int | None:
