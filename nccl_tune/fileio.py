@@ -30,7 +30,8 @@ second writer is refused at once with one line naming the file (and the holder's
 when /proc/locks shows it). Waiting would turn two sweeps to one file into one sweep
 measured twice, or leave a command hanging for hours behind another; refusing says what
 is happening. On a file system that cannot lock at all (NFS without lockd) the run
-writes unlocked rather than not at all. Within one process every append goes through the held lock; an append
+writes unlocked rather than not at all. `check_not_busy` asks the same question early,
+for a command whose writer is a process it has yet to start (bench, before torchrun). Within one process every append goes through the held lock; an append
 without a held lock takes the lock for that one line. Readers take no lock: a record is
 one `write` of one line, and a reader that sees a torn last line skips it with a warning.
 
