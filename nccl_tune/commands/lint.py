@@ -10,14 +10,16 @@ import sys
 import click
 
 from nccl_tune.live import lint as linter
-from nccl_tune.live.profile import read_text
+from nccl_tune.live.profile import read_profile_text
 
 
 @click.command("lint")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON objects.")
 def lint(files: tuple[str, ...], as_json: bool) -> None:
-    """Check .env profiles: values, unknown names, unsafe LL128, quoting.
+    """Check .env profiles: the profile grammar (NCCL_* and a short allow-list of
+    names, plain values that bash, docker and systemd read alike), values, unknown
+    names, unsafe LL128.
 
     Unknown NCCL_* names are checked against the catalogue and the strings of the
     installed libnccl (the NCCL version consulted is named in the message).
@@ -25,7 +27,7 @@ def lint(files: tuple[str, ...], as_json: bool) -> None:
     from nccl_tune.cli import emit_json
 
     # Read everything first: an unreadable file is exit 2 before any finding is printed.
-    texts = {path: read_text(path) for path in files}
+    texts = {path: read_profile_text(path) for path in files}
     known = linter.installed_names()
     findings = [f for path in files for f in linter.lint_text(texts[path], path, known)]
     errors, warnings = linter.counts(findings)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from nccl_tune.live import lint as linter
-from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
+from nccl_tune.live.profile import list_shipped, load_profile, read_profile_text, resolve_profile, shipped_profiles_dir
 
 # Provenance keys worth a column in `list`, first found wins.
 _SUMMARY_KEYS = ("summary", "source", "measured", "gpus")
@@ -61,7 +61,7 @@ def show(name_or_path: str, as_json: bool) -> None:
     path = str(resolve_profile(name_or_path))
     prof = load_profile(path)
     known = linter.installed_names()
-    findings = linter.lint_text(read_text(path), path, known)
+    findings = linter.lint_text(read_profile_text(path), path, known)
     if as_json:
         emit_json({"name": prof.name, "path": path, "provenance": prof.provenance,
                    "env": prof.env, "scope": {k: settings.scope_of(k) for k in prof.env},

@@ -17,6 +17,7 @@ import re
 import shlex
 
 from nccl_tune import store
+from nccl_tune.live import grammar
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nccl.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
 
@@ -118,6 +119,7 @@ def parse_env_option(text: str) -> dict[str, str]:
         if not sep or not re.match(r"^NCCL_[A-Z0-9_]+$", name):
             raise NcclTuneError(f"--env: '{item}' is not NCCL_NAME=VALUE")
         env[name] = value
+    grammar.check_env(env, "--env")  # these become the records' env, and exports read it
     return env
 
 
