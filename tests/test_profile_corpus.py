@@ -77,6 +77,7 @@ def test_exec_refuses_and_runs_nothing(tmp_path, cli_runner, monkeypatch, line):
     result = cli_runner.invoke(cli, ["exec", "--profile", str(path), "--", "touch", "canary"])
     assert result.exit_code == 2 and ran == [] and not (tmp_path / "canary").exists()
     assert f"{path}:3: error" in result.output and len(result.output.strip().splitlines()) == 1
+    assert "a" * 100 not in result.output  # a long value is named, never echoed
 
 
 SETS = [line for line in CORPUS if "=" in line]  # lines that try to set a variable

@@ -46,7 +46,8 @@ class Finding:
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else self.path
-        name = f" {self.variable}:" if self.variable else ""
+        named = self.variable and not self.message.startswith(f"{self.variable} ")
+        name = f" {self.variable}:" if named else ""
         return f"{where}: {self.severity}:{name} {self.message}"
 
 

@@ -104,7 +104,8 @@ def read_text(path: str, max_bytes: int | None = None) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
-        raise NcclTuneError(f"not UTF-8 text (byte {exc.start})", path=path, line=line) from None
+        raise NcclTuneError(f"cannot read: not UTF-8 text (line {line}, byte {exc.start})",
+                            path=path) from None
 
 
 def read_profile_text(path: str) -> str:
