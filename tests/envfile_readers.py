@@ -49,7 +49,7 @@ def docker_env_file(text: str, host_env: dict[str, str] | None = None) -> list[t
     if pieces and pieces[-1] == "":
         pieces.pop()
     for index, raw in enumerate(pieces):
-        line = raw[:-1] if raw.endswith("\r") else raw
+        line = raw.removesuffix("\r")
         if any("\ud800" <= c <= "\udfff" for c in line):  # not encodable as UTF-8
             raise Refused(f"invalid utf8 bytes at line {index + 1}")
         if index == 0 and line.startswith("\ufeff"):

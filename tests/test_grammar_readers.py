@@ -19,9 +19,11 @@ import subprocess
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-
 from envfile_readers import Refused, docker_env_file, nccl_conf_file, systemd_env_file
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import grammar
 

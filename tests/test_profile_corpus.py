@@ -10,13 +10,13 @@ import json
 import os
 
 import pytest
+from test_recommend import P2P_LL, confirmed, flat, synth, write
 
 from nccl_tune.cli import cli
 from nccl_tune.decide import export, recommendation
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import conffile, grammar, profile
 from nccl_tune.measure import grid
-from test_recommend import P2P_LL, confirmed, flat, synth, write
 
 CMD = "touch canary"
 ISSUE = [  # issue 19, "What was seen"
@@ -38,7 +38,7 @@ MORE = [
     "nccl_proto=LL", "NCCL_PROTO=L\x00L", "NCCL_PROTO='LL'", "NCCL_PROTO=LL # fast",
     "NCCL_PROTO=^LL128;allreduce:LL", "  NCCL_PROTO=LL", "NCCL_PROTO =LL", "NCCL_PROTO=LL\u00a0",
     "NCCL_PROTO=L\u2028L", "NCCL_DEBUG_FILE=/tmp/\u00e9", "NCCL_DEBUG_FILE=a*b", "NCCL_X={a,b}",
-    f"# note \\\nNCCL_PROTO=LL", "# note\rLD_PRELOAD=/tmp/evil.so", "NCCL_DEBUG_FILE=" + "a" * 5000,
+    "# note \\\nNCCL_PROTO=LL", "# note\rLD_PRELOAD=/tmp/evil.so", "NCCL_DEBUG_FILE=" + "a" * 5000,
     "NCCL_PROTO", "=LL", "\x1b[2JNCCL_PROTO=LL",
 ]
 CORPUS = ISSUE + MORE
@@ -53,7 +53,7 @@ def _file(tmp_path, line: str):
 
 def _env_of(line: str) -> dict[str, str]:
     """The variable the line tries to set, as a results record could carry it."""
-    body = line[len("export "):] if line.startswith("export ") else line
+    body = line.removeprefix("export ")
     name, _, value = body.partition("=")
     return {name: value}
 

@@ -265,21 +265,24 @@ def _line_bytes(raw: str) -> int:
     return len(raw.encode("utf-8", "surrogatepass"))
 
 
+_TOO_LONG = ("NCCL reads conf-file lines 4095 bytes at a time, so a longer one would be "
+             "read as two")
+_LEADING_BLANK = ("a blank at the start of the line: NCCL's conf reader would keep it in the "
+                  "name; start names and comments in the first column")
+
+
 def parse_line(number: int, raw: str) -> Line:
     """Classify one line (without its '\\n'); never raises."""
     if len(raw) > MAX_LINE_BYTES or _line_bytes(raw) > MAX_LINE_BYTES:
-        return Line(number, raw, BAD, errors=(
-            f"a line of {_line_bytes(raw)} bytes (at most {MAX_LINE_BYTES}: NCCL reads "
-            "conf-file lines 4095 bytes at a time, so a longer one would be read as two)",))
+        why = f"a line of {_line_bytes(raw)} bytes (at most {MAX_LINE_BYTES}: {_TOO_LONG})"
+        return Line(number, raw, BAD, errors=(why,))
     if raw.strip(_BLANKS) == "":
         return Line(number, raw, BLANK)
     if raw.startswith("#"):
         problem = comment_problem(raw)
         return Line(number, raw, BAD, errors=(problem,)) if problem else Line(number, raw, COMMENT)
     if raw[0] in _BLANKS:
-        return Line(number, raw, BAD, errors=(
-            "a blank at the start of the line: NCCL's conf reader would keep it in the name; "
-            "start names and comments in the first column",))
+        return Line(number, raw, BAD, errors=(_LEADING_BLANK,))
     match = _EXPORT_RE.match(raw)
     body = raw[match.end():] if match else raw
     if "=" not in body:
