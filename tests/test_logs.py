@@ -248,3 +248,24 @@ def test_a_log_without_decode_lines_says_so(cli_runner, tmp_path, text):
         assert "algorithm=EAGLE3" in out.output
     data = json.loads(cli_runner.invoke(cli, ["logs", "summarize", str(path), "--json"]).output)
     assert data["decode_lines"] == 0 and "no decode lines found" in data["note"]
+
+
+def test_a_real_sglang_0523_cpu_log_dict_server_args_and_test_only_substitutes():
+    # an excerpt of a real SGLang 0.5.23 server's log (tests/test_sglang_real.py's set-up)
+    s = _summary("sglang_0523_cpu_real.log")
+    assert s["engine"] == "sglang" and s["ready"] is True and s["decode_lines"] == 3
+    # the first decode line follows a prefill that found nothing running: left out
+    assert s["excluded"] == {logs.AFTER_IDLE_PREFILL: 1}
+    assert s["gen_throughput_mean"] == pytest.approx((10.95 + 9.28) / 2)
+    assert s["graph_share"] == 0.0 and s["sources"] == ["TP0"]  # "cpu graph: False"
+    args = s["server_args"]  # 0.5.2x prints server_args={'model_path': ..., ...}
+    assert (args["model_path"], args["device"], args["tp_size"], args["decode_log_interval"]) == (
+        "/tmp/tiny-llama", "cpu", 2, 40)
+    assert args["speculative_algorithm"] is None and s["speculative"] is None
+    assert s["substitutes"] == ["sgl_kernel", "torchvision"]
+
+
+def test_substitute_marker_line_is_its_own_event():
+    event = logs.parse_line("nccl-tune TEST-ONLY SUBSTITUTE: sgl_kernel (pure-torch helpers) from /x, pid 7")
+    assert event.kind == "substitute" and event.fields == {"package": "sgl_kernel"}
+    assert logs.parse_line("a line that mentions sgl_kernel") is None

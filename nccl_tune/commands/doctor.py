@@ -16,8 +16,14 @@ def _render(report: dict) -> None:
     if libs:
         click.echo(tabulate([[l["source"], l["version"] or f"unloadable: {l['error']}", l["path"]]
                              for l in libs], headers=["source", "version", "path"]))
+        for lib in libs:
+            if "+" in lib["source"]:
+                click.echo(f"  warning: {lib['source'].replace('+', ' and ')} are all installed; each "
+                           f"writes {lib['path']}, so it is the last one installed: keep the one "
+                           "torch requires")
     else:
-        click.echo("  none found (pip install nvidia-nccl-cu12, or a CUDA build of torch)")
+        click.echo("  none found (a CUDA torch brings its own; beside a CPU torch ./install.sh "
+                   "adds nvidia-nccl-cu12, or pip install 'nccl-tune[nccl]')")
 
     torch = report["torch"]
     click.echo("\ntorch")
@@ -27,6 +33,9 @@ def _render(report: dict) -> None:
         click.echo(f"  {torch['version']}  CUDA {torch.get('cuda') or 'none'}  "
                    f"cuda available: {torch.get('cuda_available')}  "
                    f"NCCL: {torch.get('nccl') or 'none'}")
+        if torch.get("nccl"):
+            click.echo(f"  loads libnccl: {torch.get('nccl_library') or 'none of those found'} "
+                       f"({torch.get('nccl_library_basis')})")
         if torch.get("note"):
             click.echo(f"  {torch['note']}")
 

@@ -100,6 +100,9 @@ def _render(summary: dict) -> None:
         rows.append(("speculative (server_args)", ", ".join(f"{k}={v}" for k, v in spec.items())))
     elif summary["server_args"]:
         rows.append(("speculative (server_args)", "off"))
+    if summary.get("substitutes"):
+        rows.append(("TEST-ONLY substitutes loaded", ", ".join(summary["substitutes"])
+                     + " (not SGLang's own kernels)"))
     vllm = summary.get("vllm") or {}
     if vllm.get("per_position_mean"):
         rows.append(("per-position acceptance (mean)",

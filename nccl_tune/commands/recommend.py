@@ -22,8 +22,8 @@ from nccl_tune.decide.recommendation import MODELLED, SIMULATED
 ASSUMED_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
 resolve_topology = costmodel.resolve_topology  # the one default, shared with validate and sweep
 # costmodel's doc: which constants were fitted to public tables.
-MODEL_CALIBRATION = ("its host-memory per-hop and Simple-over-PCIe constants were fitted to "
-                     "published tables, and real machines of one kind differ by 1.5x and more: "
+MODEL_CALIBRATION = ("its host-memory per-hop and bandwidth and Simple-over-PCIe constants were "
+                     "fitted to published tables, and real machines of one kind differ by 1.5x and more: "
                      "a published range (or a `model fit` of your machine) says by how much")
 MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
                 "microbench.allreduce`) and pass the results file with --results")
@@ -82,8 +82,8 @@ def _ci_label(analysis) -> str:
 def _table(analysis, baseline_tok_s) -> str:
     modelled = analysis.source == MODELLED
     headers = ["#", "settings (NCCL_ omitted)", "trust" if not modelled else "NCCL runs (model)",
-               f"lat@{analysis.message_bytes}B us", "comm ms/tok", "saving ms/tok"
-               + ("" if modelled else f" [{_ci_label(analysis)}]")]
+               f"lat@{analysis.message_bytes}B us"] + (["range us"] if modelled else []) + [
+               "comm ms/tok", "saving ms/tok" + ("" if modelled else f" [{_ci_label(analysis)}]")]
     if baseline_tok_s:
         headers.append("tok/s")
     headers += ["verdict", "why not"]
@@ -96,20 +96,29 @@ def _table(analysis, baseline_tok_s) -> str:
 
     rows = []
     base = analysis.baseline
-    base_line = ["-", base.label, trust(base) if modelled else "-", _fmt(base.latency_us, 2), _fmt(base.comm_ms), "0"]
+    base_line = ["-", base.label, trust(base) if modelled else "-", _fmt(base.latency_us, 2)] + (
+        [_range_cell(base)] if modelled else []) + [_fmt(base.comm_ms), "0"]
     if baseline_tok_s:
         base_line.append(f"{baseline_tok_s:.1f}")
     rows.append(base_line + ["reference", ""])
     for i, row in enumerate(analysis.cells, start=1):
         mark = "*" if row is analysis.recommended else str(i)
-        line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
-                _saving_text(row, modelled)]
+        line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2)] + (
+            [_range_cell(row)] if modelled else []) + [_fmt(row.comm_ms), _saving_text(row, modelled)]
         if baseline_tok_s:
             line.append(f"{row.projected_range[0]:.0f}-{row.projected_range[1]:.0f}"
                         if row.projected_range else _fmt(row.projected_tok_s, 1))
         line += [row.verdict, "" if row.eligible else (row.reason or "")]
         rows.append(line)
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def _range_cell(row) -> str:
+    """A modelled row's range and whether its time is calibrated ('cal': a fit of this machine)."""
+    if not row.latency_range:
+        return "-"
+    return (f"{row.latency_range[0]:.1f}-{row.latency_range[1]:.1f}"
+            + (" cal" if row.calibrated else ""))
 
 
 def _summary_line(analysis, confidence: float, baseline_tok_s, force: bool = False) -> str:
@@ -331,8 +340,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         analysis.topology_note = topo_note
         if loaded:
             analysis.notes.insert(0, loaded.describe())
-        else:
-            published = references.attach_published_range(analysis, topo_name, baseline_tok_s)
+        published = references.attach_published_range(analysis, topo_name, baseline_tok_s, loaded)
     engine_notes = engines.notes(engine, analysis.topology or topo_name,
                                  analysis.world_size or tp or 8, [nbytes, *extra_sizes])
     analysis.notes.extend(engine_notes)
@@ -396,14 +404,18 @@ MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
 
 
 def _published_lines(analysis, published) -> list[str]:
-    lo, hi = published.measured
-    return [f"published: at {analysis.message_bytes} B, {len(published.machines)} reference machine(s) "
-            f"of kind {analysis.topology} with {analysis.world_size} GPUs measured {lo:.1f}-{hi:.1f} us "
-            f"({published.basis}; mostly eager nccl-tests-style timers): "
-            f"{', '.join(published.machines)}; range {published.low:.1f}-{published.high:.1f} us "
-            f"(widened to the {references.RANGE_MAX_RATIO}x machines of one kind differ by). "
-            f"The modelled default: {analysis.baseline.latency_us:.1f} us. tok/s ranges apply the "
-            "model's relative saving to that range."]
+    found = published.to_dict()
+    lines = [f"range: at {analysis.message_bytes} B NCCL's defaults take "
+             f"{published.low:.1f}-{published.high:.1f} us on {analysis.topology} machines "
+             f"(the model's {published.model_us:.1f} us x where {len(found['machines'])} "
+             f"{found['basis']} fall from the model, 90% for a machine not among them"
+             + ("; cut to 4x" if published.capped else "") + f": {', '.join(found['machines'])}). "
+             "Each row's range is its own time's; tok/s ranges apply the model's relative "
+             "saving to the defaults' range."]
+    if published.question:
+        lines.append(f"these machines differ by {published.band.spread:.2f}x; the question that "
+                     f"splits them: {published.question}")
+    return lines
 
 
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,

@@ -42,12 +42,13 @@ def _gpu_count() -> int:
         return 0
 
 
-def _require_sglang() -> None:
+def _require_sglang(on_cpu: bool = False) -> None:
+    # on_cpu: the server arguments say --device cpu (SGLang's CPU backend), no GPU needed
     missing = []
     if importlib.util.find_spec("sglang") is None:
         missing.append("the sglang package is not installed (pip install 'nccl-tune[sglang]')")
-    if shutil.which("nvidia-smi") is None and _gpu_count() == 0:
-        missing.append("no NVIDIA GPU is visible")
+    if not on_cpu and shutil.which("nvidia-smi") is None and _gpu_count() == 0:
+        missing.append("no NVIDIA GPU is visible (or give --device cpu in --server-args)")
     if missing:
         raise NcclTuneError("engine sglang needs NVIDIA GPUs and SGLang: " + "; ".join(missing)
                             + " (engine builtin runs anywhere)")
@@ -167,7 +168,10 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     command = lib.split_args(server_command, "--server-command") or None
     if engine == "sglang":
         if command is None:
-            _require_sglang()
+            from integration.server import option_value
+
+            _require_sglang(option_value(lib.split_args(server_args, "--server-args"),
+                                         "--device") == "cpu")
         if not server_args:
             raise click.UsageError("engine sglang needs --server-args (at least --model-path)")
     if engine == "vllm":

@@ -74,6 +74,10 @@ class CellRow:
     projected_tok_s: float | None = None
     projected_ci: tuple[float, float] | None = None
     projected_range: tuple[float, float] | None = None  # modelled: over published machines
+    # Modelled rows: the range of latency_us (published machines of the kind, or a fit's own
+    # error) and whether latency_us comes from a fit of this machine (None: measured row).
+    latency_range: tuple[float, float] | None = None
+    calibrated: bool | None = None
     verdict: str = ""
     eligible: bool = False
     reason: str | None = None  # why it is not recommended
@@ -119,6 +123,9 @@ class CellRow:
             "projected_tok_s": self.projected_tok_s,
             "projected_tok_s_ci": list(self.projected_ci) if self.projected_ci else None,
             "projected_tok_s_range": list(self.projected_range) if self.projected_range else None,
+            "latency_range_us": ([round(v, 2) for v in self.latency_range]
+                                 if self.latency_range else None),
+            "calibrated": self.calibrated,
             "verdict": self.verdict, "eligible": self.eligible, "reason": self.reason,
             "errors": self.errors,
         }
@@ -515,13 +522,21 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
                                    costmodel.topology(topology_name), params or costmodel.NCCL_PARAMS)
         row.effective = {"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
                          "confirmed": None, "detail": f"modelled, transport {choice.link}"}
+        row.calibrated = costmodel.is_calibrated(params, choice.algo, choice.proto)
         return row
+
+    def uncalibrated_ms(row: CellRow) -> float:
+        return collectives * costmodel.latency_us(nbytes, nranks, topology_name, row.env) / 1000.0
 
     baseline = row_for({})
     rows = []
     for env in candidates:
         row = row_for(env)
         saving = baseline.comm_ms - row.comm_ms
+        if params is not None and not (row.calibrated and baseline.calibrated):
+            # A fit says nothing of a pair it did not calibrate: compare like with like, the
+            # uncalibrated model's own difference.
+            saving = uncalibrated_ms(baseline) - uncalibrated_ms(row)
         row.saving = SavingEstimate(saving, None, None, 0)
         _fill_projection(row, baseline_tok_s)
         if saving > MIN_MODELLED_FRACTION * baseline.comm_ms:

@@ -423,9 +423,10 @@ def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: flo
     return LaunchOutcome(status, proc.returncode, time.monotonic() - start, tail, log_path)
 
 
-# torch's ProcessGroupNCCL watchdog, before it tears the process down (SIGABRT with
-# TORCH_NCCL_ASYNC_ERROR_HANDLING=3): "[Rank 1] Watchdog caught collective operation
-# timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 600081 milliseconds ...";
+# torch's ProcessGroupNCCL watchdog, before it ends the process with SIGABRT
+# (TORCH_NCCL_ASYNC_ERROR_HANDLING=1, which torchrun sets in its workers, aborts the
+# communicators first; torch's default 3 does not): "[Rank 1] Watchdog caught collective
+# operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 600081 ms ...";
 # the microbench's own watchdog exits 124 after recording the timeout.
 TORCH_TIMEOUT_RE = re.compile(r"Watchdog caught collective operation timeout|"
                               r"\brank \d+: timeout: .* made no progress")

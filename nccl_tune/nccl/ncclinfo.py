@@ -25,7 +25,8 @@ class NcclLibrary:
     """One libnccl found on this machine."""
 
     path: str
-    source: str  # "nvidia-nccl-cu12" | "torch" | "LD_LIBRARY_PATH" | "system"
+    source: str  # the NCCL wheel ("nvidia-nccl-cu12", "nvidia-nccl-cu13", ...) | "torch" |
+    #              "LD_LIBRARY_PATH" | "system"
     version: str | None  # "2.21.5", or None when it could not be loaded
     error: str | None = None
 
@@ -59,10 +60,36 @@ def library_version(path: str) -> str:
     return ".".join(map(str, decode_version(code.value)))
 
 
-def _pip_nccl_paths() -> list[str]:
+def nccl_wheels(site: str) -> list[str]:
+    """The NCCL wheels installed in the folder `site` (nvidia-nccl-cu12, -cu13, ...), from
+    their dist-info folders. Every one of them writes nvidia/nccl/lib/libnccl.so.2, so
+    with two the file is whichever was installed last."""
+    names = (os.path.basename(p).split("-", 1)[0].replace("_", "-").lower()
+             for p in glob.glob(os.path.join(site, "nvidia_nccl_cu*.dist-info")))
+    return sorted(set(names))
+
+
+def _pip_nccl_paths() -> list[tuple[str, str]]:
     found = []
     for entry in sys.path:
-        found += glob.glob(os.path.join(entry, "nvidia", "nccl", "lib", "libnccl.so*"))
+        source = "+".join(nccl_wheels(entry)) or "pip (nvidia/nccl)"
+        found += [(path, source) for path in
+                  glob.glob(os.path.join(entry, "nvidia", "nccl", "lib", "libnccl.so*"))]
+    return found
+
+
+def mapped_libraries(maps_path: str = "/proc/self/maps") -> list[str]:
+    """Paths of the libnccl files mapped into this process, in order (empty when none or
+    unreadable)."""
+    found: list[str] = []
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if "libnccl" in os.path.basename(path) and path.startswith("/") and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
     return found
 
 
@@ -94,25 +121,26 @@ def _system_paths() -> list[str]:
 def find_libraries(load: bool = True) -> list[NcclLibrary]:
     """Every libnccl this machine offers, one entry per real file, with its version.
 
-    Order: nvidia-nccl-cu12's (what a pip-installed CUDA torch loads), torch's bundled
-    copy, LD_LIBRARY_PATH, then the system folders.
+    Order: the NCCL wheel's (nvidia-nccl-cu12 or -cu13: what a pip-installed CUDA torch
+    loads), torch's bundled copy, LD_LIBRARY_PATH, then the system folders.
     """
+    groups = [sorted(_pip_nccl_paths()), [(p, "torch") for p in sorted(_torch_lib_paths())],
+              [(p, "LD_LIBRARY_PATH") for p in sorted(_ld_paths())],
+              [(p, "system") for p in sorted(_system_paths())]]
     seen: set[str] = set()
     out: list[NcclLibrary] = []
-    for source, paths in (("nvidia-nccl-cu12", _pip_nccl_paths()), ("torch", _torch_lib_paths()),
-                          ("LD_LIBRARY_PATH", _ld_paths()), ("system", _system_paths())):
-        for path in sorted(paths):
-            real = os.path.realpath(path)
-            if real in seen or not os.path.isfile(real):
-                continue
-            seen.add(real)
-            version, error = None, None
-            if load:
-                try:
-                    version = library_version(path)
-                except OSError as exc:
-                    error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            out.append(NcclLibrary(path=path, source=source, version=version, error=error))
+    for path, source in (item for group in groups for item in group):
+        real = os.path.realpath(path)
+        if real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        version, error = None, None
+        if load:
+            try:
+                version = library_version(path)
+            except OSError as exc:
+                error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        out.append(NcclLibrary(path=path, source=source, version=version, error=error))
     return out
 
 
