@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 from envfile_readers import Refused, docker_env_file, nccl_conf_file, systemd_env_file
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -215,6 +215,8 @@ def check_readers(text: str, pairs: list[tuple[str, str]]) -> None:
 @given(st.lists(st.one_of(valid_text(), wild_text()), min_size=BATCH, max_size=BATCH))
 def test_what_the_grammar_accepts_every_reader_reads_alike_and_bash_runs_nothing(texts):
     accepted = [(text, pairs) for text in texts if (pairs := _accepted(text)) is not None]
+    low = 10 * (len(accepted) // 10)
+    event(f"accepted per batch of {BATCH}: {low}-{low + 9}")  # --hypothesis-show-statistics
     for text, pairs in accepted:
         check_readers(text, pairs)
     for (text, pairs), (added, files) in zip(accepted, bash_reads([t for t, _ in accepted])):

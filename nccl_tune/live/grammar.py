@@ -387,7 +387,8 @@ def check_env(env: dict[str, str], source: str) -> None:
     if problems:
         name, why = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise NcclTuneError(f"{source}: {name + ': ' if name else ''}{why}{more}")
+        named = name and not why.startswith(f"{name} ")
+        raise NcclTuneError(f"{source}: {name + ': ' if named else ''}{why}{more}")
 
 
 def value_pattern_problem(name: str, value: str) -> str | None:
