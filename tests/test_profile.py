@@ -182,3 +182,33 @@ def test_resolve_profile_errors(tmp_path):
     with pytest.raises(NcclTuneError) as info:
         profile.resolve_profile("no-such-profile")
     assert "pcie-8gpu-decode" in str(info.value)
+
+
+def test_caps_sit_at_their_documented_values():
+    grammar = profile.grammar
+    ok = "".join(f"NCCL_V{i}=1\n" for i in range(256))
+    assert len(parse_profile(ok).env) == 256
+    with pytest.raises(NcclTuneError) as info:
+        parse_profile(ok + "NCCL_V256=1\n", "v.env")
+    assert info.value.line == 257
+    grammar.check_env({f"NCCL_V{i}": "1" for i in range(256)}, "x")
+    with pytest.raises(NcclTuneError):
+        grammar.check_env({f"NCCL_V{i}": "1" for i in range(257)}, "x")
+    # Lines: 4094 bytes and the '\n' fit one 4095-byte fgets read of NCCL's conf reader.
+    assert parse_profile("#" + "x" * 4093 + "\n").env == {}
+    for line in ("#" + "x" * 4094, "#" + "\u00e9" * 2047):  # 4095 bytes (2048 characters)
+        with pytest.raises(NcclTuneError, match="4095 bytes"):
+            parse_profile(line + "\n")
+    with pytest.raises(NcclTuneError, match="at most 4094"):
+        render_profile({}, {"note": "x" * 5000})
+    assert parse_profile("NCCL_DEBUG_FILE=" + "a" * 1023 + "\n").env
+    with pytest.raises(NcclTuneError, match="a value of 1024 characters"):
+        parse_profile("NCCL_DEBUG_FILE=" + "a" * 1024 + "\n")
+
+
+def test_prefixes_need_a_name_after_them_and_the_last_line_needs_no_newline():
+    for line in ("NCCL_=1", "TORCH_NCCL_=1", "VLLM_ALLREDUCE_USE_=1"):
+        with pytest.raises(NcclTuneError, match="not an NCCL variable"):
+            parse_profile(line + "\n")
+    assert parse_profile("# x\nNCCL_PROTO=LL").env == {"NCCL_PROTO": "LL"}
+    assert parse_profile("").env == {} and parse_profile("\n").env == {}
