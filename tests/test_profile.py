@@ -212,3 +212,18 @@ def test_prefixes_need_a_name_after_them_and_the_last_line_needs_no_newline():
             parse_profile(line + "\n")
     assert parse_profile("# x\nNCCL_PROTO=LL").env == {"NCCL_PROTO": "LL"}
     assert parse_profile("").env == {} and parse_profile("\n").env == {}
+
+
+def test_line_count_cap_and_messages_name_a_variable_once():
+    grammar = profile.grammar
+    assert parse_profile("\n" * 4095 + "# last, no newline").env == {}  # 4096 lines
+    with pytest.raises(NcclTuneError, match="4097 lines"):
+        parse_profile("\n" * 4096 + "# one too many")
+    assert grammar.render_comment("x" * 4092) == "# " + "x" * 4092  # 4094 bytes: written
+    with pytest.raises(NcclTuneError) as info:
+        grammar.check_env({"LD_PRELOAD": "/x.so"}, "results cell c-1")
+    assert str(info.value).startswith("results cell c-1: LD_PRELOAD is not an NCCL variable")
+    with pytest.raises(NcclTuneError) as info:
+        grammar.check_env({"NCCL_DEBUG_FILE": "a" * 2000}, "exec")
+    assert str(info.value) == ("exec: NCCL_DEBUG_FILE: a value of 2000 characters (at most "
+                               "1023, the longest NCCL reads from a conf file)")
