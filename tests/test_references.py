@@ -42,7 +42,7 @@ def test_extra_tables_are_added_in_either_form(shipped, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("{", "cannot read"),
+    ("{", "not JSON .*; a reference table is JSON"),
     ('{"schema": "x"}', "not a reference table"),
     (json.dumps([{"name": "x", "points": [[1, 2]]}]), "malformed"),
     (json.dumps({"schema": R.SCHEMA, "references": [{"name": "x", "machine": "m", "kind": "warp",

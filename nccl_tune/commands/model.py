@@ -9,7 +9,8 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
-from nccl_tune import store
+from nccl_tune import fileio, store, vocab
+from nccl_tune.live import envcheck
 from nccl_tune.model import calibrate, costmodel, references
 from nccl_tune.errors import NcclTuneError
 
@@ -34,15 +35,15 @@ def model() -> None:
 @model.command("predict")
 @click.option("--topology", type=click.Choice(list(costmodel.TOPOLOGIES)), default=None,
               help="Machine kind (default: the --model file's).")
-@click.option("--nranks", type=click.IntRange(min=2), default=None,
+@click.option("--nranks", type=vocab.Count(2, max=vocab.MAX_RANKS), default=None,
               help="Ranks (GPUs) in the communicator [default: the model file's, else 8].")
-@click.option("--sizes", default="8K,16K,32K,64K", show_default=True,
+@click.option("--sizes", default="8K,16K,32K,64K", show_default=True, type=vocab.ByteSizes(),
               help="Message sizes: bytes or K/M/G, comma list.")
-@click.option("--env", "env_text", default="", help='NCCL settings, e.g. "NCCL_PROTO=LL NCCL_ALGO=Ring".')
+@click.option("--env", "env_text", default="", type=envcheck.Assignments(), help='NCCL settings, e.g. "NCCL_PROTO=LL NCCL_ALGO=Ring".')
 @click.option("--mode", type=click.Choice(["graph", "eager"]), default=None,
               help="graph: CUDA-graph replay; eager: adds host launch time, as nccl-tests "
                    "without -G [default: the model file's, else eager].")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+@click.option("--model", "model_path", type=vocab.InputFile(),
               help="A `model fit` file: time NCCL's choice with constants fitted to your machine.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per size.")
 def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
@@ -110,14 +111,15 @@ def range_notes(rows: list[dict]) -> list[str]:
 
 
 @model.command("fit")
-@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("results", nargs=-1, required=True, type=vocab.InputFile())
 @click.option("--topology", type=click.Choice(list(costmodel.TOPOLOGIES)), default=None,
               help="Machine kind [default: the records' topology field].")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out_path", required=True, type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write the fitted model (JSON) here, atomically.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted model as JSON.")
 def fit(results, topology, out_path, as_json):
     """Fit the model's constants to one machine's records (bench, sweep, import-nccl-tests)."""
+    fileio.check_output(out_path, kind=fileio.OutputKind.EXPORT, inputs=results, option="--out")
     records = store.read_records(results, warn=lambda m: click.echo(f"warning: {m}", err=True))
     if not records:
         raise NcclTuneError("no results records to read", path=", ".join(results))

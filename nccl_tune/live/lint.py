@@ -196,6 +196,6 @@ def counts(findings: list[Finding]) -> tuple[int, int]:
 
 def lint_file(path: str, known: KnownNames | None = None) -> list[Finding]:
     """Findings for one profile file; NcclTuneError when it cannot be read or is too large."""
-    from nccl_tune.live.profile import read_profile_text
+    from nccl_tune.live.profile import read_text
 
-    return lint_text(read_profile_text(path), path=path, known=known)
+    return lint_text(read_text(path), path=path, known=known)

@@ -29,10 +29,10 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import grammar
 
@@ -90,32 +90,16 @@ def parse_profile(text: str, path: str | None = None) -> Profile:
     return Profile(env=env, provenance=parse_provenance(lines), path=path, lines=where)
 
 
-def read_text(path: str, max_bytes: int | None = None) -> str:
-    """A file's text, or NcclTuneError naming it when it cannot be read (or, with
-    `max_bytes`, is longer: then only that much plus one byte is ever read)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror or exc}", path=path) from None
-    if max_bytes is not None and len(data) > max_bytes:
-        raise NcclTuneError(f"larger than {max_bytes // 1024} KiB: not a profile", path=path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise NcclTuneError(f"cannot read: not UTF-8 text (line {line}, byte {exc.start})",
-                            path=path) from None
-
-
-def read_profile_text(path: str) -> str:
-    """A profile file's text, read at most grammar.MAX_FILE_BYTES (+1) bytes deep."""
-    return read_text(path, grammar.MAX_FILE_BYTES)
+def read_text(path: str) -> str:
+    """A profile's text by the input policy (nccl_tune.fileio.read_text: strict UTF-8)
+    under the grammar's size cap (grammar.MAX_FILE_BYTES), or NcclTuneError naming the
+    file. Long lines are the grammar's to refuse, line by line."""
+    return fileio.read_text(path, what="profile", max_bytes=grammar.MAX_FILE_BYTES)
 
 
 def load_profile(path: str) -> Profile:
     """Read a profile file; NcclTuneError when it is unreadable, too large or malformed."""
-    return parse_profile(read_profile_text(path), path=path)
+    return parse_profile(read_text(path), path=path)
 
 
 def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None,
@@ -149,38 +133,10 @@ def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None
     return text
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename.
-
-    Readers see the old file or the new one, never half of one. NcclTuneError when the
-    folder cannot be written.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".nccl-tune-", dir=folder)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise NcclTuneError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_profile(path: str, env: dict[str, str], provenance: dict[str, str] | None = None,
                   notes: list[str] | None = None) -> None:
     """Render and write a profile atomically (see `render_profile` for what it refuses)."""
-    write_atomic(path, render_profile(env, provenance, notes))
+    fileio.write_atomic(path, render_profile(env, provenance, notes))
 
 
 def nccl_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:

@@ -35,11 +35,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune import fileio, vocab
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 
 SCHEMA = "nccl-tune-model/2"
 OLD_SCHEMAS = ("nccl-tune-model/1",)  # one latency factor for every pair: all calibrated
+MODEL_MAX_DEPTH = 6  # the model file: points -> env, constants -> link -> table
+MAX_NRANKS = vocab.MAX_RANKS  # the largest world a model file may describe (as --tp, --nranks)
 PROTOS = settings.PROTOCOLS
 ALGOS = ("Ring", "Tree", "NVLS")
 MIN_SIZES = 3
@@ -422,9 +425,7 @@ class LoadedModel:
 
 def save(calibration: Calibration, path: str) -> None:
     """Write the model file atomically."""
-    from nccl_tune.live.profile import write_atomic
-
-    write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
+    fileio.write_atomic(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
 
 
 def _scales(raw, what: str) -> dict:
@@ -435,42 +436,50 @@ def _scales(raw, what: str) -> dict:
 
 def load(path: str) -> LoadedModel:
     """Read a `model fit` file; NcclTuneError naming the file when it is not one."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read the model file: {exc.strerror or exc}", path=path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise NcclTuneError(f"not JSON{f' (line {line})' if line else ''}: not a "
-                            "`nccl-tune model fit` file", path=path) from None
+    data = fileio.load_json(path, what="model file", max_depth=MODEL_MAX_DEPTH)
     if not isinstance(data, dict) or data.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
         raise NcclTuneError(f"not a `nccl-tune model fit` file (schema is not {SCHEMA})", path=path)
-    try:
-        raw = data["params"]
-        topo, nranks, mode = data["topology"], int(data["nranks"]), data.get("mode") or "eager"
-        scales = {p: float(raw["bw_scale"][p]) for p in PROTOS}
-        params = replace(costmodel.NCCL_PARAMS, launch_us=float(raw["launch_us"]),
-                         lat_scale=float(raw["lat_scale"]), bw_scale=scales,
-                         pair_lat_scale=_scales(raw.get("pair_lat_scale", {}), "pair_lat_scale"),
-                         pair_bw_scale=_scales(raw.get("pair_bw_scale", {}), "pair_bw_scale"))
-        pairs = None
-        if data["schema"] == SCHEMA:
-            pairs = tuple(str(p) for p in data["calibrated_pairs"])
-            if any(len(p.split("/")) != 2 or p.split("/")[0] not in ALGOS
-                   or p.split("/")[1] not in PROTOS for p in pairs):
-                raise ValueError(f"unknown pair in calibrated_pairs {list(pairs)}")
-        errors = _scales(data.get("pair_error", {}), "pair_error")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise NcclTuneError(f"model file incomplete or malformed ({type(exc).__name__}: {exc})",
-                            path=path) from None
-    values = [params.launch_us, params.lat_scale, *scales.values(),
-              *params.pair_lat_scale.values(), *params.pair_bw_scale.values()]
-    if topo not in costmodel.TOPOLOGIES or not all(math.isfinite(v) and v >= 0 for v in values) \
-            or min(v for v in values[1:]) <= 0:
-        raise NcclTuneError("model file has an unknown topology or non-positive constants",
-                            path=path)
-    return LoadedModel(path, topo, nranks, mode, params, pairs, errors)
+    raw = data.get("params")
+    scales = raw.get("bw_scale") if isinstance(raw, dict) else None
+    positive = ("a positive number", lambda v: fileio.is_number(v) and v > 0)
+    checks = [  # (name, value, expected, check): every value the model reads, typed
+        ("topology", data.get("topology"), "one of " + ", ".join(costmodel.TOPOLOGIES),
+         lambda v: isinstance(v, str) and v in costmodel.TOPOLOGIES),
+        ("nranks", data.get("nranks"), f"an integer from 2 to {MAX_NRANKS}",
+         lambda v: fileio.is_int(v) and 2 <= v <= MAX_NRANKS),
+        ("mode", data.get("mode"), "graph or eager", lambda v: v in (None, "graph", "eager")),
+        ("params", raw, "an object", lambda v: isinstance(v, dict)),
+        ("params.launch_us", (raw or {}).get("launch_us") if isinstance(raw, dict) else None,
+         "a non-negative number", lambda v: fileio.is_number(v) and v >= 0),
+        ("params.lat_scale", raw.get("lat_scale") if isinstance(raw, dict) else None, *positive),
+        ("params.bw_scale", scales, "an object with " + ", ".join(PROTOS),
+         lambda v: isinstance(v, dict) and all(p in v for p in PROTOS)),
+    ] + [(f"params.bw_scale.{p}", scales.get(p) if isinstance(scales, dict) else None, *positive)
+         for p in PROTOS]
+    for key in ("pair_lat_scale", "pair_bw_scale"):  # per algorithm/protocol pair (schema 2)
+        table = raw.get(key, {}) if isinstance(raw, dict) else {}
+        checks.append((f"params.{key}", table, "an object of positive numbers",
+                       lambda v: isinstance(v, dict) and all(fileio.is_number(x) and x > 0
+                                                             for x in v.values())))
+    errors = data.get("pair_error", {})
+    checks.append(("pair_error", errors, "an object of non-negative numbers",
+                   lambda v: isinstance(v, dict) and all(fileio.is_number(x) and x >= 0
+                                                         for x in v.values())))
+    pairs = data.get("calibrated_pairs") if data["schema"] == SCHEMA else None
+    if data["schema"] == SCHEMA:
+        checks.append(("calibrated_pairs", pairs, "a list of ALGO/PROTO pairs",
+                       lambda v: isinstance(v, list) and all(
+                           isinstance(p, str) and len(p.split("/")) == 2
+                           and p.split("/")[0] in ALGOS and p.split("/")[1] in PROTOS for p in v)))
+    for name, value, expected, check in checks:
+        if not check(value):
+            raise fileio.wrong_type(path, name, value, expected)
+    params = replace(costmodel.NCCL_PARAMS, launch_us=float(raw["launch_us"]),
+                     lat_scale=float(raw["lat_scale"]), bw_scale={p: float(scales[p]) for p in PROTOS},
+                     pair_lat_scale=_scales(raw.get("pair_lat_scale", {}), "pair_lat_scale"),
+                     pair_bw_scale=_scales(raw.get("pair_bw_scale", {}), "pair_bw_scale"))
+    return LoadedModel(path, data["topology"], data["nranks"], data.get("mode") or "eager", params,
+                       tuple(pairs) if pairs is not None else None, _scales(errors, "pair_error"))
 
 
 # ---------------------------------------------------------------- predictions

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import costmodel
 
@@ -194,13 +195,15 @@ def parse(data, origin: str) -> list[Reference]:
     return out
 
 
+REFERENCES_MAX_BYTES = 16 * 1024 * 1024
+REFERENCES_MAX_DEPTH = 6  # list -> entry -> points -> [bytes, us]
+
+
 def _read(path: Path) -> list[Reference]:
     if path.is_dir():
         path = path / FILE_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise NcclTuneError(f"cannot read the reference table: {exc}", path=str(path)) from None
+    data = fileio.load_json(path, what="reference table", max_bytes=REFERENCES_MAX_BYTES,
+                            max_depth=REFERENCES_MAX_DEPTH)
     return parse(data, str(path))
 
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 from nccl_tune.errors import NcclTuneError
 
+MAX_PASTE_BYTES = 1024 * 1024  # `nvidia-smi topo -m` of 72 GPUs and NICs is some 30 KB
+MAX_PASTE_LINE = 4096  # characters per line (the widest matrix row is some 600)
 LINK_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _NVLINK_RE = re.compile(r"^NV\d+$")
 _GPU_RE = re.compile(r"^GPU\d+$")
@@ -132,7 +134,7 @@ def _row_cells(line: str, width: int) -> tuple[str, list[str], list[str]]:
     return label, links, extra
 
 
-_PIPE_SEPARATOR_RE = re.compile(r"^\s*\|?[\s:|-]*-[\s:|-]*$")
+_PIPE_SEPARATOR_RE = re.compile(r"^[\s:|-]*$")  # and a "-" (checked apart: no overlapping runs)
 
 
 def _unpipe(lines: list[str]) -> list[str]:
@@ -142,7 +144,7 @@ def _unpipe(lines: list[str]) -> list[str]:
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("|") and stripped.count("|") >= 3:
-            if _PIPE_SEPARATOR_RE.match(stripped):
+            if "-" in stripped and _PIPE_SEPARATOR_RE.match(stripped):
                 continue
             out.append("\t".join(c.strip() for c in stripped.strip("|").split("|")))
         else:
