@@ -361,6 +361,7 @@ def check_out(path: str | None, inputs=()) -> None:
     so that nothing is measured for a file that cannot be written. Creates nothing."""
     if path:
         fileio.check_output(path, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
+        fileio.check_not_busy(path, option="--out")
 
 
 def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes_out: bool = True):
