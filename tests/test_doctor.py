@@ -137,13 +137,13 @@ def _wheel_site(root: Path, *wheels: str) -> Path:
     return root
 
 
-def test_a_wheels_libnccl_is_named_after_the_wheel_that_installed_it(tmp_path, monkeypatch):
+def test_a_wheels_libnccl_is_named_after_the_wheel_that_installed_it(tmp_path):
     from nccl_tune.nccl import ncclinfo
 
     cu13 = _wheel_site(tmp_path / "a", "nvidia-nccl-cu13")
     both = _wheel_site(tmp_path / "b", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
-    monkeypatch.setattr("sys.path", [str(cu13), str(both)])
-    found = {lib.path: lib.source for lib in ncclinfo.find_libraries(load=False)}
+    found = {lib.path: lib.source
+             for lib in ncclinfo.find_libraries(load=False, search=[str(cu13), str(both)])}
     assert found[str(cu13 / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu13"
     assert found[str(both / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu12+nvidia-nccl-cu13"
 
