@@ -36,7 +36,9 @@ from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import grammar
 
-_PROVENANCE_RE = re.compile(r"^#\s?([A-Za-z][A-Za-z0-9 _-]*?)\s*:\s?(.*)$")
+# `# key: value`: the key is everything before the first ':' (one pass, no backtracking
+# between the key and the blanks before the colon), then checked on its own.
+_PROVENANCE_RE = re.compile(r"^#\s?([^:]*):\s?(.*)$")
 _PROVENANCE_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9 _-]*$")
 HEADER_TITLE = "nccl-tune profile"
 NOTES_SEPARATOR = "#"
@@ -69,8 +71,9 @@ def parse_provenance(lines: list[grammar.Line]) -> dict[str, str]:
         if line.kind != grammar.COMMENT or line.raw.strip() == NOTES_SEPARATOR:
             break
         match = _PROVENANCE_RE.match(line.raw.strip())
-        if match:
-            out[match.group(1).strip()] = match.group(2).strip()
+        key = match.group(1).rstrip() if match else ""
+        if key and _PROVENANCE_KEY_RE.match(key):
+            out[key] = match.group(2).strip()
     return out
 
 
