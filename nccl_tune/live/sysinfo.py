@@ -17,7 +17,6 @@ then say which lines a profile could not carry.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -91,19 +90,9 @@ def gpu_info(timeout: float = 30.0) -> dict:
 
 
 def compute_capability(timeout: float = 30.0) -> str | None:
-    """The first GPU's compute capability ("9.0") from nvidia-smi, or None (no GPU, or a
-    driver whose nvidia-smi lacks the compute_cap field). A query of its own, so an old
-    driver does not cost gpu_info its answer."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = done.stdout.strip().splitlines()[:1] if done.returncode == 0 else []
-    return first[0].strip() if first and re.fullmatch(r"\d+\.\d+", first[0].strip()) else None
+    """The first GPU's compute capability ("9.0"), or None (no GPU, or an old driver)."""
+    caps = topology.compute_caps(timeout)
+    return caps[0] if caps else None
 
 
 def topology_info(topo_file: str | None = None) -> dict:
