@@ -68,8 +68,10 @@ def family_words(analysis: Analysis, confidence: float = 0.95) -> str:
 
 def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: str,
                topology_note: str | None = None, forced: str | None = None,
-               baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
-    """The `# key: value` header of an exported profile."""
+               baseline_tok_s: float | None = None, confidence: float = 0.95,
+               speculative: str | None = None) -> dict:
+    """The `# key: value` header of an exported profile (`speculative`: the step planner's
+    decision, recommend --spec-steps)."""
     s = row.saving
     where = [f"world size {analysis.world_size}"]
     if analysis.gpus:
@@ -103,6 +105,8 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
         prov["predicted"] = f"{baseline_tok_s:.1f} -> {row.projected_tok_s:.1f} tok/s"
     if forced:
         prov["forced"] = forced
+    if speculative:
+        prov["speculative"] = speculative
     prov["command"] = command
     return prov
 
@@ -142,7 +146,7 @@ APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file T
 def write_profile(path: str, analysis: Analysis, workload: Workload, command: str, *,
                   force: bool = False, topology_note: str | None = None,
                   baseline_tok_s: float | None = None, confidence: float = 0.95,
-                  conf: bool = False) -> dict:
+                  conf: bool = False, speculative: str | None = None) -> dict:
     """Write the recommended profile (or refuse, saying why); returns what happened.
 
     `conf`: in NCCL's conf-file syntax (nccl_tune.live.conffile) instead of a .env file.
@@ -151,7 +155,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     if row is None:
         return {"path": path, "written": False, "reason": refusal}
     prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
-                      confidence)
+                      confidence, speculative)
     if conf:
         from nccl_tune.live import conffile
 

@@ -72,6 +72,10 @@ class VerifyCurve:
     sources: list[str] = field(default_factory=list)
     residual_ms: float | None = None  # rms misfit of the fitted model at its points
     covers_all: bool = False  # a stated model for every n (recommend's flat-compute default)
+    # saturation (nccl_tune.spec.saturation): max(curve, sat_t1_ms x n / sat_tokens)
+    sat_tokens: float | None = None
+    sat_t1_ms: float = 0.0
+    sat_note: str | None = None
 
     @property
     def flat(self) -> bool:
@@ -95,6 +99,17 @@ class VerifyCurve:
         return float(tokens)
 
     def __call__(self, tokens: int) -> float:
+        base = self.base(tokens)
+        if self.sat_tokens:
+            return max(base, self.sat_t1_ms * tokens / self.sat_tokens)
+        return base
+
+    def saturated(self, tokens: int) -> bool:
+        """True when the compute-bound term sets the time at `tokens`."""
+        return bool(self.sat_tokens) and self.sat_t1_ms * tokens / self.sat_tokens > self.base(tokens)
+
+    def base(self, tokens: int) -> float:
+        """The curve without the saturation term."""
         if self.kind != INTERP:
             return self.fixed_ms + self.slope_ms * self.shape(tokens) + self.comm(tokens)
         pts = self.points
@@ -110,7 +125,14 @@ class VerifyCurve:
         return max(0.0, m0 + (m1 - m0) * (tokens - t0) / (t1 - t0))
 
     def describe(self) -> str:
-        """One line: which model, fitted to what."""
+        """One line: which model, fitted to what (and the saturation term, if any)."""
+        text = self._describe_base()
+        if self.sat_tokens:
+            text += (f"; saturation: at least {self.sat_t1_ms:.3f} ms x n / {self.sat_tokens:.3g} "
+                     f"(compute-bound beyond {self.sat_tokens:.3g} tokens: {self.sat_note})")
+        return text
+
+    def _describe_base(self) -> str:
         pts = ", ".join(f"{m:g} ms @ {t}" for t, m in self.points)
         src = f" ({'; '.join(self.sources)})" if self.sources else ""
         comm = (f"; comm(n) {self.comm_note}" if self.comm_note else
@@ -141,7 +163,8 @@ class VerifyCurve:
                 "slope_ms": self.slope_ms if self.kind != INTERP else None,
                 "slope_per": {MOE: "distinct expert", DENSE: "token"}.get(self.kind),
                 "experts": self.experts, "topk": self.topk, "comm": self.comm_note,
-                "rms_misfit_ms": self.residual_ms}
+                "rms_misfit_ms": self.residual_ms, "saturation_tokens": self.sat_tokens,
+                "saturation": self.sat_note}
 
 
 def _distinct(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
