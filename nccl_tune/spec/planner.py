@@ -408,6 +408,13 @@ def _spec_plans(batch, req, acc, curve, steps) -> list[StepPlan]:
     return plan_steps(steps, acc.tau, draft, verify, req.other_ms, None, batch)
 
 
+def _validate(plans, cands, profile) -> str:
+    # the measured sweep decides: the candidates, plain decoding and the best k >= 1 (so a
+    # "do not speculate" answer is checked against its strongest alternative)
+    spec = [p for p in plans if p.k >= 1]
+    return validate_command(sorted({*cands, *([best_step(spec).k] if spec else [])}), profile)
+
+
 def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> BatchPlan:
     steps, left_out = [], []
     for k in req.steps:
@@ -429,7 +436,7 @@ def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> B
             intervals = None  # some draw could not be planned at some k: the stated error then
         cands = candidate_steps(plans, req.rel_error, intervals)
         return BatchPlan(batch, plans, best_step(plans), cands, left_out,
-                         validate_command(cands, req.profile), intervals)
+                         _validate(plans, cands, req.profile), intervals)
     ks = [k for k, _ in fits[0].points]
     per_fit = [head + [_fitted(k, acc, fit, not min(ks) <= k <= max(ks)) for k in steps] for fit in fits]
     plans = per_fit[len(per_fit) // 2]
@@ -438,14 +445,28 @@ def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> B
     if span is not None:
         ranges = {p.k: (min(q[i].tok_s for q in per_fit), max(q[i].tok_s for q in per_fit))
                   for i, p in enumerate(plans)}
-        far = [k for k in cands if k >= 1 and k != span.point[0]]
-        measure = max(far, key=lambda k: (abs(k - span.point[0]), k)) if far else None
+        measure = _measure_next(plans, cands, ranges, span.point[0], req.rel_error)
         span_info = {**span.to_dict(), "best_k_all_per_step": best_step(per_fit[0]).k,
                      "best_k_all_fixed": best_step(per_fit[-1]).k, "measure_k": measure,
                      "note": cyclefit.span_note(span, measure)}
         intervals = ranges
     return BatchPlan(batch, plans, best_step(plans), cands, left_out,
-                     validate_command(cands, req.profile), intervals, span_info)
+                     _validate(plans, cands, req.profile), intervals, span_info)
+
+
+def _measure_next(plans, cands, ranges, measured_k, rel_error) -> int | None:
+    """Which k to measure next: a second point at any other k fixes the split; the middle
+    split's best k when the splits differ there by more than twice the stated error (it
+    decides and checks the likely answer at once), else the candidate farthest from the
+    measured k (where they differ most)."""
+    others = [k for k in cands if k >= 1 and k != measured_k]
+    if not others:
+        return None
+    best = best_step([p for p in plans if p.k >= 1]).k
+    lo, hi = ranges[best]
+    if best in others and hi > lo * (1 + 2 * rel_error):
+        return best
+    return max(others, key=lambda k: (abs(k - measured_k), k))
 
 
 def _fitted(k, acc, fit, extrapolated) -> StepPlan:

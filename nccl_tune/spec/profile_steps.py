@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.spec.cycle import DEFAULT_REL_ERROR, StepPlan, best_step, decision, validate_command
+from nccl_tune.spec.cycle import DEFAULT_REL_ERROR, StepPlan, best_step, decision
 from nccl_tune.spec.options import AcceptanceInput
 
 
@@ -35,6 +35,7 @@ class SpecComparison:
     rel_error: float = DEFAULT_REL_ERROR
     profile: str | None = None
     candidate_sets: dict = field(default_factory=dict)  # which -> the planner's candidates
+    validate: str | None = None  # the planner's validate command (recommended cell, else baseline)
 
     def best(self, which: str) -> StepPlan | None:
         """Best StepPlan, plain decoding included, for 'baseline' or 'recommended'."""
@@ -72,7 +73,6 @@ class SpecComparison:
             return [asdict(p) for p in rows] if rows is not None else None
         best_b, best_r = self.best("baseline"), self.best("recommended")
         dec_b, dec_r = self.decision("baseline"), self.decision("recommended")
-        cands = self.candidates("recommended") or self.candidates("baseline")
         return {"baseline": plans("baseline"), "recommended": plans("recommended"),
                 "best_k_baseline": best_b.k if best_b else None,
                 "best_tok_s_baseline": best_b.tok_s if best_b else None,
@@ -84,7 +84,7 @@ class SpecComparison:
                 "decision_recommended": dec_r["words"] if dec_r else None,
                 "candidates_baseline": self.candidates("baseline"),
                 "candidates_recommended": self.candidates("recommended"),
-                "validate_command": validate_command(cands, self.profile) if cands else None,
+                "validate_command": self.validate,
                 "verify_model": self.verify_model,
                 "assumptions": self.assumptions, "skipped_steps": self.skipped,
                 "skipped_steps_verify": self.skipped_verify,
@@ -185,8 +185,11 @@ def compare_profiles(analysis, *, steps: list[int], acceptance: AcceptanceInput,
     first = base.batches[0]
     extrap_tokens = {p.k: p.k + 1 for p in first.plans if p.extrapolated and p.k}
     cands = {"baseline": first.candidates}
+    validate = first.validate
     if recommended is not None:
         cands["recommended"] = recommended.batches[0].candidates
+        validate = recommended.batches[0].validate
     return SpecComparison(marked(base), marked(recommended) if recommended else None, assumptions,
                           [k for k in skipped if k], [k for k in first.left_out if k],
-                          extrap_bytes, extrap_tokens, base.verify_model, rel_error, profile, cands)
+                          extrap_bytes, extrap_tokens, base.verify_model, rel_error, profile, cands,
+                          validate)

@@ -72,12 +72,10 @@ def check(schedule: object) -> list[tuple[int, int, int]]:
     return parsed
 
 
-def vllm_validator() -> tuple[Callable | None, str]:
-    """vLLM's own validation function, loaded from the installed vLLM's file alone.
-
-    Importing `vllm` itself takes seconds to minutes (it pulls in torch and the engine);
-    the rules file needs nothing, so it is executed on its own: bounded cost. Returns
-    (function or None, what was used)."""
+def vllm_rules():
+    """(the installed vLLM's rules module or None, what was used): its file executed on its
+    own. Importing `vllm` takes seconds to minutes (torch, the engine); the rules file
+    imports nothing, so loading it alone is of bounded cost."""
     try:
         spec = importlib.util.find_spec("vllm")
     except (ImportError, ValueError):
@@ -89,11 +87,17 @@ def vllm_validator() -> tuple[Callable | None, str]:
         loader_spec = importlib.util.spec_from_file_location("_nccl_tune_vllm_sd_rules", path)
         module = importlib.util.module_from_spec(loader_spec)
         loader_spec.loader.exec_module(module)
-        fn = module.validate_and_normalize_dynamic_sd_schedule
+        module.validate_and_normalize_dynamic_sd_schedule  # noqa: B018 - present, or fall back
     except (OSError, ImportError, AttributeError, SyntaxError) as exc:
         return None, (f"the project's copy of vLLM's rules ({path} could not be loaded alone: "
                       f"{type(exc).__name__})")
-    return fn, f"vLLM's validate_and_normalize_dynamic_sd_schedule ({path})"
+    return module, f"vLLM's validate_and_normalize_dynamic_sd_schedule ({path})"
+
+
+def vllm_validator() -> tuple[Callable | None, str]:
+    """vLLM's own validation function (or None) and what was used (see vllm_rules)."""
+    module, how = vllm_rules()
+    return (module.validate_and_normalize_dynamic_sd_schedule if module else None), how
 
 
 def validate(schedule: list) -> tuple[list[tuple[int, int, int]], str]:
