@@ -515,6 +515,21 @@ def overall_verdict(rows: list[dict], best: dict) -> tuple[str, str]:
     return verdict, detail + f", difference 95% CI [{ci[0]:+.1f}, {ci[1]:+.1f}] tok/s"
 
 
+def check_writable(path: str) -> None:
+    """NcclTuneError before the first launch when the results file cannot be appended to."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise NcclTuneError("cannot write: its folder does not exist", path=path)
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
+    if not existed:
+        os.unlink(path)  # created only to test; the first record creates it for real
+
+
 def check_results(opts: Options) -> None:
     """NcclTuneError when --results cannot predict this run (refused before any launch)."""
     if opts.results:
@@ -648,10 +663,11 @@ def plan_steps_from_runs(measured: dict[tuple[str, int], dict], steps: list[int]
         measured_best = best.get(label)
         inside = measured_best in result["candidates"] if measured_best is not None else None
         out[label] = {"best_k": result["best_k"], "candidates": result["candidates"],
+                      "speculate": result["speculate"], "decision": result["decision"],
                       "predicted_tok_s": {str(p["k"]): p["tok_s"] for p in result["plans"]},
                       "measured_best_k": measured_best, "measured_best_in_candidates": inside,
                       "note": f"planner on the {label} runs' own timings and acceptance (as "
-                              f"spec-plan): best k {result['best_k']}, candidates "
+                              f"spec-plan): {result['decision']}; candidates "
                               f"{', '.join(map(str, result['candidates']))}; measured best "
                               f"{measured_best}" + ("" if inside is None else
                                                     " (a candidate)" if inside else

@@ -111,8 +111,9 @@ def render(result: dict) -> str:
 
 
 @click.command("validate")
-@click.option("--profile", "profile_path", required=True,
-              help="The .env profile (file or shipped name) to validate against the NCCL-defaults baseline.")
+@click.option("--profile", "profile_path", default=None,
+              help="The .env profile (file or shipped name) to validate against the NCCL-defaults "
+                   "baseline (with --schedule: the NCCL settings every server runs under).")
 @click.option("--engine", type=click.Choice(["builtin", "sglang", "vllm"]), default="builtin",
               show_default=True,
               help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server "
@@ -150,10 +151,16 @@ def render(result: dict) -> str:
               help="Seconds to wait for a server's /health (sglang, vllm).")
 @click.option("--server-command", default=None, hidden=True,
               help="Replaces the engine's server command (tests use a stand-in).")
+@click.option("--schedule", "schedule_path", type=click.Path(dir_okay=False), default=None,
+              help="vLLM speculative config with num_speculative_tokens_per_batch_size (spec-plan "
+                   "--export-vllm): measured against the static --steps at each --concurrency.")
+@click.option("--concurrency", "concurrency_text", default=None,
+              help="With --schedule: requests sent together per round, e.g. 1,4,8 [1].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
              server_args, out, results_path, results_any_world, topology, model_file, layers, hidden, dtype,
-             draft_layers, timeout, health_timeout, server_command, as_json) -> None:
+             draft_layers, timeout, health_timeout, server_command, schedule_path, concurrency_text,
+             as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
@@ -161,6 +168,16 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     from integration import validate as lib
 
     steps = _steps(steps_text)
+    if schedule_path or concurrency_text:
+        from nccl_tune.commands.validate_schedule import run_schedule
+
+        return run_schedule(schedule_path=schedule_path, concurrency_text=concurrency_text,
+                            engine=engine, profile_path=profile_path, steps=steps, runs=runs,
+                            warmup=warmup, max_tokens=max_tokens, server_args=server_args, out=out,
+                            health_timeout=health_timeout, server_command=server_command,
+                            as_json=as_json)
+    if not profile_path:
+        raise click.UsageError("--profile is needed (the NCCL settings to A/B against the baseline)")
     profile = load_profile(str(resolve_profile(profile_path)))
     if not profile.env:
         raise NcclTuneError("the profile sets no variables: nothing to compare", path=profile_path)
@@ -202,7 +219,7 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     if engine != "builtin":
         lib.check_server_args(opts)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
-    _check_writable(opts.out)
+    lib.check_writable(opts.out)
     lib.check_results(opts)
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = 2 * len(steps)
@@ -227,18 +244,3 @@ def run_failure(rows: list[dict]) -> str | None:
     if not any(r["status"] == "ok" for r in rows if r["config"] == "baseline"):
         return "the baseline (no NCCL_*) failed at every step count: nothing to compare with"
     return None
-
-
-def _check_writable(path: str) -> None:
-    """NcclTuneError before the first launch when the results file cannot be appended to."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise NcclTuneError("cannot write: its folder does not exist", path=path)
-    existed = os.path.exists(path)
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
-    if not existed:
-        os.unlink(path)  # created only to test; the first record creates it for real

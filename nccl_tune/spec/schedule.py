@@ -186,3 +186,14 @@ def export(path: str, base: dict, batches) -> dict:
     validate(json.loads(text)[KEY])  # what the file says is what was checked
     write_atomic(path, text)
     return {**info, "written": True, "reason": None, "config": cfg}
+
+
+def k_at(schedule: list, batch: int, num_speculative_tokens: int) -> int:
+    """The k vLLM's scheduler runs at `batch` sequences (its dense lookup, the project's
+    copy): the range holding `batch`, else the last range that starts below it (gaps and
+    the tail carry the previous k), clamped to num_speculative_tokens."""
+    k = None
+    for start, end, value in check(schedule):
+        if start <= batch:
+            k = value
+    return min(k, num_speculative_tokens)
