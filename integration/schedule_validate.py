@@ -93,10 +93,16 @@ def configurations(opts: ScheduleRun) -> list[tuple[str, int, list[str]]]:
     return out
 
 
+INTERVALS = ("geometric mean and 95% interval, Student's t on the log scale (tok/s and TTFT are "
+             "positive: a plain t interval of a few values reaches below zero); aggregate tok/s "
+             "over rounds, per request over requests; acceptance per position: Wilson over drafts")
+
+
 def _interval(values: list[float]) -> tuple[float | None, list[float] | None]:
+    values = [v for v in values if v > 0]
     if not values:
         return None, None
-    mean, lo, hi = stats.t_ci(values)
+    mean, lo, hi = stats.positive_ci(values)
     return mean, ([lo, hi] if len(values) > 1 else None)
 
 
@@ -106,7 +112,7 @@ def summarize_rounds(rounds: list[dict]) -> dict:
     agg, agg_ci = _interval([rnd["aggregate_tok_s"] for rnd in rounds])
     per, per_ci = _interval([r["tok_s"] for r in requests])
     ttft, ttft_ci = _interval([r["ttft_s"] for r in requests if r["ttft_s"] is not None])
-    out = {"rounds": len(rounds), "requests": len(requests),
+    out = {"rounds": len(rounds), "requests": len(requests), "intervals": INTERVALS,
            "aggregate_tok_s": agg, "aggregate_tok_s_ci": agg_ci,
            "runs_aggregate_tok_s": [rnd["aggregate_tok_s"] for rnd in rounds],
            "request_tok_s": per, "request_tok_s_ci": per_ci, "ttft_s": ttft, "ttft_s_ci": ttft_ci,

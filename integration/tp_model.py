@@ -354,6 +354,49 @@ class TPTransformer:
         cache.length = start + n
         return self._norm(x) @ self.lm_head.T
 
+    def forward_many(self, token_lists: list[list[int]], caches: list[KVCache]) -> list[torch.Tensor]:
+        """A batch of sequences in one forward: logits [len(tokens_i), vocab] per sequence
+        for its tokens at its cache's positions onwards.
+
+        As a serving engine batches: the embedding, every GEMM and every allreduce run on
+        all sequences' tokens together (sum of len(tokens_i) rows, so one allreduce of that
+        many x hidden per call), attention runs per sequence over its own cache. Row by row
+        the arithmetic is `forward`'s, so each sequence's logits equal forward's.
+        """
+        lens = [len(t) for t in token_lists]
+        starts = [c.length for c in caches]
+        for cache, start, n in zip(caches, starts, lens):
+            if start + n > cache.max_len:
+                raise ValueError(f"KV cache full: {start + n} positions > {cache.max_len}")
+        total = sum(lens)
+        ids = torch.tensor([t for tokens in token_lists for t in tokens], dtype=torch.long,
+                           device=self.device)
+        x = self.embed(ids)
+        cos_all, sin_all = self._rope(caches[0].max_len)
+        cos = torch.cat([cos_all[s:s + n] for s, n in zip(starts, lens)])
+        sin = torch.cat([sin_all[s:s + n] for s, n in zip(starts, lens)])
+        hd, lh = self.shape.head_dim, self.local_heads
+        for i, layer in enumerate(self.layers):
+            qkv = self._norm(x) @ layer.wqkv.T
+            q, k, v = qkv.view(total, 3, lh, hd).unbind(dim=1)
+            q, k, v = self._rotate(q, cos, sin), self._rotate(k, cos, sin), self.arith.act(v)
+            parts, offset = [], 0
+            for cache, start, n in zip(caches, starts, lens):
+                cache.k[i, start:start + n] = k[offset:offset + n]
+                cache.v[i, start:start + n] = v[offset:offset + n]
+                parts.append(self._attend(q[offset:offset + n], cache.k[i, :start + n],
+                                          cache.v[i, :start + n], start))
+                offset += n
+            attn = torch.cat(parts)
+            out = self.collective.allreduce((attn.reshape(total, lh * hd) @ layer.wo.T).contiguous())
+            x = self.arith.act(x + out)
+            up = torch.relu(self._norm(x) @ layer.w1.T)
+            down = self.collective.allreduce((self.arith.act(up) @ layer.w2.T).contiguous())
+            x = self.arith.act(x + down)
+        for cache, start, n in zip(caches, starts, lens):
+            cache.length = start + n
+        return list(torch.split(self._norm(x) @ self.lm_head.T, lens))
+
 
 def build_models(shape: ModelShape, draft_layers: int, draft_noise: float, seed: int,
                  rank: int, world: int, dtype: torch.dtype, device, collective: Collective,

@@ -33,7 +33,9 @@ def _round(agg, tok_s, ttft, spec=None):
 
 
 def test_round_summary_intervals_and_acceptance():
-    # aggregates 100 and 110: mean 105, sd 7.071, se 5, t(0.975, 1) = 12.706 -> +-63.53.
+    # aggregates 100 and 110 on the log scale: mean (ln 100 + ln 110) / 2 -> geometric mean
+    # sqrt(11000) = 104.88; sd of the logs ln(1.1) / sqrt 2 = 0.067393, se 0.047655,
+    # t(0.975, 1) = 12.7062 -> x/ exp(0.60551) = 1.83223: [57.24, 192.16].
     # position 1: 0.5 of 100 drafts + 31/163 of 163 drafts = 81 of 263 (Newcombe's example).
     rounds = [_round(100.0, [50.0, 50.0], [0.1, 0.3], {"drafts": 100, "draft_tokens": 100,
                                                         "accepted_tokens": 50, "per_position": [0.5],
@@ -43,9 +45,10 @@ def test_round_summary_intervals_and_acceptance():
                                                         "per_position": [31 / 163],
                                                         "generation_tokens": 294})]
     s = sv.summarize_rounds(rounds)
-    assert s["aggregate_tok_s"] == 105.0
-    assert s["aggregate_tok_s_ci"] == pytest.approx([105 - 63.53, 105 + 63.53], abs=0.01)
-    assert s["request_tok_s"] == 52.5 and s["ttft_s"] == pytest.approx(0.2)
+    assert s["aggregate_tok_s"] == pytest.approx(104.881, abs=1e-3)
+    assert s["aggregate_tok_s_ci"] == pytest.approx([57.243, 192.164], abs=0.01)
+    assert s["request_tok_s"] == pytest.approx((50 * 50 * 55 * 55) ** 0.25)
+    assert s["ttft_s"] == pytest.approx(0.03 ** 0.5)  # geometric mean of 0.1, 0.3, 0.1, 0.3
     assert s["accept_len"] == pytest.approx(1 + 81 / 263) and s["draft_tokens_per_draft"] == 1.0
     pos = s["per_position"][0]
     assert pos["acceptance"] == pytest.approx(81 / 263) and pos["ci"] == pytest.approx([0.2553, 0.3662], abs=5e-5)

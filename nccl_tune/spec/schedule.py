@@ -182,7 +182,7 @@ def export(path: str, base: dict, batches) -> dict:
         cfg = config(base, [list(e) for e in checked])
     except ValueError as exc:
         return {**info, "written": False, "reason": str(exc), "config": None}
-    text = json.dumps(cfg, indent=2) + "\n"
+    text = json.dumps(cfg) + "\n"  # one line: --speculative-config "$(cat FILE)"
     validate(json.loads(text)[KEY])  # what the file says is what was checked
     write_atomic(path, text)
     return {**info, "written": True, "reason": None, "config": cfg}
