@@ -66,7 +66,9 @@ def run_loop(args) -> dict:
         proc.communicate()
         raise SystemExit(f"spec_batches: no result after {args.timeout:.0f} s")
     if proc.returncode != 0:
-        raise SystemExit("spec_batches: the loop failed:\n" + "\n".join(err.strip().splitlines()[-5:]))
+        from integration.validate import last_error_line
+
+        raise SystemExit(f"spec_batches: the loop failed: {last_error_line(err, out)}")
     return json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
 
 

@@ -62,7 +62,9 @@ def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, ne
     """Greedy speculative (steps > 0) or plain decoding of a batch until every sequence
     has `new_tokens` tokens (see the module doc)."""
     b = len(batch_prompts)
-    max_len = max(len(p) for p in batch_prompts) + new_tokens + 2 * steps + 4
+    # the batch runs until its slowest sequence has new_tokens: a sequence that accepts
+    # every draft meanwhile grows by up to steps + 1 tokens a cycle
+    max_len = max(len(p) for p in batch_prompts) + (steps + 1) * (new_tokens + 1) + 4
     tcaches = [target.new_cache(max_len) for _ in range(b)]
     dcaches = [draft.new_cache(max_len) for _ in range(b)]
     seqs = [list(p) for p in batch_prompts]

@@ -226,8 +226,8 @@ def _flat_compute_curve(req: PlanRequest, decode: float | None) -> sv.VerifyCurv
 
 
 def _verify_curve(req: PlanRequest, decode: float | None, extra=(), extra_note: str = ""
-                  ) -> tuple[sv.VerifyCurve, str | None]:
-    """The verify curve with its saturation term, and how the term's constant was found."""
+                  ) -> sv.VerifyCurve:
+    """The verify curve with its saturation term (its note says how the constant was found)."""
     if not req.verify_points and req.compute_per_token_ms is not None:
         curve = _flat_compute_curve(req, decode)
     else:
@@ -245,7 +245,7 @@ def _verify_curve(req: PlanRequest, decode: float | None, extra=(), extra_note: 
     else:
         n_sat, note = saturation.DEFAULT_TOKENS, saturation.DEFAULT_SOURCE
     curve.sat_tokens, curve.sat_t1_ms, curve.sat_note = n_sat, t1, note
-    return curve, note
+    return curve
 
 
 def _decode_ms(req: PlanRequest) -> tuple[float | None, str | None]:
@@ -281,7 +281,7 @@ def plan(req: PlanRequest) -> PlanResult:
     max_k = max([*req.steps, *measured, 1])
     timings = bool(req.verify_points) or req.compute_per_token_ms is not None
     _check(req, measured, timings)
-    curve = _verify_curve(req, decode)[0] if timings else None
+    curve = _verify_curve(req, decode) if timings else None
     fit_info = None
     implied_tau = {}
     if timings:
@@ -347,8 +347,7 @@ def _fit_verify(req, measured, acc, decode, curve, notes):
                 extra.append((k + 1, v))
     if not extra:
         return curve, None
-    curve, _ = _verify_curve(req, decode, extra,
-                             "verify times implied by --measured-tok-s (FITTED, --fit)")
+    curve = _verify_curve(req, decode, extra, "verify times implied by --measured-tok-s (FITTED, --fit)")
     info = {"fitted": "verify curve", "implied_points": [list(p) for p in extra],
             "note": "FITTED: the verify curve includes the verify times the measured tok/s imply "
                     "with the given acceptance, draft and other times"}
@@ -425,8 +424,11 @@ def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> B
     if not steps:
         raise PlanError(f"the verify points cover none of --steps at batch {batch} (k + 1 tokens "
                         "per sequence): measure those, give a verify model, or --extrapolate")
-    plain, plain_out = _plain(batch, req, curve, decode) if curve is not None else (
-        (StepPlan(0, 1.0, None, None, 0.0, decode, 1000.0 / decode), False) if decode else (None, False))
+    if curve is not None:
+        plain, plain_out = _plain(batch, req, curve, decode)
+    else:  # a cycle fit (batch 1 only): plain decoding at its own time, when given
+        plain = StepPlan(0, 1.0, None, None, 0.0, decode, 1000.0 / decode) if decode else None
+        plain_out = False
     if plain_out:
         left_out.insert(0, 0)
     head = [plain] if plain else []
