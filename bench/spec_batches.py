@@ -12,11 +12,13 @@ at a few batch sizes (not the verify times at batch > 1, which it predicts):
 
 - plain decoding's step time at batch 1, 4 and 8 (the k = 0 runs): --decode-ms D1,D4,D8@1,4,8,
   which also fits the saturation point (nccl_tune.spec.saturation);
-- the verify times at k + 1 tokens from the batch-1 runs, the draft step and other time
-  (means over the batch-1 runs with k >= 1) and the per-position acceptance of the
-  batch-1 k = 4 run;
-- --batch 1,4,8 --extrapolate: verify times beyond the measured token counts are
-  extrapolated (linear from the last points, with the saturation term) and marked.
+- the verify times at k + 1 tokens from the batch-1 runs (median cycles), the draft step
+  and other time (means over the batch-1 runs with k >= 1) and the per-position
+  acceptance of the batch-1 k = 4 run;
+- --verify-model dense: fixed + per-token x n fitted by least squares to all those
+  forward times (on a shared CPU single points scatter by tens of percent, so a fit, not
+  interpolation between them), with the saturation term; rows beyond the measured token
+  counts are extrapolated and marked.
 
     python bench/spec_batches.py            # several minutes on 2 CPU cores
     python bench/spec_batches.py --json
@@ -81,7 +83,7 @@ def request(records: dict[tuple[int, int], dict]) -> spec_planner.PlanRequest:
     return spec_planner.PlanRequest(
         [k for k in STEPS if k], AcceptanceInput(per_pos=tuple(reach)), records[(1, 0)]["step_ms"],
         [(k + 1, r["verify_ms"]) for k, r in sorted(one.items())], False, draft, other,
-        extrapolate=True, batches=list(BATCHES),
+        verify_model="dense", extrapolate=True, batches=list(BATCHES),
         decode_points=[(b, records[(b, 0)]["step_ms"]) for b in BATCHES if b > 1])
 
 
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--noise", type=float, default=0.25, help="draft noise (how often it is accepted)")
     p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=5)
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

@@ -7,8 +7,8 @@ the GEMMs and allreduces on all tokens at once, attention per sequence), and eve
 sequence accepts its own prefix plus its bonus token (greedy, as integration.spec_loop;
 rank 0's decisions are shared so the ranks stay in step). The batch stays full until
 every sequence has its tokens. Per (batch, k): tok/s per sequence (tokens / B / decode
-time) per run, draft / verify / other ms per cycle, the step time of plain decoding
-(k = 0), accept length and per-position acceptance over all sequences' cycles.
+time) per run, the median cycle's draft / verify / other ms, the median step of plain
+decoding (k = 0), accept length and per-position acceptance over all sequences' cycles.
 
     torchrun --nproc-per-node 2 -m integration.spec_batch --batches 1,4,8 --sweep-steps 0,1,2,3,4 --json
 
@@ -42,6 +42,7 @@ class BatchRun:
     verify_s: list[float] = field(default_factory=list)
     other_s: list[float] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # per sequence per cycle, bonus included
+    tokens: list[list[int]] = field(default_factory=list)  # each sequence's first new tokens
 
 
 def prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -119,15 +120,18 @@ def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, ne
         run.cycles += 1
     run.decode_s = time.perf_counter() - start
     run.produced = sum(len(s) - n - 1 for s, n in zip(seqs, start_len))
+    run.tokens = [s[n:n + new_tokens] for s, n in zip(seqs, start_len)]
     return run
 
 
 def summarize(batch: int, steps: int, runs: list[BatchRun]) -> dict:
-    """The record of one (batch, k): medians over runs, means over cycles."""
-    def ms(values):
-        return 1000.0 * statistics.fmean(values) if values else None
+    """The record of one (batch, k): tok/s per run and its median; the median cycle's draft,
+    verify, other and whole time (ms); accept length and per-position acceptance over all
+    sequences' cycles."""
+    def ms(values):  # the median cycle: robust to a shared machine's load spikes
+        return 1000.0 * statistics.median(values) if values else None
     accepted = [a for r in runs for a in r.accepted]
-    cycles = sum(r.cycles for r in runs)
+    cycle_s = [d + v + o for r in runs for d, v, o in zip(r.draft_s, r.verify_s, r.other_s)]
     per_seq = [r.produced / batch / r.decode_s for r in runs if r.decode_s > 0]
     return {"batch": batch, "steps": steps, "runs_tok_s": per_seq,
             "tok_s_median": statistics.median(per_seq) if per_seq else None,
@@ -135,7 +139,7 @@ def summarize(batch: int, steps: int, runs: list[BatchRun]) -> dict:
             "draft_ms": ms([x for r in runs for x in r.draft_s]),
             "verify_ms": ms([x for r in runs for x in r.verify_s]),
             "other_ms": ms([x for r in runs for x in r.other_s]),
-            "step_ms": 1000.0 * sum(r.decode_s for r in runs) / cycles if cycles else None,
+            "step_ms": ms(cycle_s),
             "accept_len": statistics.fmean(accepted) if accepted else None,
             "accept_per_pos": [sum(1 for a in accepted if a - 1 >= i) / len(accepted)
                                for i in range(1, steps + 1)] if accepted else []}
