@@ -12,9 +12,11 @@ at a few batch sizes (not the verify times at batch > 1, which it predicts):
 
 - plain decoding's step time at batch 1, 4 and 8 (the k = 0 runs): --decode-ms D1,D4,D8@1,4,8,
   which also fits the saturation point (nccl_tune.spec.saturation);
-- the verify times at k + 1 tokens from the batch-1 runs (median cycles), the draft step
+- the verify times at k + 1 tokens from the batch-1 runs (mean cycles), the draft step
   and other time (means over the batch-1 runs with k >= 1) and the per-position
   acceptance of the batch-1 k = 4 run;
+- each timing's run-to-run interval (+-H, the 95% t interval of the runs' mean
+  cycles), so the candidates are the k whose predicted tok/s interval reaches the best's;
 - --verify-model dense: fixed + per-token x n fitted by least squares to all those
   forward times (on a shared CPU single points scatter by tens of percent, so a fit, not
   interpolation between them), with the saturation term; rows beyond the measured token
@@ -74,17 +76,44 @@ def run_loop(args) -> dict:
     return json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
 
 
+def half(values: list[float]) -> float:
+    """Half-width of the 95% t interval of the runs' values (their mean's uncertainty)."""
+    from nccl_tune import stats
+
+    if len(values) < 2:
+        return 0.0
+    mean, lo, hi = stats.t_ci(values)
+    return (hi - lo) / 2
+
+
 def request(records: dict[tuple[int, int], dict]) -> spec_planner.PlanRequest:
-    """The planner's inputs from the batch-1 runs and plain decoding at each batch size."""
+    """The planner's inputs from the batch-1 runs and plain decoding at each batch size,
+    each timing with its run-to-run interval (+-H: the planner's candidates are then the k
+    whose tok/s interval reaches the best's)."""
     one = {k: records[(1, k)] for k in STEPS if k}
     draft = sum(r["draft_ms"] / k for k, r in one.items()) / len(one)
     other = sum(r["other_ms"] for r in one.values()) / len(one)
     reach = sorted(records[(1, max(STEPS))]["accept_per_pos"], reverse=True)
+    halves = {"decode_ms": half(records[(1, 0)]["runs_step_ms"]),
+              "draft_ms": sum(half(r["runs_draft_ms"]) / k for k, r in one.items()) / len(one),
+              "other_ms": sum(half(r["runs_other_ms"]) for r in one.values()) / len(one),
+              "verify": {k + 1: half(r["runs_verify_ms"]) for k, r in one.items()},
+              "decode_points": {b: half(records[(b, 0)]["runs_step_ms"]) for b in BATCHES if b > 1}}
     return spec_planner.PlanRequest(
         [k for k in STEPS if k], AcceptanceInput(per_pos=tuple(reach)), records[(1, 0)]["step_ms"],
         [(k + 1, r["verify_ms"]) for k, r in sorted(one.items())], False, draft, other,
-        verify_model="dense", extrapolate=True, batches=list(BATCHES),
+        verify_model="dense", extrapolate=True, batches=list(BATCHES), halves=halves,
         decode_points=[(b, records[(b, 0)]["step_ms"]) for b in BATCHES if b > 1])
+
+
+def measured_ties(records, batch: int) -> list[int]:
+    """The k whose runs' tok/s cannot be told from the measured best's (their 95% t
+    intervals overlap): on a shared machine the argmax alone is not a measurement."""
+    from nccl_tune import stats
+
+    ci = {k: stats.t_ci(records[(batch, k)]["runs_tok_s"])[1:] for k in STEPS}
+    best = max(STEPS, key=lambda k: records[(batch, k)]["tok_s_median"])
+    return sorted(k for k in STEPS if ci[k][1] >= ci[best][0] and ci[best][1] >= ci[k][0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         predicted = {p.k: p for p in bp.plans}
         measured = {k: records[(bp.batch, k)]["tok_s_median"] for k in STEPS}
         best = max(measured, key=measured.get)
+        ties = measured_ties(records, bp.batch)
         summary.append({"batch": bp.batch, "measured_best_k": best, "predicted_best_k": bp.best.k,
                         "candidates": bp.candidates, "best_in_candidates": best in bp.candidates,
+                        "measured_ties": ties, "tie_in_candidates": bool(set(ties) & set(bp.candidates)),
                         "measured_tok_s": measured,
                         "predicted_tok_s": {k: p.tok_s for k, p in predicted.items()},
                         "extrapolated": [k for k, p in predicted.items() if p.extrapolated]})
@@ -133,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                    disable_numparse=True))
     print(f"verify: {result.verify_model['description']}")
     for s in summary:
-        print(f"batch {s['batch']}: measured best k = {s['measured_best_k']}, planner best "
+        print(f"batch {s['batch']}: measured best k = {s['measured_best_k']} (runs cannot tell it "
+              f"from k = {', '.join(map(str, s['measured_ties']))}), planner best "
               f"{s['predicted_best_k']}, candidates {', '.join(map(str, s['candidates']))} "
               f"({'contains' if s['best_in_candidates'] else 'MISSES'} the measured best; "
               f"{len(s['candidates'])} candidate(s))")

@@ -160,6 +160,8 @@ def measure(opts: ScheduleRun, label: str, steps: int, args: list[str],
     with server:
         try:
             server.wait_ready()
+            check = server.check_env()  # the workers carry the profile (or no NCCL_*)
+            result["env_ok"], result["env_problems"] = check.ok, check.problems()
             model = client.served_model(server.url)
             for c in opts.concurrency:
                 for w in range(opts.warmup):

@@ -7,8 +7,9 @@ the GEMMs and allreduces on all tokens at once, attention per sequence), and eve
 sequence accepts its own prefix plus its bonus token (greedy, as integration.spec_loop;
 rank 0's decisions are shared so the ranks stay in step). The batch stays full until
 every sequence has its tokens. Per (batch, k): tok/s per sequence (tokens / B / decode
-time) per run, the median cycle's draft / verify / other ms, the median step of plain
-decoding (k = 0), accept length and per-position acceptance over all sequences' cycles.
+time) per run, the mean cycle's draft / verify / other ms (and each run's), the mean step
+of plain decoding (k = 0), accept length and per-position acceptance over all sequences'
+cycles.
 
     torchrun --nproc-per-node 2 -m integration.spec_batch --batches 1,4,8 --sweep-steps 0,1,2,3,4 --json
 
@@ -125,11 +126,11 @@ def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, ne
 
 
 def summarize(batch: int, steps: int, runs: list[BatchRun]) -> dict:
-    """The record of one (batch, k): tok/s per run and its median; the median cycle's draft,
-    verify, other and whole time (ms); accept length and per-position acceptance over all
-    sequences' cycles."""
-    def ms(values):  # the median cycle: robust to a shared machine's load spikes
-        return 1000.0 * statistics.median(values) if values else None
+    """The record of one (batch, k): tok/s per run and its median; the mean cycle's draft,
+    verify, other and whole time (ms), overall and per run; accept length and per-position
+    acceptance over all sequences' cycles."""
+    def ms(values):  # the mean cycle: tok/s per run is tokens over the summed cycles
+        return 1000.0 * statistics.fmean(values) if values else None
     accepted = [a for r in runs for a in r.accepted]
     cycle_s = [d + v + o for r in runs for d, v, o in zip(r.draft_s, r.verify_s, r.other_s)]
     per_seq = [r.produced / batch / r.decode_s for r in runs if r.decode_s > 0]
@@ -140,6 +141,12 @@ def summarize(batch: int, steps: int, runs: list[BatchRun]) -> dict:
             "verify_ms": ms([x for r in runs for x in r.verify_s]),
             "other_ms": ms([x for r in runs for x in r.other_s]),
             "step_ms": ms(cycle_s),
+            # each run's mean cycle: how much the timings move from run to run
+            "runs_verify_ms": [ms(r.verify_s) for r in runs],
+            "runs_draft_ms": [ms(r.draft_s) for r in runs],
+            "runs_other_ms": [ms(r.other_s) for r in runs],
+            "runs_step_ms": [ms([d + v + o for d, v, o in zip(r.draft_s, r.verify_s, r.other_s)])
+                             for r in runs],
             "accept_len": statistics.fmean(accepted) if accepted else None,
             "accept_per_pos": [sum(1 for a in accepted if a - 1 >= i) / len(accepted)
                                for i in range(1, steps + 1)] if accepted else []}

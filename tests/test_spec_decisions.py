@@ -129,7 +129,7 @@ def test_batch_rows_beyond_the_verify_points_are_marked_plain_row_included(cli_r
     assert "--extrapolate" in spec_plan(cli_runner, *args, code=2)
 
 
-def test_saturation_makes_the_best_k_fall_and_is_fitted_from_batch_times(cli_runner):
+def test_saturation_and_per_sequence_cost_make_the_best_k_fall_fitted_from_batch_times(cli_runner):
     # flat verify 10 ms (points (1, 10), (2, 10)), free drafts, iid 0.5: tau = 2 - 0.5^k.
     # n_sat = 8: batch 1 verifies <= 5 tokens, 10 ms: tok/s = 100 tau -> k = 4 (193.75).
     # batch 8 verifies 8 (k + 1) tokens: 10 x 8 (k + 1) / 8 = 10 (k + 1) ms: tok/s =
@@ -144,11 +144,22 @@ def test_saturation_makes_the_best_k_fall_and_is_fitted_from_batch_times(cli_run
     default = spec_plan(cli_runner, "--decode-ms", "10", *base, "--json")
     assert [b["best_k"] for b in default["batches"]] == [4, 4]
     assert "H100" in default["verify_model"]["saturation"]
-    # plain decoding at batch 1, 8, 16: 10, 10, 20 ms -> compute-bound from 16 x 10 / 20 = 8
+    # plain decoding at batch 1, 8, 16: 10, 10, 20 ms: no per-sequence cost fits 10 at batch 8
+    # and 20 at 16 (a line through both misses each); the knee does: compute-bound from
+    # 16 x 10 / 20 = 8 tokens, with no per-sequence cost
     fitted = spec_plan(cli_runner, "--decode-ms", "10,10,20@1,8,16", *base, "--json")
     assert fitted["verify_model"]["saturation_tokens"] == pytest.approx(8.0, rel=0.03)
     assert fitted["verify_model"]["saturation"].startswith("FITTED")
     assert [b["best_k"] for b in fitted["batches"]] == [4, 0]
+    # plain decoding at batch 1, 4, 8: 10, 13, 17 ms over a flat 10 ms curve: each sequence
+    # beyond the first costs s = (3 x 3 + 7 x 7) / (3^2 + 7^2) = 1 ms, a straight line, so no
+    # knee. At batch 8 k = 1 verifies 16 tokens over 8 sequences: 10 + 7 x 1 = 17 ms, and the
+    # (free) draft: 1000 x 1.5 / 17 = 88.2 tok/s against plain (measured) 1000 / 17 = 58.8.
+    per_seq = spec_plan(cli_runner, "--decode-ms", "10,13,17@1,4,8", *base, "--json")
+    assert per_seq["verify_model"]["per_sequence_ms"] == pytest.approx(1.0)
+    assert per_seq["verify_model"]["saturation_tokens"] == 295.0
+    assert tok(per_seq["batches"][1])[0] == pytest.approx(1000 / 17)
+    assert tok(per_seq["batches"][1])[1] == pytest.approx(1500 / 17)
 
 
 @settings(max_examples=60, deadline=None)

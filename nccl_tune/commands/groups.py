@@ -62,10 +62,12 @@ class Timings:
     other_ms: float = 0.0
     half_widths: tuple[tuple[str, float], ...] = ()  # decode_ms, draft_ms, other_ms: +-H
     verify_halves: tuple[tuple[int, float], ...] = ()  # tokens -> +-H
+    decode_halves: tuple[tuple[int, float], ...] = ()  # batch > 1 -> +-H
 
     def halves(self) -> dict:
         """The planner's `halves` (nccl_tune.spec.planner.PlanRequest)."""
-        return {**dict(self.half_widths), "verify": dict(self.verify_halves)}
+        return {**dict(self.half_widths), "verify": dict(self.verify_halves),
+                "decode_points": dict(self.decode_halves)}
 
 
 @dataclass(frozen=True)
@@ -130,33 +132,34 @@ def parse_acceptance(kwargs: dict) -> so.AcceptanceInput:
                  values["vllm_acceptance_rate"], values["sglang_rate_convention"])
 
 
-def parse_decode(text: str | None) -> tuple[float | None, tuple[tuple[int, float], ...], float]:
-    """'D', 'D+-H' or 'D1,D2@B1,B2' -> (batch-1 time, ((batch, ms), ...) at other batch
-    sizes, +-H of the batch-1 time); ValueError naming --decode-ms."""
+def parse_decode(text: str | None) -> tuple[float | None, tuple[tuple[int, float], ...], dict]:
+    """'D', 'D+-H' or 'D1,D2@B1,B2' (each may carry +-H) -> (batch-1 time, ((batch, ms),
+    ...) at other batch sizes, {batch: +-H}); ValueError naming --decode-ms."""
     if text is None:
-        return None, (), 0.0
+        return None, (), {}
     if "@" not in text:
         value, half = so.scalar(text, "--decode-ms", 0.0, True)
-        return value, (), half
+        return value, (), {1: half}
     values, at = so.parse_at(text, "--decode-ms")
     _, halves = so.split_interval(text, "--decode-ms")
     if any(not v > 0 for v in values) or any(b < 1 for b in at) or len(set(at)) != len(at):
         raise ValueError(f"--decode-ms '{text}': times must be positive, batch sizes distinct and >= 1")
     by_batch = dict(zip(at, values))
-    half = dict(zip(at, halves)).get(1, 0.0)
+    half = dict(zip(at, halves))
     return by_batch.pop(1, None), tuple(sorted(by_batch.items())), half
 
 
 def parse_timings(decode_ms, verify_ms, draft_ms, other_ms) -> Timings:
     """The timing options -> Timings; ValueError naming the option."""
-    decode, points, decode_half = parse_decode(decode_ms)
+    decode, points, decode_halves = parse_decode(decode_ms)
     verify, flat = so.verify_points(verify_ms) if verify_ms else ([], False)
     verify_halves = so.verify_halves(verify_ms) if verify_ms else {}
     draft, draft_half = so.scalar(draft_ms, "--draft-ms")
     other, other_half = so.scalar(other_ms if other_ms is not None else "0", "--other-ms")
     return Timings(decode, points, tuple(verify), flat, draft, other,
-                   (("decode_ms", decode_half), ("draft_ms", draft_half), ("other_ms", other_half)),
-                   tuple(sorted(verify_halves.items())))
+                   (("decode_ms", decode_halves.get(1, 0.0)), ("draft_ms", draft_half),
+                    ("other_ms", other_half)), tuple(sorted(verify_halves.items())),
+                   tuple(sorted((b, h) for b, h in decode_halves.items() if b != 1 and h)))
 
 
 def speculative_options(command):

@@ -39,9 +39,10 @@ from nccl_tune.spec.options import AcceptanceInput
 
 OTHER_NOTE = ("--other-ms is charged to speculative cycles only (draft re-extend, tree and "
               "acceptance work); plain decoding is priced by its own decode time")
-BATCH_NOTE = ("at batch B a draft step is taken to cost --draft-ms x verify(B) / verify(1) (the "
-              "draft runs on the same hardware, its time grows with tokens as the target's does: "
-              "ASSUMED) and --other-ms the same as at batch 1; tok/s is per sequence")
+BATCH_NOTE = ("at batch B a draft step is taken to cost --draft-ms x (a target forward of B "
+              "sequences) / (one of 1): the draft runs on the same hardware, its time grows with "
+              "the batch as the target's does (ASSUMED); --other-ms the same as at batch 1; tok/s "
+              "is per sequence")
 
 
 @dataclass
@@ -68,7 +69,8 @@ class PlanRequest:
     batches: list[int] = field(default_factory=lambda: [1])
     profile: str | None = None  # named in the validate command
     # half-widths of the inputs' intervals (+-H): decode_ms, draft_ms, other_ms, and
-    # verify: {tokens: half}; accept lengths carry theirs (AcceptancePoint.half)
+    # verify: {tokens: half}, decode_points: {batch: half}; accept lengths carry theirs
+    # (AcceptancePoint.half)
     halves: dict = field(default_factory=dict)
     decode_points: list[tuple[int, float]] = field(default_factory=list)  # (batch > 1, ms)
     saturation_tokens: float | None = None  # given; else fitted or the default
@@ -78,8 +80,9 @@ class PlanRequest:
 
     def uncertain(self) -> bool:
         """True when some input was given with an interval."""
-        return (any(v for k, v in self.halves.items() if k != "verify")
+        return (any(v for k, v in self.halves.items() if k not in ("verify", "decode_points"))
                 or any(self.halves.get("verify", {}).values())
+                or any(self.halves.get("decode_points", {}).values())
                 or any(p.half for p in self.acceptance.points))
 
 
@@ -163,31 +166,12 @@ class PlanError(ValueError):
     """Inputs the planner cannot plan from (the message says what to give)."""
 
 
-class _Saved:
-    """A verify curve minus what a profile saves on each forward (recommend's cell)."""
-
-    def __init__(self, curve: sv.VerifyCurve, saving: Callable[[int], float]):
-        self.curve, self.saving = curve, saving
-
-    def __call__(self, tokens: int) -> float:
-        return self.curve(tokens) - self.saving(tokens)
-
-    def __getattr__(self, name):
-        return getattr(self.curve, name)
-
-
-def _points(req: PlanRequest, decode: float | None, with_batches: bool = True
-            ) -> tuple[dict[int, float], list[str]]:
+def _points(req: PlanRequest, decode: float | None) -> tuple[dict[int, float], list[str]]:
     points = dict(req.verify_points)
     sources = [f"--verify-ms at {', '.join(str(t) for t in sorted(points))} tokens"] if points else []
     if decode is not None and 1 not in points and not req.verify_flat:
         points[1] = decode
         sources.append("plain decoding's time as the 1-token point")
-    if with_batches and req.decode_points:
-        for b, ms in req.decode_points:
-            points.setdefault(b, ms)
-        sources.append("plain decoding's times at batch " + ", ".join(str(b) for b, _ in req.decode_points)
-                       + " as the points at that many tokens")
     return points, sources
 
 
@@ -200,7 +184,7 @@ def _build_curve(req: PlanRequest, points: dict[int, float], sources: list[str],
     kind = req.verify_model
     if kind == "auto":
         kind = sv.MOE if req.experts else sv.INTERP
-    if req.verify_flat and kind == sv.INTERP and not extra and not req.decode_points:
+    if req.verify_flat and kind == sv.INTERP and not extra:
         return sv.measured_curve(list(req.verify_points), sources=["--verify-ms (one value: flat)"])
     if kind == sv.INTERP:
         return sv.measured_curve(sorted(points.items()), req.extrapolate, sources)
@@ -234,16 +218,24 @@ def _verify_curve(req: PlanRequest, decode: float | None, extra=(), extra_note: 
         points, sources = _points(req, decode)
         curve = _build_curve(req, points, sources, extra, extra_note)
     t1 = decode if decode is not None else curve.base(curve.points[0][0])
-    if req.saturation_tokens:
-        n_sat, note = req.saturation_tokens, "--saturation-tokens"
-    elif len(req.decode_points) + (decode is not None) >= 2:
-        base_points, base_sources = _points(req, decode, with_batches=False)
-        base = _build_curve(replace(req, extrapolate=True, decode_points=[]), base_points, base_sources,
-                            extra, extra_note) if base_points else curve
+    n_sat, note = req.saturation_tokens, "--saturation-tokens"
+    if req.decode_points:
+        # plain decoding at batch sizes: each sequence's own cost, and a knee if they show one
+        extended = curve
+        if curve.kind == sv.INTERP and not curve.flat:
+            extended = sv.measured_curve(list(curve.points), True, curve.sources)
         batch_times = ([(1, decode)] if decode is not None else []) + list(req.decode_points)
-        n_sat, note = saturation.fit_tokens(batch_times, base, t1)
-    else:
-        n_sat, note = saturation.DEFAULT_TOKENS, saturation.DEFAULT_SOURCE
+        try:
+            curve.per_seq_ms, knee, fitted = saturation.fit(batch_times, extended.base, t1)
+        except ValueError as exc:
+            raise PlanError(f"--decode-ms: {exc}") from None
+        if not n_sat:
+            n_sat, note = knee, fitted
+        else:
+            note += f"; {fitted}"
+    if not n_sat:
+        n_sat = saturation.DEFAULT_TOKENS
+        note = (f"{note}; " if req.decode_points else "") + saturation.DEFAULT_SOURCE
     curve.sat_tokens, curve.sat_t1_ms, curve.sat_note = n_sat, t1, note
     return curve
 
@@ -390,8 +382,8 @@ def _plain(batch: int, req: PlanRequest, curve, decode) -> tuple[StepPlan | None
         return None, False
     elif not curve.usable(batch):
         return None, True
-    else:
-        ms, extrapolated = curve(batch), curve.extrapolated(batch)
+    else:  # one token per sequence: a forward of `batch` tokens over `batch` sequences
+        ms, extrapolated = curve.at(batch, batch), curve.extrapolated(batch)
     if req.saving is not None:
         ms -= req.saving(batch)
     if ms <= 0:
@@ -399,12 +391,26 @@ def _plain(batch: int, req: PlanRequest, curve, decode) -> tuple[StepPlan | None
     return StepPlan(0, 1.0, 0.0, ms, 0.0, ms, 1000.0 / ms, extrapolated), False
 
 
+class _AtBatch:
+    """The verify curve for forwards over `batch` sequences (VerifyCurve.at), less what a
+    profile saves on each forward (recommend's cell), marking what it extrapolates."""
+
+    def __init__(self, curve: sv.VerifyCurve, batch: int, saving: Callable[[int], float] | None):
+        self.curve, self.batch, self.saving = curve, batch, saving
+
+    def __call__(self, tokens: int) -> float:
+        return self.curve.at(tokens, self.batch) - (self.saving(tokens) if self.saving else 0.0)
+
+    def extrapolated(self, tokens: int) -> bool:
+        return self.curve.extrapolated(tokens)
+
+
 def _spec_plans(batch, req, acc, curve, steps) -> list[StepPlan]:
-    verify = curve if req.saving is None else _Saved(curve, req.saving)
     draft = req.draft_ms
-    if batch > 1:  # BATCH_NOTE: the draft step grows with tokens as the target's forward does
-        draft = req.draft_ms * curve(batch) / curve(1)
-    return plan_steps(steps, acc.tau, draft, verify, req.other_ms, None, batch)
+    if batch > 1:  # BATCH_NOTE: the draft step grows with the batch as the target's forward does
+        draft = req.draft_ms * curve.at(batch, batch) / curve.at(1, 1)
+    return plan_steps(steps, acc.tau, draft, _AtBatch(curve, batch, req.saving), req.other_ms,
+                      None, batch)
 
 
 def _validate(plans, cands, profile) -> str:
@@ -491,11 +497,14 @@ def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, d
         points = [replace(p, accept_len=min(max(jitter(p.accept_len, p.half), 1.0), p.k + 1.0),
                           half=0.0) for p in req.acceptance.points]
         verify = [(t, jitter(m, h.get("verify", {}).get(t, 0.0), 1e-6)) for t, m in req.verify_points]
+        batch_times = [(b, jitter(m, h.get("decode_points", {}).get(b, 0.0), 1e-6))
+                       for b, m in req.decode_points]
         draw = replace(req, halves={}, acceptance=replace(req.acceptance, points=points,
                                                           checks=[], notes=[]),
                        decode_ms=jitter(req.decode_ms, h.get("decode_ms", 0.0), 1e-6),
                        draft_ms=jitter(req.draft_ms, h.get("draft_ms", 0.0)),
-                       other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)), verify_points=verify)
+                       other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)), verify_points=verify,
+                       decode_points=batch_times)
         try:
             result = plan(draw)
         except (PlanError, ValueError):
