@@ -11,6 +11,7 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.cli import emit_json
+from nccl_tune.commands.groups import workload_options
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
 from nccl_tune.errors import NcclTuneError, RunFailed
 
@@ -141,9 +142,8 @@ def render(result: dict) -> str:
                    f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
 @click.option("--model", "model_file", default=None, type=click.Path(dir_okay=False),
               help="Without --results: predict with a `model fit` file (its topology).")
-@click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
-@click.option("--hidden", type=click.IntRange(1), default=None, help="Served model's hidden size (sglang prediction).")
-@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
+@workload_options(("layers", "hidden", "dtype"), hidden_default=None,
+                  layers_help="Served model's layers (the prediction for sglang and vllm).")
 @click.option("--draft-layers", type=click.IntRange(1), default=1, show_default=True,
               help="Draft model layers (sglang prediction; EAGLE heads have 1).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per builtin launch.")
@@ -158,7 +158,7 @@ def render(result: dict) -> str:
               help="With --schedule: requests sent together per round, e.g. 1,4,8 [1].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
-             server_args, out, results_path, results_any_world, topology, model_file, layers, hidden, dtype,
+             server_args, out, results_path, results_any_world, topology, model_file, workload,
              draft_layers, timeout, health_timeout, server_command, schedule_path, concurrency_text,
              as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
@@ -213,8 +213,9 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
                        results=results_path, results_any_world=results_any_world,
-                       topology=topology, model_file=model_file, layers=layers, hidden=hidden,
-                       dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
+                       topology=topology, model_file=model_file, layers=workload.layers,
+                       hidden=workload.hidden, dtype=workload.dtype, draft_layers=draft_layers,
+                       launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     if engine != "builtin":
         lib.check_server_args(opts)
