@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# One-GPU smoke test of the CUDA/NCCL paths (NCCL backend, world size 1), under 10 minutes.
+# One-GPU smoke test of the CUDA/NCCL paths (NCCL backend, world size 1), within a deadline.
 #
-#   bash bench/gpu_smoke.sh            from a fresh clone on a machine with one GPU
+#   bash bench/gpu_smoke.sh            from a checkout on a machine with one GPU
+#
+# Runs from the checkout through PYTHONPATH and installs nothing: torch (a CUDA build, with
+# the libnccl its wheel brings), numpy, scipy, click and tabulate must be there. No network.
 #
 # What world size 1 can and cannot show: NCCL does not run a collective on one rank
 # (ncclEnqueueCheck takes ncclLaunchOneRank, src/enqueue.cc, src/device/onerank.cu): an
-# in-place allreduce is a no-op, no algorithm is chosen and no per-collective TUNING
-# line is logged. So this proves little about allreduce: it uses out-of-place
-# all_gather (NCCL copies there), expects `effective.confirmed` None (nothing to
-# confirm, never False), and checks what one GPU can:
+# in-place allreduce enqueues nothing, an out-of-place all_gather is one copy, no
+# algorithm is chosen and no per-collective TUNING line is logged. So this proves little
+# about allreduce: it uses out-of-place all_gather, expects `effective.confirmed` None
+# (nothing to confirm, never False), reports comparisons between modes as INFO (no
+# verdict), and checks what one GPU can:
+#   preflight: init_process_group("nccl"), one all_gather, destroy, within 5 s, with
+#       NCCL_DEBUG=WARN (bench/smoke/preflight.py); without a CUDA device every step is
+#       SKIPped and the run passes; if NCCL fails here, nothing else runs;
 #   (a) graph mode end to end on a fresh new_group under the gloo default group
 #       (capture, replays, the exact check; the group destroyed and rebuilt per cell);
 #   (b) a fresh communicator per cell and log attribution: log files of one process,
@@ -16,58 +23,106 @@
 #       the cell that set it;
 #   (c) the libnccl mapped and its ncclGetVersion against torch.cuda.nccl.version(),
 #       the log's version line, whether ncclResetDebugInit was found;
-#   (d) timing sanity: samples positive and finite, graph per-op below eager, eager with
-#       --ops-per-sample 10 (host-bound) against one op (device time) and the host
-#       enqueue time the record gives;
+#   (d) timing sanity: samples positive and finite; the measured head start of one-op
+#       eager samples covered the host's enqueue; INFO: graph per-op against eager, and
+#       --ops-per-sample 10 (host-bound) against one op and the host enqueue time;
+#   nocache: bench/gpu_nocache_check.sh (NCCL 2.29.7+; SKIP on an older NCCL);
 #   (e) the built-in loop on NCCL: float64 --check-greedy gives matches_greedy true, a
 #       bf16 run completes (at world 1 it runs no collective: CUDA only).
-# Each launch is bounded (100 s, the loop 120 s: under 10 minutes in all). Prints PASS /
-# FAIL / INFO lines and exits 1 when any check fails. Works offline: the
-# checkout is used through PYTHONPATH (torch, numpy, scipy, click, tabulate must be there).
+# Prints PASS / FAIL / CUT / SKIP / INFO lines (bench/smoke/checks.py), then, for every
+# step that failed or was cut, what it said itself: each worker's own error line, the
+# last line of a Python traceback, NCCL's WARN lines (bench/smoke/digest.py), not
+# torchrun's ChildFailedError block. Exits 1 when anything failed or was cut, else 0.
+#
+# Time: the whole run ends within GPU_SMOKE_DEADLINE_S seconds (default 540, under the
+# 600 s a command may run on the GPU machines). Each step runs under `timeout` with the
+# smaller of its own bound and what the deadline leaves after FINAL_S (the checks and the
+# archive) and KILL_S (timeout's grace before SIGKILL); a step with under MIN_STEP_S left
+# is not started (CUT). So the summary is printed even when a step is cut.
+#
+# Outputs: a folder /tmp/nccl-tune-smoke.XXXXXX (every step's stdout, stderr, exit code,
+# records and kept NCCL log, and smoke.log, this script's own output). When $OUT is set
+# (the GPU machines bring back only what is under it), the folder is also written there
+# as one archive, gpu-smoke.tar.gz.
+#
+# For tests: GPU_SMOKE_STEP_RUNNER names a program run as `RUNNER STEP CMD ARGS...` in
+# place of `CMD ARGS...` for every step (preflight, graph, eager1, eager10, nocache and,
+# inside it, nocache-launch, loop64, loopbf16), still under the step's bound;
+# tests/smoke_step_runner.sh is one (each step can run, pass, fail or sleep).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE NCCL_PROTO NCCL_ALGO
-OUT=$(mktemp -d /tmp/nccl-tune-smoke.XXXXXX)
+DEADLINE=${GPU_SMOKE_DEADLINE_S:-540}
+KILL_S=10       # timeout's grace between SIGTERM and SIGKILL: torchrun passes SIGTERM on
+                # to its workers (each in a session of its own, which SIGKILL of torchrun
+                # would not reach) and waits for them
+FINAL_S=30      # kept for the checks (at most 15 s) and the archive (at most 10 s)
+MIN_STEP_S=10   # a step with less left is not started
+W=$(mktemp -d /tmp/nccl-tune-smoke.XXXXXX)
 SECONDS=0
+STOP=""         # why the remaining steps are skipped (no GPU, the preflight failed)
 
-echo "== environment (world size 1: NCCL runs no collective algorithm; see the header)"
-nvidia-smi -L || echo "gpu_smoke: nvidia-smi not available"
-"$PY" - <<'EOF'
-import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
-if torch.cuda.is_available():
-    print("device", torch.cuda.get_device_name(0), "torch built with nccl",
-          ".".join(map(str, torch.cuda.nccl.version())))
-EOF
+say() { printf '%s\n' "$*" | tee -a "$W/smoke.log"; }
 
-bench() {  # bench NAME ARGS...: one torchrun launch of the microbench, bounded
-  local name=$1; shift
-  echo
-  echo "== $name: microbench.allreduce $*"
-  timeout 100 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
+step() {  # step NAME NOMINAL_S CMD...: CMD under the smaller of NOMINAL_S and what is left
+  local name=$1 nominal=$2 bound rc
+  shift 2
+  echo "$name" >>"$W/steps.txt"
+  if [ -n "$STOP" ]; then
+    echo "$STOP" >"$W/$name.skip"
+    say "== $name: SKIP ($STOP)"
+    return 77
+  fi
+  bound=$(( DEADLINE - FINAL_S - KILL_S - SECONDS ))
+  [ "$bound" -gt "$nominal" ] && bound=$nominal
+  if [ "$bound" -lt "$MIN_STEP_S" ]; then
+    echo "not started: ${bound} s left before the ${DEADLINE} s deadline (${SECONDS} s elapsed)" >"$W/$name.cut"
+    say "== $name: CUT ($(cat "$W/$name.cut"))"
+    return 124
+  fi
+  echo "$bound" >"$W/$name.bound"
+  local runner=()
+  [ -n "${GPU_SMOKE_STEP_RUNNER:-}" ] && runner=("$GPU_SMOKE_STEP_RUNNER" "$name")
+  say ""
+  say "== $name (bound ${bound} s, ${SECONDS} s elapsed): $*"
+  GPU_SMOKE_STEP_BOUND_S=$bound timeout -k "$KILL_S" "$bound" ${runner[@]+"${runner[@]}"} "$@" \
+    >"$W/$name.out" 2>"$W/$name.err"
+  rc=$?
+  echo "$rc" >"$W/$name.rc"
+  grep -v "^# nccl-log" "$W/$name.out" | tail -n 4 | tee -a "$W/smoke.log"
+  say "== $name: exit code $rc after ${SECONDS} s"
+  return $rc
+}
+
+bench() {  # bench NAME ARGS...: one torchrun launch of the microbench
+  local name=$1
+  shift
+  mkdir -p "$W/$name.nccl"
+  step "$name" 100 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
     -m microbench.allreduce --backend nccl --op all_gather --sizes 14336 --timeout 60 \
-    --out "$OUT/$name.jsonl" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
-  echo "$?" >"$OUT/$name.rc"
-  tail -n 5 "$OUT/$name.out"
-  grep -v "^# nccl-log" "$OUT/$name.err" | tail -n 5
-  echo "== $name: exit code $(cat "$OUT/$name.rc")"
+    --keep-nccl-log "$W/$name.nccl" --out "$W/$name.jsonl" "$@"
 }
 
-loop() {  # loop NAME ARGS...: one torchrun launch of the built-in loop, bounded
-  local name=$1; shift
-  echo
-  echo "== $name: integration.spec_loop $*"
-  timeout 120 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
-    -m integration.spec_loop --backend nccl --json "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
-  echo "$?" >"$OUT/$name.rc"
-  tail -n 3 "$OUT/$name.err"
-  echo "== $name: exit code $(cat "$OUT/$name.rc")"
+loop() {  # loop NAME ARGS...: one torchrun launch of the built-in loop (NCCL's WARN lines on stderr)
+  local name=$1
+  shift
+  step "$name" 120 env NCCL_DEBUG=WARN "$PY" -m torch.distributed.run --standalone \
+    --nproc-per-node=1 -m integration.spec_loop --backend nccl --json "$@"
 }
 
-cat >"$OUT/plan.json" <<'EOF'
+say "gpu_smoke: deadline ${DEADLINE} s; outputs in $W"
+step preflight 90 "$PY" -m bench.smoke.preflight
+case $? in
+  0) ;;
+  77) STOP=$(sed -n 's/^SKIP (\(.*\))$/\1/p' "$W/preflight.out" | tail -n 1)
+      STOP=${STOP:-no CUDA device} ;;
+  *) STOP="the preflight failed: NCCL does not work here (see its lines below)" ;;
+esac
+
+cat >"$W/plan.json" <<'EOF'
 {"run_id": "gpu-smoke-plan", "cells": [
   {"cell": "baseline", "env": {}, "comm_env": {}, "extra": {"isolation": "group"}},
   {"cell": "c-proto-simple", "env": {"NCCL_PROTO": "Simple"}, "comm_env": {"NCCL_PROTO": "Simple"},
@@ -75,133 +130,26 @@ cat >"$OUT/plan.json" <<'EOF'
 ]}
 EOF
 bench graph --mode graph --graph-ops 10 --warmup 10 --iters 100 --verify-effective --show-nccl-log \
-  --plan "$OUT/plan.json"
+  --plan "$W/plan.json"
 bench eager1 --mode eager --warmup 20 --iters 200 --verify-effective
 bench eager10 --mode eager --warmup 20 --iters 200 --ops-per-sample 10 --verify-effective
+step nocache 240 bash bench/gpu_nocache_check.sh "$W/nocache"
 loop loop64 --dtype float64 --check-greedy --new-tokens 32
 loop loopbf16 --dtype bfloat16 --new-tokens 32
 
-echo
-echo "== checks (world size 1: these prove the CUDA paths, not NCCL's allreduce algorithms)"
-"$PY" - "$OUT" <<'EOF'
-import glob, json, math, os, re, sys
+say ""
+timeout -k 3 12 "$PY" -m bench.smoke.checks "$W" 2>&1 | tee -a "$W/smoke.log"
+status=${PIPESTATUS[0]}
+[ "$status" = 0 ] || [ "$status" = 1 ] || { say "gpu_smoke: the checks themselves failed (exit code $status)"; status=1; }
 
-out = sys.argv[1]
-failed = []
-
-
-def say(status, what, detail=""):
-    print(f"{status:4} {what}" + (f": {detail}" if detail else ""))
-    if status == "FAIL":
-        failed.append(what)
-
-
-def rc(name):
-    try:
-        return int(open(os.path.join(out, name + ".rc")).read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def records(name):
-    try:
-        return [json.loads(line) for line in open(os.path.join(out, name + ".jsonl")) if line.strip()]
-    except OSError:
-        return []
-
-
-graph, eager1, eager10 = records("graph"), records("eager1"), records("eager10")
-every = graph + eager1 + eager10
-for name in ("graph", "eager1", "eager10"):
-    if rc(name) != 0:
-        say("FAIL", f"{name} launch", f"exit code {rc(name)}; see {out}/{name}.err")
-
-# (a) graph mode end to end, two cells, each on its own group
-cells = {r.get("cell"): r for r in graph}
-ok = [r for r in graph if r.get("status") == "ok" and r.get("correct") is True]
-say("PASS" if len(ok) == 2 and set(cells) == {"baseline", "c-proto-simple"} else "FAIL",
-    "(a) graph all_gather, two cells on fresh groups: captured, replayed, exact",
-    ", ".join(f"{r['cell']} {r.get('status')} correct={r.get('correct')}" for r in graph) or "no records")
-confirmed = {r.get("cell"): (r.get("effective") or {}).get("confirmed") for r in every}
-say("PASS" if every and all(v is None for v in confirmed.values()) else "FAIL",
-    "(a) effective.confirmed is None at world 1 (nothing ran to confirm, never False)", str(confirmed))
-
-# (b) log files of one process; Init COMPLETE per cell; PROTO only in its cell
-by_cell, files = {}, set()
-for line in open(os.path.join(out, "graph.err"), errors="replace"):
-    m = re.match(r"# nccl-log (\S+) (\S+): (.*)$", line.rstrip("\n"))
-    if m:
-        by_cell.setdefault(m.group(1), []).append(m.group(3))
-        files.add(m.group(2))
-pids = {f.split(".")[-2] for f in files if f.count(".") >= 3}
-say("PASS" if files and len(pids) == 1 else "FAIL", "(b) NCCL log files of one process (%p)",
-    f"{sorted(files)}")
-for cell in ("baseline", "c-proto-simple"):
-    lines = by_cell.get(cell, [])
-    say("PASS" if any("Init COMPLETE" in x for x in lines) else "FAIL",
-        f"(b) cell {cell}: a communicator of its own (Init COMPLETE in its lines)", f"{len(lines)} lines")
-proto = {cell: any("NCCL_PROTO set by environment to Simple" in x for x in lines)
-         for cell, lines in by_cell.items()}
-say("PASS" if proto.get("c-proto-simple") and not proto.get("baseline") else "FAIL",
-    "(b) 'NCCL_PROTO set by environment to Simple' only in the cell that set it", str(proto))
-
-# (c) the libnccl loaded
-v = (graph or eager1 or [{}])[0].get("versions") or {}
-log = (graph or [{}])[0].get("nccl_log") or {}
-say("PASS" if v.get("nccl_library") and v.get("nccl_library_version") else "FAIL",
-    "(c) libnccl mapped and its ncclGetVersion",
-    f"{v.get('nccl_library')} {v.get('nccl_library_version')} ({v.get('nccl_source')})")
-say("INFO", "(c) torch.cuda.nccl.version() / NCCL's log line",
-    f"{v.get('nccl_build')} / {v.get('nccl_log')}" + (f"; DIFFER: {v['nccl_note']}" if v.get("nccl_note") else "; same"))
-say("INFO", "(c) ncclResetDebugInit", f"{log.get('reset_debug_init')}: {log.get('note')}; "
-    f"per-collective lines {log.get('per_collective_lines')}")
-
-# (d) timing sanity
-samples = [s for r in every for s in (r.get("samples_us") or [])]
-say("PASS" if samples and all(math.isfinite(s) and s > 0 for s in samples) else "FAIL",
-    "(d) every sample positive and finite", f"{len(samples)} samples")
-methods = {r.get("timing_method") for r in every}
-say("PASS" if methods == {"device-aligned"} else "FAIL", "(d) timing_method recorded", str(methods))
-p50 = lambda rs: (rs[0].get("lat_us") or {}).get("p50") if rs and rs[0].get("status") == "ok" else None
-g, e1, e10 = p50([r for r in graph if r.get("cell") == "baseline"]), p50(eager1), p50(eager10)
-say("PASS" if g and e1 and g < e1 else "FAIL", "(d) graph per-op p50 below eager p50", f"graph {g} us, eager {e1} us")
-host = ((eager1 or [{}])[0].get("timing") or {}).get("host_enqueue_us")
-head = ((eager1 or [{}])[0].get("timing") or {}).get("head_start_us")
-if e1 and e10 and host:
-    near = 0.5 * host <= e10 <= 2.0 * host + e1
-    say("PASS" if e10 > e1 and near else "FAIL",
-        "(d) --ops-per-sample 10 moves the eager p50 to about the host enqueue time (host-bound)",
-        f"1 op {e1:.2f} us (device time after the head start of {head} us), 10 ops {e10:.2f} us "
-        f"per op, host enqueue {host:.2f} us per op")
-else:
-    say("FAIL", "(d) eager medians and host enqueue time", f"1 op {e1}, 10 ops {e10}, host {host}")
-
-# (e) the built-in loop
-for name, want in (("loop64", True), ("loopbf16", None)):
-    try:
-        rec = json.loads([l for l in open(os.path.join(out, name + ".out")) if l.startswith("{")][-1])
-    except (OSError, IndexError, ValueError):
-        rec = None
-    if rc(name) != 0 or rec is None:
-        say("FAIL", f"(e) {name}", f"exit code {rc(name)}; see {out}/{name}.err")
-    elif want:
-        say("PASS" if rec.get("matches_greedy") is True and rec.get("backend") == "nccl" else "FAIL",
-            "(e) float64 --check-greedy on NCCL: matches_greedy", f"{rec.get('matches_greedy')}, "
-            f"tok/s {rec.get('tok_s'):.1f}, nccl {rec.get('versions', {}).get('nccl')}")
-    else:
-        say("PASS" if rec.get("dtype") == "bfloat16" else "FAIL", "(e) bf16 run completes",
-            f"tok/s {rec.get('tok_s'):.1f}, accept len {rec.get('accept_len')}")
-
-print(f"\n{len(failed)} check(s) failed" + (": " + "; ".join(failed) if failed else ""))
-sys.exit(1 if failed else 0)
-EOF
-status=$?
-# ---- begin: NCCL_NO_CACHE check (issue 15; bench/gpu_nocache_check.sh) ----
-echo
-echo "== nocache (world 1): two communicators, different NCCL_NTHREADS / NCCL_MAX_NCHANNELS"
-bash bench/gpu_nocache_check.sh "$OUT/nocache" || status=1
-# ---- end: NCCL_NO_CACHE check ----
-
-echo
-echo "gpu_smoke: outputs in $OUT; ${SECONDS} s; overall status $status"
-exit $status
+archive=""
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  say "gpu_smoke: ${SECONDS} s; overall status $status; archiving $W into $OUT/gpu-smoke.tar.gz"
+  if timeout -k 2 8 tar -czf "$OUT/gpu-smoke.tar.gz" -C "$(dirname "$W")" "$(basename "$W")"; then
+    archive="; archive $OUT/gpu-smoke.tar.gz"
+  else
+    archive="; the archive could not be written in $OUT"
+  fi
+fi
+say "gpu_smoke: outputs in $W$archive; ${SECONDS} s of the ${DEADLINE} s deadline; overall status $status"
+exit "$status"

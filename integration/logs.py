@@ -14,7 +14,10 @@ by commas, in any order, optional fields (accept len, accept rate, cuda/cpu/npu 
 largest-len, ...) and sometimes a trailing comma. Prefixes vary: time only, date and
 time, TP/DP/EP/PP ranks, Python logging's `date - logger - LEVEL - ` and `LEVEL:logger:`,
 Ray's `(Actor pid=N) `. Also read: `Prefill batch` lines, `server_args=ServerArgs(...)`
-(the speculative settings actually used), the ready line, and vLLM's speculative metrics
+(the speculative settings actually used; SGLang 0.5.2x prints it as a dict,
+`server_args={'model_path': ..., 'device': 'cpu', ...}`), the ready line, the line each
+process of a test server prints when it loaded a test-only substitute for SGLang's
+kernels (`nccl-tune TEST-ONLY SUBSTITUTE: sgl_kernel (...)`, tests/sglang_cpu), and vLLM's speculative metrics
 in both forms (`Speculative metrics: ...` up to v0.8, `SpecDecoding metrics: ...` in V1)
 and its `Avg generation throughput` lines.
 
@@ -30,14 +33,20 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 READY_TEXT = "The server is fired up and ready to roll"
+# Printed by tests/sglang_cpu/substitutes (its _nccl_tune_substitute.MARKER): a run that used
+# them did not run SGLang's own kernels, and every summary says so.
+SUBSTITUTE_MARKER = "nccl-tune TEST-ONLY SUBSTITUTE"
 DEFAULT_IDLE_GAP_S = 5.0
 
 _DECODE_RE = re.compile(r"Decode batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")
 _PREFILL_RE = re.compile(r"Prefill batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")
-_SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)\s*$")
+SERVER_ARGS_TEXT = "server_args=ServerArgs("  # the body runs to the ")" that ends the line
+SERVER_ARGS_DICT_TEXT = "server_args={"  # SGLang 0.5.2x prints a dict, to the "}" that ends it
+_SUBSTITUTE_RE = re.compile(re.escape(SUBSTITUTE_MARKER) + r":\s*(?P<package>[A-Za-z0-9_.]+)")
 _VLLM_OLD_RE = re.compile(r"Speculative metrics:\s*(?P<body>.*)$")
 _VLLM_NEW_RE = re.compile(r"SpecDecoding metrics:\s*(?P<body>.*)$")
 _VLLM_STATS_RE = re.compile(r"Avg generation throughput:\s*(?P<value>[-+0-9.eE]+)")
@@ -47,6 +56,9 @@ _DATE_TIME_RE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}
 _MONTH_DAY_TIME_RE = re.compile(r"\b(?P<md>\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2})\b")
 _TIME_RE = re.compile(r"\b(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?\b")
 _RANK_RE = re.compile(r"\b(?P<kind>TP|DP|EP|PP|CP|MoE)(?P<num>\d+)\b")
+# `'key': value` of the dict form (a value up to the next comma or bracket: nested values
+# are skipped, and only SERVER_ARG_KEYS are kept)
+_DICT_ARG_RE = re.compile(r"(?:^|,\s*)'(?P<key>[A-Za-z_][A-Za-z0-9_]*)':\s*(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
 _ARG_RE = re.compile(r"(?:^|,\s*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
 
 # SGLang decode/prefill keys -> field names; values are converted by type.
@@ -58,7 +70,7 @@ _SGLANG_KEYS = {
     "#new-seq": "new_seq", "#new-token": "new_token", "#cached-token": "cached_token",
     "input throughput (token/s)": "input_throughput",
 }
-SERVER_ARG_KEYS = ("model_path", "tp_size", "dp_size", "enable_dp_attention",
+SERVER_ARG_KEYS = ("model_path", "device", "tp_size", "dp_size", "enable_dp_attention",
                    "speculative_algorithm", "speculative_draft_model_path",
                    "speculative_num_steps", "speculative_eagle_topk",
                    "speculative_num_draft_tokens", "disable_custom_all_reduce",
@@ -69,7 +81,7 @@ SERVER_ARG_KEYS = ("model_path", "tp_size", "dp_size", "enable_dp_attention",
 class LogEvent:
     """One recognised line: kind, where, when, and its fields."""
 
-    kind: str  # decode | prefill | server_args | ready | vllm_spec | vllm_stats
+    kind: str  # decode | prefill | server_args | ready | substitute | vllm_spec | vllm_stats
     line: int
     time_s: float | None  # seconds (epoch with a date, else seconds of the day)
     dated: bool
@@ -151,9 +163,9 @@ def _sglang_fields(raw: dict[str, object]) -> dict:
     return out
 
 
-def _server_args(body: str) -> dict:
+def _server_args(body: str, pattern: re.Pattern = _ARG_RE) -> dict:
     out: dict = {}
-    for match in _ARG_RE.finditer(body):
+    for match in pattern.finditer(body):
         key, value = match["key"], match["value"].strip()
         if key not in SERVER_ARG_KEYS or key in out:
             continue
@@ -244,9 +256,15 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
                     fields[name] = int(count.group(1))
             return LogEvent("vllm_stats", number, when, dated,
                             f"Engine {engine['engine']}" if engine else "", fields)
-    match = _SERVER_ARGS_RE.search(text)
+    for opening, closing, pattern in ((SERVER_ARGS_TEXT, ")", _ARG_RE),
+                                      (SERVER_ARGS_DICT_TEXT, "}", _DICT_ARG_RE)):
+        start = text.find(opening)
+        rest = text[start + len(opening):].rstrip() if start >= 0 else ""
+        if rest.endswith(closing):
+            return LogEvent("server_args", number, None, False, "", _server_args(rest[:-1], pattern))
+    match = _SUBSTITUTE_RE.search(text)
     if match:
-        return LogEvent("server_args", number, None, False, "", _server_args(match["body"]))
+        return LogEvent("substitute", number, None, False, "", {"package": match["package"]})
     if READY_TEXT in text:
         when, dated = _when(text[:text.find(READY_TEXT)])
         return LogEvent("ready", number, when, dated, "", {})
@@ -405,6 +423,7 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
                                                  if e.fields.get("per_position")]),
     } if (vllm or vllm_stats) else None
     engine = "sglang" if decode or server_args else ("vllm" if vllm_summary else None)
+    substitutes = sorted({e.fields["package"] for e in events if e.kind == "substitute"}) or None
     if engine == "vllm":  # the headline figures come from vLLM's own lines
         # each periodic stats line (V1: `Engine 000: ...`) is vLLM's decode line: a
         # logging interval's mean generation throughput; 0 marks an idle interval
@@ -419,7 +438,7 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
                 "graph_share": None,
                 "sources": sorted({e.source for e in events if e.kind == "vllm_stats" and e.source}),
                 "ready": False, "speculative": None,
-                "server_args": None, "vllm": vllm_summary}
+                "server_args": None, "vllm": vllm_summary, "substitutes": substitutes}
     return {
         "engine": engine,
         "decode_lines": len(decode),
@@ -438,16 +457,25 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
         "speculative": speculative,
         "server_args": server_args or None,
         "vllm": vllm_summary,
+        # test-only stand-ins the server loaded instead of SGLang's kernels (tests/sglang_cpu)
+        "substitutes": substitutes,
     }
 
 
+MAX_LOG_LINE = 64 * 1024  # a line is matched on its first 64 KiB (vLLM prints KB-long configs)
+MAX_LOG_BYTES = 256 * 1024 * 1024  # a server log of days; larger ones: cut the part wanted
+
+
 def read_log(path: str) -> list[str]:
-    """The lines of a log file (undecodable bytes replaced); NcclTuneError if unreadable."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().splitlines()
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    """The lines of a server log or saved scrape a user gives, by the input policy
+    (nccl_tune.fileio): strict UTF-8 and a size cap are one NcclTuneError naming the file
+    (and line); an over-long line is cut at MAX_LOG_LINE, so matching stays linear."""
+    size = fileio.read_size(path, what="server log")
+    if size is not None and size > MAX_LOG_BYTES:
+        raise NcclTuneError(f"{size} bytes: more than the {MAX_LOG_BYTES // (1024 * 1024)} MiB a "
+                            "server log may have (cut the part of interest)", path=path)
+    return [text for _, text in fileio.iter_lines(path, what="server log", max_line=MAX_LOG_LINE,
+                                                  on_long=lambda number, length: None)]
 
 
 def summarize_scrape(lines: list[str]) -> dict:
@@ -467,7 +495,7 @@ def summarize_scrape(lines: list[str]) -> dict:
             "accept_rate_mean": spec.get("accept_rate") if spec else None,
             "accept_len_lines": 0, "graph_share": None, "sources": [], "ready": False,
             "speculative": None, "server_args": None, "vllm": None, "metrics": spec,
-            "samples": len(scrape.samples)}
+            "samples": len(scrape.samples), "substitutes": None}
 
 
 def summarize_file(path: str, idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict:

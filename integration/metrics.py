@@ -18,6 +18,9 @@ accepted_per_pos[i] / drafts, the definitions of vLLM's own dashboard
 (vllm/v1/spec_decode/metrics.py). SGLang (`--enable-metrics`) exports gauges instead:
 `sglang:spec_accept_length` (mean accept length of its last logging interval) and, in
 later releases, `sglang:spec_accept_rate`; a gauge is read as it stands after the run.
+SGLang 0.5.2x exports these gauges, and `sglang:spec_num_draft_tokens`, on every server,
+at 0 when speculative decoding is off (seen on a real 0.5.23 server): an accept length
+below 1 (plain decoding is 1, DESIGN.md section 6) means "none", not a figure.
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
 
-_SAMPLE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+"
-                        r"(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
-_LABEL_RE = re.compile(r'\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*,?')
+# A sample line: name, optional {labels}, value, optional timestamp. Split in code after
+# the name (a regex with ".*}" then optional blank-separated parts backtracks over every
+# blank: quadratic on a long line); each regex here starts its matches at a distinct
+# character and no two quantifiers compete for one run.
+_NAME_RE = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_TS_RE = re.compile(r"-?\d+")
+_LABEL_RE = re.compile(r'(?<![A-Za-z0-9_])(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 
 
 class MetricsError(Exception):
@@ -88,6 +95,24 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _sample(line: str) -> tuple[str, str, float] | None:
+    """(name, label text, value) of one stripped sample line, or None (not a sample)."""
+    name = _NAME_RE.match(line)
+    if name is None:
+        return None
+    rest, labels = line[name.end():], ""
+    if rest.startswith("{"):
+        close = rest.rfind("}")
+        if close < 0:
+            return None
+        labels, rest = rest[1:close], rest[close + 1:]
+    parts = rest.split()
+    if not rest[:1].isspace() or len(parts) not in (1, 2) or (len(parts) == 2 and not _TS_RE.fullmatch(parts[1])):
+        return None
+    value = _number(parts[0])
+    return None if value is None else (name.group(), labels, value)
+
+
 def parse(text: str) -> Scrape:
     """A Scrape of Prometheus text; lines that do not parse are skipped (never raises)."""
     scrape = Scrape()
@@ -100,15 +125,13 @@ def parse(text: str) -> Scrape:
             if len(parts) >= 4 and parts[1] == "TYPE":
                 scrape.types[parts[2]] = parts[3].strip()
             continue
-        match = _SAMPLE_RE.match(line)
-        if not match:
+        sample = _sample(line)
+        if sample is None:
             continue
-        value = _number(match["value"])
-        if value is None:
-            continue
+        name, label_text, value = sample
         labels = tuple(sorted((m["key"], _unescape(m["value"]))
-                              for m in _LABEL_RE.finditer(match["labels"] or "")))
-        scrape.samples[(match["name"], labels)] = value
+                              for m in _LABEL_RE.finditer(label_text)))
+        scrape.samples[(name, labels)] = value
     return scrape
 
 
@@ -175,7 +198,7 @@ def speculative(sc: Scrape) -> dict | None:
                 "per_position": [per_pos[p] / drafts for p in positions] if drafts > 0 and per_pos else None,
                 "generation_tokens": sc.total(VLLM_GENERATION_TOKENS)}
     length = _finite(sc.mean(SGLANG_ACCEPT_LENGTH))
-    if length is not None:
+    if length is not None and length >= 1.0:
         return {"source": "sglang /metrics (gauge: its last logging interval)",
                 "accept_len": length, "accept_rate": _finite(sc.mean(SGLANG_ACCEPT_RATE)),
                 "per_position": None}

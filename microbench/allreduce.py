@@ -18,11 +18,15 @@ wrong cell makes every rank exit 1. A rank that cannot reach the others, or that
 no progress for its watchdog's time, prints one line naming itself, the operation and
 the cause and exits non-zero (124 for a timeout, after rank 0 recorded it); torchrun then
 stops the rest. With NCCL the watchdog fires at --timeout and the measured group's own
-timeout (torch's watchdog, which with TORCH_NCCL_ASYNC_ERROR_HANDLING=3 aborts the
-process with SIGABRT and no record) is --timeout plus a grace, so a hang is recorded as
-a timeout naming the rank and the operation. A stuck NCCL collective blocks in a device
-sync, not in the call (NCCL returns once it is queued), which only the watchdog sees.
-The private NCCL log folder is removed on every exit path (microbench.teardown).
+timeout is --timeout plus a grace: torch's watchdog ends the process with SIGABRT and no
+record, after aborting the communicators under TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (what
+torchrun sets in its workers unless it is set: torch/distributed/elastic/agent/server/
+local_elastic_agent.py) or without aborting them under torch's own default 3. So a hang
+is recorded as a timeout naming the rank and the operation. A stuck NCCL collective
+blocks in a device sync, not in the call (NCCL returns once it is queued), which only
+the watchdog sees.
+The private NCCL log folder is removed on every exit path (microbench.teardown), or
+moved into --keep-nccl-log DIR.
 
 Test hook: MICROBENCH_FAULT="RANK:raise" (an exception while measuring on that rank),
 "RANK:exit" (the process dies), "RANK:wrong" (one result element corrupted); a third
@@ -38,7 +42,7 @@ import socket
 import sys
 import warnings
 
-from nccl_tune import stats, store
+from nccl_tune import fileio, stats, store
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import ncclinfo, settings
 from nccl_tune.errors import NcclTuneError
@@ -53,11 +57,12 @@ def timeouts(backend: str, timeout: float) -> tuple[float, float]:
     """(measured group's timeout, watchdog's) in seconds for --timeout `timeout`.
 
     NCCL: the watchdog fires first, at `timeout`; torch's own NCCL watchdog (its
-    process-group timeout, with TORCH_NCCL_ASYNC_ERROR_HANDLING's teardown) only
-    GRACE_S later, so the microbench, not SIGABRT, ends a hang and records it. gloo: a
-    collective that times out raises in the caller, which is recorded as a timeout
-    through the error exchange, so the group's timeout comes first and the watchdog
-    only bounds what no group timeout sees.
+    process-group timeout, then SIGABRT: TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 under
+    torchrun, 3 by torch's default, and both end the process) only GRACE_S later, so
+    the microbench, not SIGABRT, ends a hang and records it. gloo: a collective that
+    times out raises in the caller, which is recorded as a timeout through the error
+    exchange, so the group's timeout comes first and the watchdog only bounds what no
+    group timeout sees.
     """
     if backend == "nccl":
         return timeout + GRACE_S, timeout
@@ -146,13 +151,13 @@ class Bench:
         self.elem, self.max_exact = options.DTYPES[args.dtype][1:]
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
         self.run_id = args.run_id or (plan.run_id if plan and plan.run_id else None) or store.new_run_id()
-        self.capture = nccllog.NcclLogCapture() if self.verify else None
+        self.capture = nccllog.NcclLogCapture(keep_in=args.keep_nccl_log) if self.verify else None
         if self.capture:
             teardown.add(self.capture.cleanup)
         self.nccl_build = nccllib.build_version(torch) if self.backend == "nccl" else None
         self.nccl_loaded: dict | None = None
         self.log_version: str | None = None  # NCCL's "NCCL version" line, once seen
-        self.sleep_rate: float | None = None  # GPU cycles per us of torch.cuda._sleep
+        self.sleep_rate: float | None = None  # highest GPU cycles per us of torch.cuda._sleep seen
         self.last_timing: dict = {}
         self.quiet_ok: bool | None = None
         self.failed_or_wrong = False
@@ -185,6 +190,8 @@ class Bench:
             _say(f"note: {options.WORLD_ONE_NOTE}")
         if self.backend == "nccl":
             torch.cuda.set_device(self.local_rank)
+            # Clocks up first: a rate measured on an idle GPU is several times too low.
+            timing.warm_up(timing.START_WARMUP_S)
             self.sleep_rate = timing.measure_sleep_rate()
         self.watchdog.start()
         self.watchdog.beat("joining the process group")
@@ -534,7 +541,15 @@ class Bench:
         # would leave them apart again, which is what the alignment is for.
         slowest = torch.tensor([host_us], dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the default (gloo) group, on the host
-        device_align = timing.DeviceAlign(pre, timing.head_start_us(slowest.item()), self.sleep_rate)
+        # The rate again, right before the loop and under load; the wait is sized with the
+        # highest rate seen, so clocks rising up to it cannot shorten the wait, and the
+        # record says what the samples really got (describe() after the loop).
+        timing.warm_up(timing.LOOP_WARMUP_S)
+        now = timing.measure_sleep_rate()
+        if now and (self.sleep_rate is None or now > self.sleep_rate):
+            self.sleep_rate = now
+        device_align = timing.DeviceAlign(pre, timing.head_start_us(slowest.item()), self.sleep_rate,
+                                          rate_before_loop=now)
         self.last_timing.update(host_enqueue_us=round(host_us, 2),
                                 host_enqueue_slowest_us=round(slowest.item(), 2),
                                 **device_align.describe())
@@ -596,6 +611,8 @@ class Bench:
                                             device_align)
             else:
                 samples = timing.cpu_eager(ops[0], align, iters, beat, a.ops_per_sample)
+            if device_align is not None:  # what the samples really got, not what was asked
+                self.last_timing.update(device_align.describe())
         finally:
             if quiet:
                 self.capture.loud()
@@ -676,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None
-        options.check_out(args.out if rank == 0 else None)  # rank 0 writes --out
+        options.check_out(args.out if rank == 0 else None, inputs=[args.plan])  # rank 0 writes --out
         env_process = options.settings_env(os.environ)  # before any instrumentation
         torch_env = options.torch_nccl_env(os.environ)
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
@@ -688,9 +705,15 @@ def main(argv: list[str] | None = None) -> int:
         _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
     teardown.install()  # the log folder goes on every exit path, signals included
+    lock = None
     try:
+        if rank == 0 and args.out:  # the one writer of --out for the whole run (nccl_tune.fileio)
+            lock = fileio.ResultsLock(args.out, option="--out").acquire()
         bench.start()
-        return bench.run()
+        code = bench.run()
+        if lock is not None:
+            lock.release()
+        return code
     except NcclTuneError as exc:
         _say(f"rank {bench.rank}: error: {exc}")
         code = 2
@@ -705,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         # them only here, in the line that names the rank.
         _say(f"rank {bench.rank}: failed: " + with_warnings(_first_line(exc), bench.nccl_warnings()))
         code = 1
+    if lock is not None:
+        lock.release()  # before the hard exit: a file it created and never wrote goes
     teardown.exit_now(code)  # clean up, then skip teardown that could hang on a broken group
     return code
 

@@ -48,16 +48,9 @@ QUIET_SUBSYS = "INIT,ENV"
 
 def loaded_nccl_paths(maps_path: str = "/proc/self/maps") -> list[str]:
     """Paths of libnccl files mapped into this process (empty when none or unreadable)."""
-    found: list[str] = []
-    try:
-        with open(maps_path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                path = line.rsplit(" ", 1)[-1].strip()
-                if "libnccl" in os.path.basename(path) and path.startswith("/") and path not in found:
-                    found.append(path)
-    except OSError:
-        pass
-    return found
+    from nccl_tune.nccl import ncclinfo
+
+    return ncclinfo.mapped_libraries(maps_path)
 
 
 def find_reset_function():
@@ -127,9 +120,10 @@ def user_debug_file_warnings(environ=None, pid: int | None = None) -> list[str]:
 class NcclLogCapture:
     """NCCL's log of this process, written into a private folder and read back by offset."""
 
-    def __init__(self, directory: str | None = None, environ=None):
+    def __init__(self, directory: str | None = None, environ=None, keep_in: str | None = None):
         self.environ = os.environ if environ is None else environ
         self.directory = directory or tempfile.mkdtemp(prefix="nccl-tune-log-")
+        self.keep_in = keep_in  # cleanup moves the folder here instead of removing it
         self.spell = 0
         self.previous: dict[str, str | None] = {}
         self._reset = None
@@ -219,5 +213,12 @@ class NcclLogCapture:
         return file_warnings(self.files())
 
     def cleanup(self) -> None:
-        """Remove the folder (idempotent; every exit path calls it, see microbench.teardown)."""
+        """Remove the folder, or move it into `keep_in` (idempotent; every exit path calls
+        it, see microbench.teardown)."""
+        if self.keep_in and os.path.isdir(self.directory):
+            try:
+                shutil.move(self.directory, os.path.join(self.keep_in, os.path.basename(self.directory)))
+                return
+            except OSError:
+                pass  # kept what moved; the rest goes below
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -17,14 +17,25 @@ all ranks and keeps the slowest rank per iteration (stats.slowest_rank).
   joined, so every rank leaves it together; then a device-side busy wait (`head start`,
   torch.cuda._sleep; one duration for every rank, the slowest host's need, in each GPU's
   own cycles) long enough for the host to enqueue the start event and the timed op
-  before the GPU reaches them; then start
-  event, op(s), end event on the current stream. torch makes the current stream wait
-  for NCCL's stream after a collective (WorkNCCL::wait -> synchronizeStream blocks the
-  current stream on the work's end event), so the start event fires after the aligning
-  collective and the end event when the timed one is done. The interval then holds the
-  device time of the op(s) only: with `per_sample` > 1 eager ops after the first are
-  enqueued while the GPU runs, so a host slower than the device shows there (host
-  overhead per op), as in a server running eagerly.
+  before the GPU reaches them; then start event, op(s), end event on the current
+  stream. A synchronous collective (async_op=False) is ordered with the current stream:
+  since torch 2.8 it is launched on the current stream itself (pytorch#148590, relanded
+  as #150398); before, on NCCL's own stream, which WorkNCCL::wait then made the current
+  stream wait for. Either way the start event fires after the aligning collective and
+  the end event when the timed one is done. The interval then holds the device time of
+  the op(s) only: with `per_sample` > 1 eager ops after the first are enqueued while
+  the GPU runs, so a host slower than the device shows there (host overhead per op), as
+  in a server running eagerly.
+- The head start is a count of GPU cycles, and the SM clock moves: an idle GPU runs far
+  below its boost clock (345 vs 1980 MHz on an H200), so cycles per microsecond measured
+  on an idle GPU would give a wait up to ~5x shorter once the clocks rise, and host
+  launch time would leak into the samples. So the GPU is warmed up (`warm_up`) before the
+  rate is measured, the rate is measured again right before each timed loop, the wait is
+  sized with the highest rate seen (a wait longer than needed costs only wall time), and
+  every sample records what it really got: an event before the busy wait and the start
+  event give the achieved head start, and the host's own enqueue time after the wait is
+  compared with it (`DeviceAlign.describe`: `head_start_short` counts the samples whose
+  host enqueue outlasted it).
 - CUDA graph: K collectives captured in one graph; per-op time = replay time / K. This
   is what a server with CUDA graphs runs: no host work per collective at all (and no
   NCCL log line either: NCCL logs at enqueue, i.e. at capture).
@@ -116,6 +127,8 @@ TIMING_METHODS = {
 }
 HEAD_START_MIN_US = 20.0
 HEAD_START_MAX_US = 5000.0
+START_WARMUP_S = 0.3  # GPU work before the first rate measurement of a process
+LOOP_WARMUP_S = 0.02  # and before each timed loop's own measurement
 
 
 def timing_method(device_type: str, gap_us: float | None = None) -> str:
@@ -162,33 +175,85 @@ def host_time_us(call: Op, repeat: int = 5) -> float:
     return times[len(times) // 2]
 
 
+def median(values: Sequence[float]) -> float | None:
+    """The middle value (the upper one of an even count); None for no values."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else None
+
+
 class DeviceAlign:
     """The device-side part of a CUDA sample's alignment: the aligning collective, then
     the head start (see the module docstring). `pre` is an untimed collective of the
-    measured group; `cycles` the head start in GPU cycles (0: none)."""
+    measured group; `head_start_us` the intended wait, turned into GPU cycles at `rate`
+    (cycles per us; None: no torch.cuda._sleep, no wait). After a timed loop,
+    `achieved_us` holds each sample's measured head start (CUDA events from before the
+    busy wait to the start event) and `host_after_us` the host's time from enqueuing the
+    wait to enqueuing the end event; `describe` turns them into the record's fields."""
 
-    def __init__(self, pre: Op, head_start_us: float, rate: float | None):
+    def __init__(self, pre: Op, head_start_us: float, rate: float | None,
+                 rate_before_loop: float | None = None):
         self.pre = pre
         self.rate = rate
+        self.rate_before_loop = rate_before_loop
         self.head_start_us = head_start_us if rate else None
         self.cycles = sleep_cycles(head_start_us, rate)
+        self.achieved_us: list[float] = []
+        self.host_after_us: list[float] = []
 
-    def __call__(self) -> None:
+    def __call__(self, mark=None) -> None:
+        """Enqueue the aligning collective, then (recording `mark`, an event, first) the wait."""
         import torch
 
         self.pre()
         if self.cycles:
+            if mark is not None:
+                mark.record()
             torch.cuda._sleep(self.cycles)
 
     def describe(self) -> dict:
-        """What a record says about the alignment."""
-        return {"head_start_us": round(self.head_start_us, 1) if self.head_start_us else None,
-                "gpu_cycles_per_us": round(self.rate, 1) if self.rate else None}
+        """What a record says about the alignment: the head start achieved (measured: the
+        median of the samples; None before a timed loop or without a wait), its minimum,
+        the one intended, the samples whose host enqueue outlasted it, and the GPU rate."""
+        achieved = median(self.achieved_us)
+        short = sum(1 for a, h in zip(self.achieved_us, self.host_after_us) if h >= a)
+        host_after = median(self.host_after_us)
+        out = {"head_start_us": round(achieved, 1) if achieved is not None else None,
+               "head_start_basis": (f"measured: CUDA events around the busy wait, median of "
+                                    f"{len(self.achieved_us)} samples") if self.achieved_us
+                                   else None,
+               "head_start_min_us": round(min(self.achieved_us), 1) if self.achieved_us else None,
+               "head_start_intended_us": round(self.head_start_us, 1) if self.head_start_us else None,
+               "host_after_head_start_us": round(host_after, 2) if host_after is not None else None,
+               "head_start_short": short if self.achieved_us else None,
+               "gpu_cycles_per_us": round(self.rate, 1) if self.rate else None,
+               "gpu_cycles_per_us_before_loop": (round(self.rate_before_loop, 1)
+                                                 if self.rate_before_loop else None)}
+        return out
+
+
+def warm_up(seconds: float, clock: Callable[[], float] = time.perf_counter) -> int:
+    """Keep the current GPU busy with matrix products for about `seconds`, so its clocks
+    leave their idle state before anything is measured (see the module docstring).
+    Returns the number of products run."""
+    import torch
+
+    if seconds <= 0:
+        return 0
+    a = torch.ones(4096, 4096, dtype=torch.float16, device="cuda")
+    done = 0
+    end = clock() + seconds
+    while clock() < end:
+        for _ in range(8):  # ~1 ms of work per check on an H200: the GPU stays busy
+            torch.matmul(a, a)
+        torch.cuda.synchronize()
+        done += 8
+    return done
 
 
 def measure_sleep_rate(cycles: int = 200_000, runs: int = 3) -> float | None:
     """GPU cycles per microsecond of torch.cuda._sleep, timed with CUDA events; None where
-    torch has no _sleep (the head start is then left out, and the record says so)."""
+    torch has no _sleep (the head start is then left out, and the record says so).
+    The SM clock follows the load: measure right after work (warm_up), not on an idle GPU."""
     import torch
 
     sleep = getattr(torch.cuda, "_sleep", None)
@@ -206,31 +271,41 @@ def measure_sleep_rate(cycles: int = 200_000, runs: int = 3) -> float | None:
 
 
 def _cuda_timed(run: Op, divisor: int, align: Callable[[], object], iters: int,
-                beat: Callable[[], object], device_align: Callable[[], object] | None) -> list[float]:
+                beat: Callable[[], object], device_align: DeviceAlign | None,
+                clock: Callable[[], float] = time.perf_counter) -> list[float]:
     """CUDA-event microseconds of `iters` aligned calls of `run`, each divided by `divisor`.
 
     `align` runs on the host (device sync, gloo barrier); `device_align` (a DeviceAlign)
-    right before the start event, so the ranks leave it together on the device.
+    right before the start event, so the ranks leave it together on the device; it is
+    given each sample's achieved head start and host enqueue time after its wait.
     """
     import torch
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    waiting = device_align is not None and device_align.cycles > 0
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(iters)] if waiting else []
+    host_after = [0.0] * iters
     for i in range(iters):
         beat()
         align()
         if device_align is not None:
-            device_align()
+            device_align(marks[i] if waiting else None)
+        enqueued = clock()
         starts[i].record()
         run()
         ends[i].record()
+        host_after[i] = (clock() - enqueued) * 1e6
     torch.cuda.synchronize()
+    if waiting:
+        device_align.achieved_us = [m.elapsed_time(s) * 1000.0 for m, s in zip(marks, starts)]
+        device_align.host_after_us = host_after
     return [s.elapsed_time(e) * 1000.0 / divisor for s, e in zip(starts, ends)]
 
 
 def cuda_eager(op: Op, align: Callable[[], object], iters: int,
                beat: Callable[[], object] = lambda: None, per_sample: int = 1,
-               device_align: Callable[[], object] | None = None) -> list[float]:
+               device_align: DeviceAlign | None = None) -> list[float]:
     """CUDA-event microseconds per collective: `iters` samples, each `per_sample`
     collectives enqueued back to back after one alignment, divided by `per_sample`."""
     def run() -> None:
@@ -265,7 +340,7 @@ def capture_graph(ops: Sequence[Op]):
 
 def cuda_graph(graph, ops_per_replay: int, align: Callable[[], object], iters: int,
                beat: Callable[[], object] = lambda: None,
-               device_align: Callable[[], object] | None = None) -> list[float]:
+               device_align: DeviceAlign | None = None) -> list[float]:
     """Per-op microseconds of `iters` aligned replays: replay time / ops_per_replay."""
     return _cuda_timed(graph.replay, ops_per_replay, align, iters, beat, device_align)
 

@@ -35,6 +35,15 @@ def real_fixtures() -> Path:
     return REAL_FIXTURES
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> str:
+    """The tiny random Llama of tests/tiny_llama.py, made once per session (no download),
+    for the tests against real vLLM and SGLang servers."""
+    from tests import tiny_llama
+
+    return tiny_llama.build(str(tmp_path_factory.mktemp("tiny-llama")))
+
+
 @pytest.fixture
 def cli_runner():
     """A click CliRunner whose environment holds no NCCL_* variables."""

@@ -1,4 +1,7 @@
-"""A stand-in for `python -m sglang.launch_server`, for tests (no GPU, no model).
+"""A STAND-IN for `python -m sglang.launch_server`, for the cases a real SGLang server
+cannot show in the tests (tests/test_sglang_real.py runs the real one): speculative
+decoding, a scripted crash at request N, a server that never becomes healthy, NCCL's
+debug log. No GPU, no model.
 
 It accepts SGLang's server arguments (reading the few it needs), prints SGLang-like log
 lines (server_args, ready, prefill and decode lines), starts one child process as a "TP

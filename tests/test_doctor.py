@@ -123,3 +123,62 @@ def test_bad_topo_file_is_exit_2(tmp_path, cli_runner):
     bad.write_text("\tGPU0\tGPU1\nGPU0\t X \tWARP\nGPU1\tWARP\t X \n")
     result = cli_runner.invoke(cli, ["doctor", "--topo-file", str(bad)])
     assert result.exit_code == 2 and f"{bad}:2:" in result.output
+
+
+# ---------------------------------------------------------------- which libnccl torch loads
+
+def _wheel_site(root: Path, *wheels: str) -> Path:
+    """A site folder holding nvidia/nccl/lib/libnccl.so.2 and the dist-info of `wheels`."""
+    (root / "nvidia" / "nccl" / "lib").mkdir(parents=True)
+    (root / "nvidia" / "nccl" / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF")
+    for name in wheels:
+        (root / f"{name.replace('-', '_')}-2.28.9.dist-info").mkdir()
+    return root
+
+
+def test_a_wheels_libnccl_is_named_after_the_wheel_that_installed_it(tmp_path, monkeypatch):
+    from nccl_tune.nccl import ncclinfo
+
+    cu13 = _wheel_site(tmp_path / "a", "nvidia-nccl-cu13")
+    both = _wheel_site(tmp_path / "b", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
+    monkeypatch.setattr("sys.path", [str(cu13), str(both)])
+    found = {lib.path: lib.source for lib in ncclinfo.find_libraries(load=False)}
+    assert found[str(cu13 / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu13"
+    assert found[str(both / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu12+nvidia-nccl-cu13"
+
+
+def test_two_nccl_wheels_in_one_place_are_a_warning(cli_runner, monkeypatch):
+    lib = {"source": "nvidia-nccl-cu12+nvidia-nccl-cu13", "version": "2.28.9", "path": "/s/libnccl.so.2",
+           "error": None}
+    report = {"nccl_libraries": [lib], "torch": {"version": None, "note": "not inspected"},
+              "gpus": {"devices": [], "note": "none"}, "topology": {"note": "none"},
+              "conf_files": [], "env": {"variables": {}, "findings": []}}
+    monkeypatch.setattr(sysinfo, "doctor_report", lambda topo_file=None: report)
+    result = cli_runner.invoke(cli, ["doctor"])
+    assert ("  warning: nvidia-nccl-cu12 and nvidia-nccl-cu13 are all installed; each writes "
+            "/s/libnccl.so.2, so it is the last one installed: keep the one torch requires"
+            ) in result.output.splitlines()
+
+
+def test_the_libnccl_torch_loads_is_the_one_import_torch_mapped_else_by_version():
+    from nccl_tune.nccl.ncclinfo import NcclLibrary
+
+    libs = [NcclLibrary("/a/libnccl.so.2", "nvidia-nccl-cu12", "2.32.3"),
+            NcclLibrary("/b/libnccl.so.2", "system", "2.28.9")]
+    mapped = {"nccl": "2.28.9", "nccl_mapped": ["/c/libnccl.so.2"]}
+    assert sysinfo.torch_library(mapped, libs) == ("/c/libnccl.so.2",
+                                                   "mapped into this process by import torch")
+    assert sysinfo.torch_library({"nccl": "2.28.9", "nccl_mapped": None}, libs)[0] == "/b/libnccl.so.2"
+    path, basis = sysinfo.torch_library({"nccl": "2.27.3", "nccl_mapped": []}, libs)
+    assert path is None and basis.startswith("no file found of torch's NCCL version 2.27.3")
+
+
+def test_mapped_libraries_from_a_maps_file(tmp_path):
+    from nccl_tune.nccl import ncclinfo
+
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r-xp 00000000 08:01 1  /usr/lib/libc.so.6\n"
+                    "7f10-7f20 r-xp 00000000 08:01 2  /s/nvidia/nccl/lib/libnccl.so.2\n"
+                    "7f20-7f30 r--p 00010000 08:01 2  /s/nvidia/nccl/lib/libnccl.so.2\n")
+    assert ncclinfo.mapped_libraries(str(maps)) == ["/s/nvidia/nccl/lib/libnccl.so.2"]
+    assert ncclinfo.mapped_libraries(str(tmp_path / "absent")) == []

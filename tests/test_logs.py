@@ -205,7 +205,7 @@ def test_cli_summarize_text_and_json(cli_runner):
     assert out.exit_code == 0, out.output
     assert "accept len mean" in out.output and "2.50" in out.output and "num_steps=3" in out.output
     out = cli_runner.invoke(cli, ["logs", "summarize", path, "--json"])
-    data = json.loads(out.output)
+    data, = json.loads(out.output)  # one shape: a list, one object per file
     for key in ("decode_lines", "gen_throughput_mean", "gen_throughput_median",
                 "accept_len_mean", "accept_rate_mean"):
         assert key in data
@@ -215,7 +215,7 @@ def test_cli_summarize_text_and_json(cli_runner):
 def test_cli_missing_file_is_one_line_exit_2(cli_runner, tmp_path):
     out = cli_runner.invoke(cli, ["logs", "summarize", str(tmp_path / "none.log")])
     assert out.exit_code == 2
-    assert out.output.strip().splitlines()[-1].endswith("none.log: cannot read: No such file or directory")
+    assert out.output == f"Error: Invalid value for 'FILES...': {tmp_path / 'none.log'}: no such file.\n"
     out = cli_runner.invoke(cli, ["logs", "summarize", str(LOGS / "vllm_v0_spec.log"), "--idle-gap", "0"])
     assert out.exit_code == 2 and "--idle-gap" in out.output
 
@@ -230,7 +230,7 @@ def test_non_finite_numbers_are_not_figures(cli_runner, tmp_path, value):
     path.write_text(line + "\n" + line.replace("04:40:55", "04:40:56") + "\n")
     out = cli_runner.invoke(cli, ["logs", "summarize", str(path), "--json"])
     assert out.exit_code == 0
-    data = json.loads(out.output, parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
+    data, = json.loads(out.output, parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
     assert data["decode_lines"] == 2 and data["accept_len_mean"] is None
     assert data["gen_throughput_mean"] is None
 
@@ -246,5 +246,26 @@ def test_a_log_without_decode_lines_says_so(cli_runner, tmp_path, text):
     assert "gen throughput" not in out.output
     if "server_args" in text:
         assert "algorithm=EAGLE3" in out.output
-    data = json.loads(cli_runner.invoke(cli, ["logs", "summarize", str(path), "--json"]).output)
+    data, = json.loads(cli_runner.invoke(cli, ["logs", "summarize", str(path), "--json"]).output)
     assert data["decode_lines"] == 0 and "no decode lines found" in data["note"]
+
+
+def test_a_real_sglang_0523_cpu_log_dict_server_args_and_test_only_substitutes():
+    # an excerpt of a real SGLang 0.5.23 server's log (tests/test_sglang_real.py's set-up)
+    s = _summary("sglang_0523_cpu_real.log")
+    assert s["engine"] == "sglang" and s["ready"] is True and s["decode_lines"] == 3
+    # the first decode line follows a prefill that found nothing running: left out
+    assert s["excluded"] == {logs.AFTER_IDLE_PREFILL: 1}
+    assert s["gen_throughput_mean"] == pytest.approx((10.95 + 9.28) / 2)
+    assert s["graph_share"] == 0.0 and s["sources"] == ["TP0"]  # "cpu graph: False"
+    args = s["server_args"]  # 0.5.2x prints server_args={'model_path': ..., ...}
+    assert (args["model_path"], args["device"], args["tp_size"], args["decode_log_interval"]) == (
+        "/tmp/tiny-llama", "cpu", 2, 40)
+    assert args["speculative_algorithm"] is None and s["speculative"] is None
+    assert s["substitutes"] == ["sgl_kernel", "torchvision"]
+
+
+def test_substitute_marker_line_is_its_own_event():
+    event = logs.parse_line("nccl-tune TEST-ONLY SUBSTITUTE: sgl_kernel (pure-torch helpers) from /x, pid 7")
+    assert event.kind == "substitute" and event.fields == {"package": "sgl_kernel"}
+    assert logs.parse_line("a line that mentions sgl_kernel") is None

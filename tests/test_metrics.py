@@ -91,3 +91,12 @@ def test_logs_summarize_reads_a_saved_scrape_and_several_files(cli_runner):
     data = json.loads(js.output)
     assert [d["engine"] for d in data] == ["vllm", "sglang"]
     assert data[1]["accept_len_mean"] == pytest.approx(2.6)
+
+
+def test_sglang_0523_exports_its_spec_gauges_at_zero_without_speculation():
+    # what a real SGLang 0.5.23 server without speculative decoding answers (label sets cut)
+    text = ("# TYPE sglang:spec_accept_length gauge\n"
+            'sglang:spec_accept_length{engine_type="unified",tp_rank="0"} 0.0\n'
+            "# TYPE sglang:spec_accept_rate gauge\n"
+            'sglang:spec_accept_rate{engine_type="unified",tp_rank="0"} 0.0\n')
+    assert metrics.speculative(metrics.parse(text)) is None  # plain decoding is 1, never 0

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from microbench import allreduce, nccllib, nccllog, options, teardown, timing
+from microbench import allreduce, nccllib, nccllog, options, timing
 from nccl_tune.measure import launch, sweepplan
 from nccl_tune.nccl import ncclinfo
 from nccl_tune.cli import cli
@@ -76,18 +76,40 @@ def test_cuda_sample_order_aligns_on_the_device_right_before_the_start_event(mon
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep {cycles}"),
                         raising=False)
     align = timing.DeviceAlign(lambda: log.append("pre"), head_start_us=50.0, rate=2000.0)
-    assert align.describe() == {"head_start_us": 50.0, "gpu_cycles_per_us": 2000.0}
+    before = align.describe()  # before a timed loop: only what was intended
+    assert before["head_start_intended_us"] == 50.0 and before["gpu_cycles_per_us"] == 2000.0
+    assert before["head_start_us"] is None and before["head_start_short"] is None
     samples = timing.cuda_eager(lambda: log.append("op"), lambda: log.append("barrier"), iters=2,
                                 per_sample=3, device_align=align)
-    one = ["barrier", "pre", "sleep 100000", "record", "op", "op", "op", "record"]
+    # the mark (an event) right before the busy wait, then the start event
+    one = ["barrier", "pre", "record", "sleep 100000", "record", "op", "op", "op", "record"]
     assert log == one + one + ["sync"]
     assert samples == [pytest.approx(4 / 3)] * 2  # 4 us between the events (1 us a step) / 3 ops
+    # achieved head start: mark -> start event, 2 steps of the fake clock = 2 us
+    assert align.achieved_us == [pytest.approx(2.0)] * 2 and len(align.host_after_us) == 2
     log.clear()
     no_sleep = timing.DeviceAlign(lambda: log.append("pre"), head_start_us=50.0, rate=None)
     assert no_sleep.describe()["head_start_us"] is None  # torch without _sleep: said so
     timing.cuda_graph(type("G", (), {"replay": lambda self: log.append("replay")})(), 10,
                       lambda: None, 1, device_align=no_sleep)
     assert log == ["pre", "record", "replay", "record", "sync"]
+    assert no_sleep.achieved_us == [] and no_sleep.describe()["head_start_basis"] is None
+
+
+def test_head_start_record_is_the_measured_one_and_counts_short_samples():
+    """describe() reports what the samples got: the median of the achieved head starts
+    (not the intended one), their minimum, and the samples whose host enqueue after the
+    wait took at least as long as the wait (host time could be inside those)."""
+    align = timing.DeviceAlign(lambda: None, head_start_us=60.0, rate=1980.0, rate_before_loop=345.0)
+    assert align.cycles == 118_800  # 60 us at 1980 cycles/us: sized with the higher rate given
+    align.achieved_us = [61.0, 12.0, 60.5, 59.8, 60.2]  # one sample's wait ended early
+    align.host_after_us = [20.0, 25.0, 19.0, 60.0, 21.0]  # one host enqueue as long as its wait
+    d = align.describe()
+    assert d["head_start_us"] == 60.2 and d["head_start_min_us"] == 12.0
+    assert d["head_start_intended_us"] == 60.0 and d["head_start_short"] == 2  # 25 >= 12, 60 >= 59.8
+    assert d["host_after_head_start_us"] == 21.0
+    assert d["gpu_cycles_per_us"] == 1980.0 and d["gpu_cycles_per_us_before_loop"] == 345.0
+    assert d["head_start_basis"] == "measured: CUDA events around the busy wait, median of 5 samples"
 
 
 @pytest.mark.slow

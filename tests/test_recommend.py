@@ -87,7 +87,7 @@ def test_declares_no_winner_on_noise(tmp_path, cli_runner):
     path = write(tmp_path, records)
     out = tmp_path / "p.env"
     result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # an export asked for and not written: exit 1
     assert "Keep NCCL's defaults" in result.output and not out.exists()
     assert "not written: no recommendation" in result.output
 
@@ -218,7 +218,7 @@ def test_exported_profile_lints_clean_and_round_trips(tmp_path, cli_runner):
     assert export.lint_findings(out.read_text(), str(out)) == []
     for key in ("source", "what", "where", "nccl", "when", "saving", "command", "trust", "predicted"):
         assert key in prof.provenance, key
-    assert prof.provenance["source"] == "measured" and prof.provenance["nccl"] == "2.21.5"
+    assert prof.provenance["source"] == "measured with NCCL" and prof.provenance["nccl"] == "2.21.5"
     assert "CI" in prof.provenance["saving"] and "8x NVIDIA RTX PRO 6000" in prof.provenance["where"]
     assert prof.provenance["command"].startswith("nccl-tune recommend --layers 61 --results")
     assert not list(tmp_path.glob(".nccl-tune-*"))  # no temporary file left behind

@@ -1,4 +1,8 @@
-"""The SGLang launcher with a stand-in server script (prints SGLang-like lines, serves /health)."""
+"""The SGLang launcher with a STAND-IN server script (tests/sglang_standin.py), for what a real
+server (tests/test_sglang_real.py, SGLang 0.5.23 on CPU) cannot show here: speculative
+decoding (EAGLE3 needs a draft model; NGRAM does not decode on CPU, see
+tests/sglang_cpu/substitutes/README.md), a server that never becomes healthy or exits
+early, and Ctrl-C inside the block. The fast tests need no server at all."""
 
 from __future__ import annotations
 
@@ -93,20 +97,6 @@ def test_start_ready_profile_carried_by_workers_stop_leaves_nothing(tmp_path):
     assert summary["ready"] is True
     assert summary["speculative"]["num_steps"] == 2 and summary["speculative"]["num_draft_tokens"] == 3
     assert summary["speculative"]["eagle_topk"] == 1
-
-
-@pytest.mark.slow
-def test_baseline_workers_carry_no_nccl_variables(tmp_path):
-    server = sglang.SGLangServer(["--model-path", "m"], profile_env=None, steps=0,
-                                 log_path=str(tmp_path / "base.log"), health_timeout=30,
-                                 command=STANDIN, base_env=_base_env())
-    with server:
-        server.wait_ready(poll=0.1)
-        check = server.check_env()
-        assert check.ok and all(not p["extra"] for p in check.processes)
-        # and a profile it was not launched with is seen as missing in every process
-        wrong = sglang.check_processes(server.processes(), PROFILE)
-        assert not wrong.ok and all(p["missing"] == list(PROFILE) for p in wrong.processes)
 
 
 @pytest.mark.slow

@@ -40,11 +40,9 @@ HEALTH_TIMEOUT = 900.0  # 2 shared cores: a launch has been seen to take 3.5 min
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """The tiny model, made for this test module (no download)."""
-    from tests import tiny_llama
-
-    return tiny_llama.build(str(tmp_path_factory.mktemp("tiny-llama")))
+def model_dir(tiny_llama_dir):
+    """The tiny model (conftest's, shared with the SGLang tests)."""
+    return tiny_llama_dir
 
 
 def server_args(model: str) -> list[str]:

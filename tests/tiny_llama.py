@@ -1,4 +1,5 @@
-"""A tiny Llama model made on the spot (no download), for tests against a real vLLM server.
+"""A tiny Llama model made on the spot (no download), for tests against real vLLM and SGLang
+servers.
 
 A byte-level BPE tokenizer trained with `tokenizers` on a few sentences written for this
 project, saved with transformers' PreTrainedTokenizerFast, and a 2-layer LlamaForCausalLM

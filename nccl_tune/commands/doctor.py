@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune import vocab
+
 
 def _render(report: dict) -> None:
     from tabulate import tabulate
@@ -16,8 +18,14 @@ def _render(report: dict) -> None:
     if libs:
         click.echo(tabulate([[l["source"], l["version"] or f"unloadable: {l['error']}", l["path"]]
                              for l in libs], headers=["source", "version", "path"]))
+        for lib in libs:
+            if "+" in lib["source"]:
+                click.echo(f"  warning: {lib['source'].replace('+', ' and ')} are all installed; each "
+                           f"writes {lib['path']}, so it is the last one installed: keep the one "
+                           "torch requires")
     else:
-        click.echo("  none found (pip install nvidia-nccl-cu12, or a CUDA build of torch)")
+        click.echo("  none found (a CUDA torch brings its own; beside a CPU torch ./install.sh "
+                   "adds nvidia-nccl-cu12, or pip install 'nccl-tune[nccl]')")
 
     torch = report["torch"]
     click.echo("\ntorch")
@@ -27,6 +35,9 @@ def _render(report: dict) -> None:
         click.echo(f"  {torch['version']}  CUDA {torch.get('cuda') or 'none'}  "
                    f"cuda available: {torch.get('cuda_available')}  "
                    f"NCCL: {torch.get('nccl') or 'none'}")
+        if torch.get("nccl"):
+            click.echo(f"  loads libnccl: {torch.get('nccl_library') or 'none of those found'} "
+                       f"({torch.get('nccl_library_basis')})")
         if torch.get("note"):
             click.echo(f"  {torch['note']}")
 
@@ -36,7 +47,8 @@ def _render(report: dict) -> None:
         click.echo(tabulate([[d["index"], d["name"], d["pci_bus_id"], d["memory_mib"]]
                              for d in gpus["devices"]],
                             headers=["index", "name", "PCI bus", "MiB"]))
-        click.echo(f"  driver {gpus['driver']}")
+        click.echo(f"  driver {gpus['driver']}, compute capability "
+                   f"{gpus.get('compute_capability') or 'unknown'}")
     else:
         click.echo(f"  none: {gpus['note']}")
 
@@ -81,7 +93,7 @@ def _render(report: dict) -> None:
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--topo-file", type=click.Path(dir_okay=False),
+@click.option("--topo-file", type=vocab.InputFile(),
               help="Read a saved `nvidia-smi topo -m` output instead of running it.")
 def doctor(as_json: bool, topo_file: str | None) -> None:
     """Show NCCL libraries, torch, GPUs, topology, conf files and NCCL_* env."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import click
 
+from nccl_tune import vocab
+from nccl_tune.model.per_token import DTYPE_BYTES
 from nccl_tune.spec import accept as sa
 from nccl_tune.spec import options as so
 
@@ -113,8 +115,8 @@ def acceptance_options(command):
     return _stack(command, [
         click.option("--accept-len", multiple=True, help=ACCEPT_LEN_HELP),
         click.option("--accepted-drafts", multiple=True, help=DRAFTS_HELP),
-        click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability "
-                                                       "(none of the engines' averages)."),
+        click.option("--accept-rate", type=vocab.Finite(0, max=1),
+                     help="iid per-token draft acceptance probability (none of the engines' averages)."),
         click.option("--accept-per-pos", help=PER_POS_HELP),
         click.option("--sglang-accept-rate", multiple=True, help=SGLANG_RATE_HELP),
         click.option("--sglang-rate-convention",
@@ -185,19 +187,21 @@ def workload_options(names: tuple[str, ...] = WORKLOAD_KEYS, *, layers_required:
 
     `batch_list`: --batch takes a list of batch sizes (spec-plan) instead of one (recommend)."""
     options = {
-        "layers": click.option("--layers", type=click.IntRange(min=1), required=layers_required,
-                               help=layers_help),
-        "hidden": click.option("--hidden", type=click.IntRange(min=1), default=hidden_default,
-                               show_default=hidden_default is not None,
+        "layers": click.option("--layers", type=vocab.Count(1, max=vocab.MAX_LAYERS),
+                               required=layers_required, help=layers_help),
+        "hidden": click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN),
+                               default=hidden_default, show_default=hidden_default is not None,
                                help="Hidden size of the target (allreduce bytes per token / dtype)."),
         "dtype": click.option("--dtype", default="bf16", show_default=True,
+                              type=click.Choice(list(DTYPE_BYTES), case_sensitive=False),
                               help="Activation dtype of the allreduce."),
-        "tp": click.option("--tp", type=click.IntRange(min=1), default=tp_default,
+        "tp": click.option("--tp", type=vocab.Count(1, max=vocab.MAX_RANKS), default=tp_default,
                            show_default=tp_default is not None, help="Tensor-parallel world size."),
         "batch": (click.option("--batch", default="1", show_default=True,
                                help="Batch sizes to plan, e.g. 1,8,32 (tokens per verify = batch x "
                                     "(k+1)).") if batch_list else
-                  click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+                  click.option("--batch", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=1,
+                               show_default=True,
                                help="Sequences decoded together (tokens per decode forward).")),
     }
 

