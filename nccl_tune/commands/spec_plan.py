@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune import vocab
 from nccl_tune.commands.groups import speculative_options, usage, workload_options
+from nccl_tune.live import envcheck
 from nccl_tune.spec import options as so
 
 
@@ -58,15 +60,17 @@ def _comm(workload, topology, profile_path):
               "or 2,4,6 (plain decoding, k = 0, is always compared when its time is known).")
 @click.option("--verify-model", type=click.Choice(["auto", "interp", "moe", "dense"]), default="auto",
               show_default=True, help="auto: moe with --moe-experts, else the measured points (interp).")
-@click.option("--moe-experts", type=click.IntRange(min=1), help="Routed experts E of a MoE target.")
-@click.option("--moe-topk", type=click.IntRange(min=1), help="Experts per token K of a MoE target.")
+@click.option("--moe-experts", type=vocab.Count(1, max=vocab.MAX_EXPERTS),
+              help="Routed experts E of a MoE target.")
+@click.option("--moe-topk", type=vocab.Count(1, max=vocab.MAX_EXPERTS),
+              help="Experts per token K of a MoE target.")
 @workload_options(tp_default=8, layers_help="Target layers: adds comm(n) (2 per layer + 1 "
                   "allreduces, nccl_tune.model.per_token) from the cost model to the verify model "
                   "(MODELLED).")
 @click.option("--topology", type=click.Choice(sorted(engines_kinds())), default=None,
               help="Machine kind: what the comm(n) cost model assumes with --layers (default "
                    "pcie-shm), and what decides the engine's allreduce path with --engine.")
-@click.option("--profile", "profile_path", default=None,
+@click.option("--profile", "profile_path", default=None, type=envcheck.PROFILE,
               help="NCCL profile the timings were measured under (comm(n) with --layers; named in "
                    "the validate command).")
 @click.option("--measured-tok-s", multiple=True,
@@ -76,13 +80,13 @@ def _comm(workload, topology, profile_path):
               help="Fit the free parameters to --measured-tok-s: the acceptance when none is given, "
                    "else the verify curve; with no timings, the cycle's growth with k (two points "
                    "fix it; one point gives the range both explanations allow).")
-@click.option("--rel-error", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
+@click.option("--rel-error", type=vocab.Finite(0, max=0.5), default=0.05, show_default=True,
               help="Stated relative error of a predicted tok/s: candidates lie within it of the best "
                    "(unless inputs carry +-H intervals: then candidates are the k whose interval "
                    "reaches the best's).")
-@click.option("--tolerance", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
+@click.option("--tolerance", type=vocab.Finite(0, max=0.5), default=0.05, show_default=True,
               help="Relative disagreement beyond which a measured tok/s is reported.")
-@click.option("--saturation-tokens", type=click.FloatRange(min=1), default=None,
+@click.option("--saturation-tokens", type=vocab.Finite(1, max=vocab.MAX_TOKENS), default=None,
               help="Tokens per forward at which the verify turns compute-bound: your GPU's peak "
                    "FLOP/s / bandwidth (bytes/s) x bytes per weight / 2 [default: fitted from "
                    "--decode-ms at two or more batch sizes, else 295, the H100 SXM ridge point].")
@@ -91,10 +95,13 @@ def _comm(workload, topology, profile_path):
 @click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
               show_default=True, help="Serving engine: say whether its allreduces bypass NCCL "
                                       "(decided with --topology and --tp).")
-@click.option("--export-vllm", "export_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--export-vllm", "export_path", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
+              default=None,
               help="Write vLLM's speculative config with num_speculative_tokens_per_batch_size "
                    "(the best k per --batch size, merged ranges) here, atomically.")
 @click.option("--speculative-config-base", "config_base", default=None,
+              type=vocab.InputFile(names=lambda text: text.lstrip().startswith("{"),
+                                   missing="neither a JSON object nor a file"),
               help="Your speculative config (JSON, or a file): method and draft model fields kept "
                    "in --export-vllm's file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -173,7 +173,7 @@ def from_batches(batches) -> tuple[list[list[int]], list[str]]:
 def export(path: str, base: dict, batches) -> dict:
     """Write the speculative config for vLLM (atomically) from the per-batch plans, checked
     first; {"written": False, "reason": ...} when there is nothing to speculate with."""
-    from nccl_tune.live.profile import write_atomic
+    from nccl_tune.fileio import write_atomic
 
     schedule, notes = from_batches(batches)
     checked, how = validate(schedule)
