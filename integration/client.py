@@ -297,6 +297,42 @@ def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream:
     return done
 
 
+def concurrent_round(url: str, model: str, max_tokens: int, concurrency: int, round_index: int = 0,
+                     prompts: tuple[str, ...] = PROMPTS, timeout: float = 600.0
+                     ) -> tuple[list[RunResult], float]:
+    """`concurrency` streaming /v1/completions requests sent together, one thread each (the
+    server batches them): the runs in request order and the round's wall seconds, from
+    before the first send to the last answer. ClientError naming the failed request(s),
+    carrying the runs that finished."""
+    import threading
+
+    results: list[RunResult | None] = [None] * concurrency
+    errors: list[str] = []
+    start = threading.Event()
+
+    def one(i: int) -> None:
+        index = round_index * concurrency + i
+        start.wait()
+        try:
+            results[i] = complete_once(url, model, prompts[index % len(prompts)], max_tokens, True,
+                                       timeout, index, index % len(prompts))
+        except ClientError as exc:
+            errors.append(f"request {i + 1} of {concurrency}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    start.set()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - began
+    done = [r for r in results if r is not None]
+    if errors:
+        raise ClientError("; ".join(errors), done)
+    return done, wall
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: benchmark a running server and print per-run and overall figures."""
     p = argparse.ArgumentParser(prog="python -m integration.client", description=__doc__.split("\n\n")[0])

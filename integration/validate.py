@@ -667,10 +667,11 @@ def plan_steps_from_runs(measured: dict[tuple[str, int], dict], steps: list[int]
         measured_best = best.get(label)
         inside = measured_best in result["candidates"] if measured_best is not None else None
         out[label] = {"best_k": result["best_k"], "candidates": result["candidates"],
+                      "speculate": result["speculate"], "decision": result["decision"],
                       "predicted_tok_s": {str(p["k"]): p["tok_s"] for p in result["plans"]},
                       "measured_best_k": measured_best, "measured_best_in_candidates": inside,
                       "note": f"planner on the {label} runs' own timings and acceptance (as "
-                              f"spec-plan): best k {result['best_k']}, candidates "
+                              f"spec-plan): {result['decision']}; candidates "
                               f"{', '.join(map(str, result['candidates']))}; measured best "
                               f"{measured_best}" + ("" if inside is None else
                                                     " (a candidate)" if inside else

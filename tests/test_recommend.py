@@ -304,7 +304,7 @@ def test_spec_steps_plan_under_baseline_and_recommended(tmp_path, cli_runner):
     assert plain["k"] == 0 and plain["tok_s"] == pytest.approx(62.9, rel=1e-6)
     text = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
                "--spec-steps", "1-10", "--accept-len", "2.9@4").output
-    assert "best k:" in text and "ASSUMED" in text  # draft step assumed without --draft-ms
+    assert "decision under the baseline: speculate with k =" in text and "ASSUMED" in text  # draft assumed
 
 
 def test_spec_steps_on_the_model_and_size_limits(tmp_path, cli_runner):

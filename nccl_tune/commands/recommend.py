@@ -16,7 +16,7 @@ from nccl_tune.model import calibrate, costmodel, engines, per_token as model, r
 from nccl_tune.decide import export, plotting, recommendation
 from nccl_tune.spec import options as spec_options
 from nccl_tune.commands import engine_option, nccl_target
-from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
+from nccl_tune.commands.groups import speculative_options, usage, workload_options
 from nccl_tune.errors import NcclTuneError, NotWritten
 from nccl_tune.decide.recommendation import MODELLED, SIMULATED
 
@@ -176,22 +176,6 @@ def _header(analysis, topo_note: str, w, source_files) -> list[str]:
     return lines + [f"note: {n}" for n in analysis.notes]
 
 
-def _spec_table(comp, baseline_label: str, rec_label: str | None) -> str:
-    headers = ["k", "tau", f"cycle ms ({baseline_label})", "tok/s"]
-    rec = {p.k: p for p in comp.recommended or []}
-    if rec:
-        headers += [f"cycle ms ({rec_label})", "tok/s "]
-    rows = []
-    for p in comp.baseline:
-        line = ["0 (plain)" if p.k == 0 else str(p.k), f"{p.tau:.3f}", f"{p.cycle_ms:.3f}",
-                f"{p.tok_s:.1f}" + ("*" if p.extrapolated else "")]
-        if rec:
-            r = rec[p.k]
-            line += [f"{r.cycle_ms:.3f}", f"{r.tok_s:.1f}" + ("*" if r.extrapolated else "")]
-        rows.append(line)
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-
-
 def _plot(path, analysis, comp) -> None:
     plt = plotting.pyplot()
     rows = [r for r in analysis.cells if r.saving is not None]
@@ -240,18 +224,11 @@ def _plot(path, analysis, comp) -> None:
 
 
 @click.command("recommend", cls=_ArgvCommand)
-@click.option("--layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), required=True, help="Transformer layers.")
+@workload_options(layers_required=True, batch_list=False, layers_help="Transformer layers.")
 @click.option("--collectives-per-layer", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=2, show_default=True,
               help="Allreduces per layer (attention out-projection, MLP/MoE down-projection).")
 @click.option("--extra-collectives", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=1, show_default=True,
               help="Allreduces per forward outside the layers (the vocab-parallel embedding).")
-@click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=7168, show_default=True)
-@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype of the allreduce.",
-              type=click.Choice(list(model.DTYPE_BYTES), case_sensitive=False))
-@click.option("--tp", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
-              help="Tensor-parallel world size [default: the results' world size; 8 when modelled].")
-@click.option("--batch", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=1, show_default=True,
-              help="Sequences decoded together (tokens per decode forward).")
 @click.option("--results", multiple=True, type=vocab.InputFile(),
               help="Results file(s) (JSON Lines) from bench/sweep/import; repeatable.")
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
@@ -265,13 +242,7 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--baseline-tok-s", type=vocab.Finite(0, max=vocab.MAX_TOK_S, min_open=True),
               help="Decode tok/s (per sequence) with NCCL's defaults, to project tok/s.")
 @click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
-@acceptance_options
-@click.option("--draft-ms", type=vocab.Finite(0, max=vocab.MAX_MS), help="Draft step time (ms) with NCCL's defaults.")
-@click.option("--decode-ms", type=vocab.Finite(0, max=vocab.MAX_MS, min_open=True),
-              help="Plain decoding's own time per token (ms) with NCCL's defaults [default: "
-                   "1000 / --baseline-tok-s].")
-@click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
-                                  "(T = tokens per sequence, k+1); the decode time is its 1-token point.")
+@speculative_options
 @click.option("--verify-model", type=click.Choice(["auto", "interp", "moe", "dense"]), default="auto",
               show_default=True, help="Verify cost model (as spec-plan): auto = moe with --moe-experts.")
 @click.option("--moe-experts", type=vocab.Count(1, max=vocab.MAX_EXPERTS), help="Routed experts E of a MoE target.")
@@ -280,8 +251,6 @@ def _plot(path, analysis, comp) -> None:
               help="Extra verify compute per extra token without --verify-ms (MoE: > 0).")
 @click.option("--draft-collectives", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=None,
               help="Allreduces per draft step [default: collectives-per-layer + extra].")
-@click.option("--other-ms", type=vocab.Finite(0, max=vocab.MAX_MS), default=0.0, show_default=True,
-              help="Per speculative cycle time outside draft and verify; not charged to plain decoding.")
 @click.option("--extrapolate", is_flag=True, help="Extrapolate outside the measured sizes (and say so).")
 @click.option("--export", "export_path", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write the recommended profile (.env) here, atomically.")
@@ -296,16 +265,17 @@ def _plot(path, analysis, comp) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @nccl_target.nccl_version_option
 @click.pass_context
-def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, engine, arch, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
-              moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
-              export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, nccl_version,
-              **acceptance_opts):
+def recommend(ctx, workload, collectives_per_layer, extra_collectives, results, topology, engine,
+              arch, model_path, baseline_tok_s, spec_steps, spec, verify_model, moe_experts, moe_topk,
+              compute_per_token_ms, draft_collectives, extrapolate, export_path, conf_path,
+              tuner_path, force, plot_path, confidence, as_json, nccl_version):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
 
     With --results: cells ranked by the ms they save per token across all layers, with
     intervals from the rounds. Without: the embedded analytical model (MODELLED).
     """
+    layers, hidden, dtype, tp, batch = (workload.layers, workload.hidden, workload.dtype,
+                                        workload.tp, workload.batch)
     try:
         nbytes = model.message_bytes(batch, hidden, dtype)
     except ValueError as exc:
@@ -313,13 +283,10 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     collectives = model.collectives_per_forward(layers, collectives_per_layer, extra_collectives)
     if collectives == 0:
         raise click.BadParameter("no collectives per token", param_hint="--collectives-per-layer")
-    steps = acceptance = verify_points = None
-    accept_in = parse_acceptance(acceptance_opts)
+    steps = acceptance = None
     if spec_steps:
         steps = usage(spec_options.parse_steps, spec_steps, "--spec-steps")
-        acceptance = _spec_acceptance(accept_in, steps)
-        if verify_ms:
-            verify_points, _ = usage(spec_options.verify_points, verify_ms)
+        acceptance = _spec_acceptance(spec, steps)
         if (moe_experts is None) != (moe_topk is None) or (moe_experts and moe_topk > moe_experts):
             raise click.UsageError("--moe-experts and --moe-topk go together (topk <= experts)")
     topo_name, topo_note = resolve_topology(topology)
@@ -360,15 +327,16 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     if steps:
         from nccl_tune.spec.profile_steps import compare_profiles
 
+        t = spec.timings
         comp = compare_profiles(
-            analysis, steps=steps, tau=acceptance.tau, hidden=hidden, dtype=dtype, batch=batch,
-            layers=layers, baseline_tok_s=baseline_tok_s, decode_ms=decode_ms,
-            verify_points=verify_points, verify_model=verify_model, experts=moe_experts,
-            topk=moe_topk, compute_per_token_ms=compute_per_token_ms, draft_ms=draft_ms,
+            analysis, steps=steps, acceptance=spec.acceptance, hidden=hidden, dtype=dtype,
+            batch=batch, layers=layers, baseline_tok_s=baseline_tok_s, decode_ms=t.decode_ms,
+            verify_points=list(t.verify_points), verify_model=verify_model, experts=moe_experts,
+            topk=moe_topk, compute_per_token_ms=compute_per_token_ms, draft_ms=t.draft_ms,
             draft_collectives=(collectives_per_layer + extra_collectives
                                if draft_collectives is None else draft_collectives),
-            other_ms=other_ms, extrapolate=extrapolate, profile=export_path)
-    workload = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
+            other_ms=t.other_ms, extrapolate=extrapolate, profile=export_path, halves=t.halves())
+    sizes = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
     command = "nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", []))
     written = {}
     target, target_notes = None, ()
@@ -377,16 +345,17 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         row = export.export_row(analysis, force)[0]
         target_notes = nccl_target.check_export(row.env if row else None, analysis.nccl_version, target)
         analysis.notes.extend([f"exports {nccl_target.used(target)}", *target_notes])
+    said = _spec_words(comp)
     if export_path:
         written["export"] = export.write_profile(
-            export_path, analysis, workload, command, force=force, topology_note=topo_note,
+            export_path, analysis, sizes, command, force=force, topology_note=topo_note,
             baseline_tok_s=baseline_tok_s, confidence=confidence, target=target,
-            target_notes=target_notes)
+            target_notes=target_notes, speculative=said)
     if conf_path:
         written["export_conf"] = export.write_profile(
-            conf_path, analysis, workload, command, force=force, topology_note=topo_note,
+            conf_path, analysis, sizes, command, force=force, topology_note=topo_note,
             baseline_tok_s=baseline_tok_s, confidence=confidence, conf=True, target=target,
-            target_notes=target_notes)
+            target_notes=target_notes, speculative=said)
     if tuner_path:
         written["tuner_csv"] = export.write_tuner_csv(tuner_path, analysis, topo_name, command,
                                                       force=force, target=target)
@@ -408,7 +377,7 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["nccl_target"] = target.to_dict() if target else None
         emit_json(out)
     else:
-        _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
+        _render(analysis, comp, acceptance, written, topo_note, sizes, baseline_tok_s, confidence,
                 results, published, force)
     refused = [f"{FILE_OPTIONS[kind]} {info['path']} {info['reason']}"
                for kind, info in written.items() if not info.get("written")]
@@ -420,9 +389,21 @@ FILE_OPTIONS = {"export": "--export", "export_conf": "--export-conf", "tuner_csv
                 "plot": "--plot"}
 
 
-def _spec_acceptance(accept_in, steps):
+def _spec_words(comp) -> str | None:
+    """The exported profile's `# speculative:` line: the planner's decision under this profile."""
+    if comp is None:
+        return None
+    which = "recommended" if comp.recommended else "baseline"
+    return (f"{comp.decision(which)['words']} (planned by recommend --spec-steps under the "
+            f"{which} cell; the measured sweep decides: nccl-tune validate)")
+
+
+def _spec_acceptance(spec, steps):
     """The acceptance model for --spec-steps (the planner's); UsageError naming the option."""
-    acceptance = usage(accept_in.build, max(steps))
+    if spec.timings.decode_points:
+        raise click.UsageError("--decode-ms: recommend plans one batch size (--batch); give D "
+                               "(spec-plan --batch plans several)")
+    acceptance = usage(spec.acceptance.build, max(steps))
     if acceptance.max_k is not None and steps[-1] > acceptance.max_k:
         raise click.UsageError(f"--accept-per-pos gives {acceptance.max_k} positions; "
                                f"--spec-steps goes to {steps[-1]}")
@@ -472,32 +453,12 @@ def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_t
     click.echo()
     click.echo(_summary_line(analysis, confidence, baseline_tok_s, force))
     if comp is not None:
+        from nccl_tune.commands.spec_render import compare_lines
+
         click.echo()
-        click.echo(f"Speculative decoding ({acceptance.description}):")
         rec_label = analysis.recommended.label if analysis.recommended else None
-        click.echo(_spec_table(comp, "baseline", rec_label and "recommended"))
-        best_b, best_r = comp.best("baseline"), comp.best("recommended")
-        line = f"best k: {best_b.k} under the baseline ({best_b.tok_s:.1f} tok/s)" if best_b else ""
-        if best_r:
-            line += f"; {best_r.k} under the recommended cell ({best_r.tok_s:.1f} tok/s)"
-        click.echo(line)
-        spec = comp.to_dict()
-        cands = spec["candidates_recommended"] or spec["candidates_baseline"]
-        if cands:
-            click.echo(f"candidates (within {100 * comp.rel_error:g}% of the best): "
-                       f"{', '.join(map(str, cands))}; the measured sweep decides: "
-                       f"{spec['validate_command']}")
-        for note in comp.assumptions:
-            click.echo(f"assumption: {note}")
-        if comp.skipped:
-            click.echo("steps left out (verify size outside the measured range; --extrapolate): "
-                       + ", ".join(map(str, comp.skipped)))
-        if comp.skipped_verify:
-            click.echo("steps left out (verify token count beyond the --verify-ms points; "
-                       "--extrapolate): " + ", ".join(map(str, comp.skipped_verify)))
-        note = comp.extrapolation_note()
-        if note:
-            click.echo(note)
+        for line in compare_lines(comp, acceptance.description, rec_label):
+            click.echo(line)
     for kind, info in written.items():
         if info.get("written"):
             click.echo(f"{kind}: wrote {info['path']}")

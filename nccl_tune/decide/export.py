@@ -68,8 +68,10 @@ def family_words(analysis: Analysis, confidence: float = 0.95) -> str:
 
 def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: str,
                topology_note: str | None = None, forced: str | None = None,
-               baseline_tok_s: float | None = None, confidence: float = 0.95) -> dict:
-    """The `# key: value` header of an exported profile."""
+               baseline_tok_s: float | None = None, confidence: float = 0.95,
+               speculative: str | None = None) -> dict:
+    """The `# key: value` header of an exported profile (`speculative`: the step planner's
+    decision, recommend --spec-steps)."""
     s = row.saving
     where = [f"world size {analysis.world_size}"]
     if analysis.gpus:
@@ -103,6 +105,8 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
         prov["predicted"] = f"{baseline_tok_s:.1f} -> {row.projected_tok_s:.1f} tok/s"
     if forced:
         prov["forced"] = forced
+    if speculative:
+        prov["speculative"] = speculative
     prov["command"] = command
     return prov
 
@@ -143,19 +147,20 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
                   force: bool = False, topology_note: str | None = None,
                   baseline_tok_s: float | None = None, confidence: float = 0.95,
                   conf: bool = False, target: releases.Target | None = None,
-                  target_notes: tuple[str, ...] = ()) -> dict:
+                  target_notes: tuple[str, ...] = (), speculative: str | None = None) -> dict:
     """Write the recommended profile (or refuse, saying why); returns what happened.
 
     `conf`: in NCCL's conf-file syntax (nccl_tune.live.conffile) instead of a .env file.
     `target`: the NCCL release the profile was checked against (recorded in the header,
-    with `target_notes`, the values whose meaning changes there).
+    with `target_notes`, the values whose meaning changes there). `speculative`: the step
+    planner's decision (recommend --spec-steps), a `# speculative:` line.
     """
     row, forced, refusal = export_row(analysis, force)
     if row is None:
         return {"path": path, "written": False, "reason": refusal}
     grammar.check_env(row.env, f"results cell {row.cell}")  # whatever the results file says
     prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
-                      confidence)
+                      confidence, speculative)
     if target is not None:  # right after the measured release's line
         extra = {"nccl target": target.describe(),
                  **{f"nccl target warning {i}": n for i, n in enumerate(target_notes, start=1)}}
