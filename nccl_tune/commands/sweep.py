@@ -122,7 +122,8 @@ def sweep(as_json, **options):
         return
     console = sweep_render.Console(plan, as_json)
     try:
-        summary = run_sweep(plan, on_start=console.start, on_cell=console.cell)
+        summary = run_sweep(plan, on_start=console.start, on_cell=console.cell,
+                            on_warning=console.warning)
     finally:
         console.close()
     if as_json:

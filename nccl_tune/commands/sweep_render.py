@@ -141,6 +141,10 @@ class Console:
                                          file=sys.stderr, item_show_func=lambda _: f"{self.failed} failed")
             self.bar.__enter__()
 
+    def warning(self, message: str) -> None:
+        """A warning during the run (one line on stderr, above the bar)."""
+        click.echo(f"warning: {message}", err=True)
+
     def cell(self, request, status: str) -> None:
         """One cell (for one round) finished with `status`."""
         self.done += 1

@@ -90,16 +90,18 @@ def check_out(plan: SweepPlan) -> str:
 
 
 def run_sweep(plan: SweepPlan, *, on_start: Callable[[RunStart], None] | None = None,
-              on_cell: Callable[[sweeplib.Request, str], None] | None = None) -> SweepSummary:
+              on_cell: Callable[[sweeplib.Request, str], None] | None = None,
+              on_warning: Callable[[str], None] | None = None) -> SweepSummary:
     """Measure `plan` into its --out file and summarise. `on_start` hears what is already
-    recorded and what is left before the first measurement; `on_cell` each (cell, round)
-    as it finishes, with its status."""
+    recorded and what is left before the first measurement (with the warnings so far);
+    `on_cell` each (cell, round) as it finishes, with its status; `on_warning` every
+    warning the engine gives after that (a rank's line that is not a record, say)."""
     out = check_out(plan)
     # One writer for the whole run (fileio); a follower node of a multi-node sweep writes
     # nothing (node 0 does) and may share the file's folder with it.
     lock = fileio.ResultsLock(out, option="--out") if plan.writes_records else None
     with lock or contextlib.nullcontext():
-        return _run(plan, out, on_start, on_cell)
+        return _run(plan, out, on_start, on_cell, on_warning)
 
 
 def _engine(plan: SweepPlan, out: str, warn: Callable[[str], None]) -> sweeplib.SweepEngine:
@@ -123,14 +125,23 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _run(plan: SweepPlan, out: str, on_start, on_cell) -> SweepSummary:
+def _run(plan: SweepPlan, out: str, on_start, on_cell, on_warning) -> SweepSummary:
     warnings: list[str] = []
-    engine = _engine(plan, out, warnings.append)
+    started = False
+
+    def warn(message: str) -> None:  # held until on_start, then passed on as they come
+        if started and on_warning is not None:
+            on_warning(message)
+        else:
+            warnings.append(message)
+
+    engine = _engine(plan, out, warn)
     done_before = len(engine.recorded_requests())
     planned = plan.planned_requests()
     todo = max(0, planned - done_before) if planned is not None else None
     if on_start is not None:
         on_start(RunStart(done_before, todo, tuple(warnings)))
+    started = True
     engine.on_cell = on_cell
     interrupted = False
     # SIGTERM as Ctrl-C: the engine kills the running launch, the summary is still given
