@@ -178,7 +178,9 @@ def test_the_best_plan_is_never_worse_than_plain_decoding_by_its_own_prediction(
     b = result.batches[0]
     assert b.plain is not None and b.best.tok_s >= b.plain.tok_s
     assert (b.decision["speculate"] is False) == (b.best.k == 0)
-    assert all(p.tok_s <= b.best.tok_s for p in b.plans)
+    # best_step ties plans equal to 9 decimals (and takes the fewer steps), so a deeper k
+    # may exceed the best by less than that (1.4e-11 tok/s at a 0.2% acceptance rate)
+    assert all(round(p.tok_s, 9) <= round(b.best.tok_s, 9) for p in b.plans)
 
 
 # ---------------------------------------------------------------- public step sweeps
