@@ -34,11 +34,11 @@ ROLES = {"SGLang API server (launcher)", "SGLang scheduler, TP worker 0",
          "SGLang scheduler, TP worker 1", "SGLang detokenizer"}
 
 
-def leftovers(model: str) -> list[int]:
-    """Processes of an SGLang server these tests started still running: started with the
-    model's path, or titled sglang:: with this checkout's substitutes on PYTHONPATH (as
-    every server here is; another checkout's test server on the shared machine is not
-    ours). A process whose environment cannot be read counts."""
+def leftovers(model: str) -> list[str]:
+    """Processes of an SGLang server these tests started still running ("pid: command
+    [PYTHONPATH]"): started with the model's path, or titled sglang:: with this
+    checkout's substitutes on PYTHONPATH (as every server here is; another checkout's test
+    server on the shared machine is not ours). One whose PYTHONPATH cannot be read counts."""
     from nccl_tune.live import procenv
 
     found = []
@@ -50,14 +50,11 @@ def leftovers(model: str) -> list[int]:
             text = " ".join(procenv.read_cmdline(pid))
             if procenv.is_zombie(pid) or not (model in text or text.startswith("sglang::")):
                 continue
-            ours = model in text
-            if not ours:
-                env = procenv.read_process_env(pid)[0]
-                ours = env.get("PYTHONPATH") in (None, str(sglang_cpu.SUBSTITUTES))
+            path = procenv.read_process_env(pid)[0].get("PYTHONPATH")
         except (procenv.ProcessGone, OSError):
             continue  # gone meanwhile
-        if ours:
-            found.append(pid)
+        if model in text or path in (None, str(sglang_cpu.SUBSTITUTES)):
+            found.append(f"{pid}: {text[:120]} [PYTHONPATH={path}]")
     return found
 
 
