@@ -2,7 +2,7 @@
 
 SGLang runs from its own environment (./install.sh --sglang-cpu; tests/sglang_cpu) with the
 test-only substitutes of tests/sglang_cpu/substitutes on its PYTHONPATH; skipped where that
-environment is absent. A launch takes 30-110 s on 2 shared cores, so one module-wide server
+environment is absent. A launch takes 30-110 s on 2 shared cores, so one server
 (NGRAM speculative decoding, its verify through the test-only tree attention) serves the
 check, client, output, metrics and logs tests; validate starts its own four (baseline and
 profile at steps 0 and 2) and the kill test one more (plain decoding). Every server is
@@ -58,7 +58,9 @@ def leftovers(model: str) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
+# class scope: stopped when TestLiveServer ends (a module-scoped one outlived it, so the
+# validate and kill tests ran beside it and found its processes as leftovers)
+@pytest.fixture(scope="class")
 def live_server(tiny_llama_dir, tmp_path_factory):
     """One server under PROFILE for the tests of TestLiveServer: NGRAM at steps 3 (the
     launcher's arguments for it: 4 draft tokens)."""
