@@ -231,9 +231,13 @@ def engine_of(name: str):
 
 def _spec_figures(engine: str, steps: int, spec: dict | None, summary: dict,
                   log_summary: dict) -> tuple[float | None, str | None]:
-    # accept length and where it came from: /metrics deltas, then the client, then the log
+    # accept length and where it came from: SGLang's per-request correct-draft counts of the
+    # timed runs (accepted tokens per verify, exactly), then /metrics deltas (vLLM's
+    # counters; SGLang's tokens kept per verify, or its gauge), the client, the log
     if steps == 0:
         return 1.0, "plain decoding"
+    if summary.get("accept_basis") == "correct drafts":
+        return summary["accept_len"], "sglang /generate meta_info: 1 + correct drafts / verifies"
     if spec and spec.get("accept_len") is not None:
         return spec["accept_len"], spec["source"]
     if summary["accept_len"] is not None:
@@ -568,6 +572,8 @@ def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None
 
 def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
     """Rows, best step counts, prediction and verdict from what was measured."""
+    from integration import logs
+
     notes: list[str] = []
     sizes = None
     model_info = next((m.get("model") for m in measured.values() if m.get("model")), None)
@@ -613,6 +619,13 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
         notes.append("the server loaded TEST-ONLY substitutes (" + ", ".join(substitutes)
                      + ", tests/sglang_cpu): it did not run SGLang's own kernels, so its "
                      "figures say nothing about SGLang's speed")
+    verified = sorted({k for (_, k), m in measured.items()
+                       if logs.VERIFY_SUBSTITUTE in (m.get("substitutes") or [])})
+    if verified:
+        notes.append("speculative verify at steps " + ",".join(map(str, verified))
+                     + f" ran through a TEST-ONLY tree attention ({logs.VERIFY_SUBSTITUTE}, "
+                     "tests/sglang_cpu), not SGLang's attention kernels: accept lengths are "
+                     "SGLang's own counts, its speed is not SGLang's")
     bad_env = [m for m in measured.values() if m.get("env_ok") is False]
     if bad_env:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "
