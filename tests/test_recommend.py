@@ -10,7 +10,7 @@ import pytest
 
 from conftest import python_cmd, subprocess_env
 from nccl_tune import stats, store
-from nccl_tune.decide import export, recommendation
+from nccl_tune.decide import export, recommendation, tuner_rows
 from nccl_tune.live import profile
 from nccl_tune.nccl import tuner
 from nccl_tune.cli import cli
@@ -539,7 +539,7 @@ def test_tuner_rules_come_from_the_exported_cell_at_the_family_wise_level(tmp_pa
     a = analyze(records)
     row = a.recommended
     a.cell_confidence = 1 - 1e-12  # an interval so wide nothing excludes zero
-    points, notes = export.tuner_points(a, "pcie-shm", row)
+    points, notes = tuner_rows.tuner_points(a, "pcie-shm", row)
     measured = [p for p in points if p.measured]
     assert measured and all(p.origin.startswith("not faster") for p in measured)
 

@@ -1,7 +1,8 @@
 """Option groups shared by spec-plan, recommend and validate, each defined once.
 
 Each group is a click decorator that adds its options and hands the command one small
-frozen dataclass instead of a dozen loose arguments:
+frozen dataclass instead of a dozen loose arguments (defined in the library, where the
+requests that carry them are: nccl_tune.spec.options, nccl_tune.model.per_token):
 
     @speculative_options()          -> spec: SpecInputs (acceptance forms and timings)
     @workload_options(...)          -> workload: Workload (layers, hidden, dtype, tp, batch)
@@ -12,14 +13,14 @@ Parsing errors are one click.UsageError line naming the option (exit code 2).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import click
 
 from nccl_tune import vocab
-from nccl_tune.model.per_token import DTYPE_BYTES
+from nccl_tune.model.per_token import DTYPE_BYTES, Workload
 from nccl_tune.spec import accept as sa
 from nccl_tune.spec import options as so
+from nccl_tune.spec.options import SpecInputs, Timings
 
 ACCEPT_LEN_HELP = ("Accept length L@K counting the bonus token (SGLang's `accept len`, vLLM's mean "
                    "acceptance length) at K draft steps; repeatable, one per K.")
@@ -50,50 +51,6 @@ ACCEPTANCE_KEYS = ("accept_len", "accepted_drafts", "accept_rate", "accept_per_p
                    "sglang_accept_rate", "vllm_acceptance_rate", "sglang_rate_convention")
 TIMING_KEYS = ("decode_ms", "verify_ms", "draft_ms", "other_ms")
 WORKLOAD_KEYS = ("layers", "hidden", "dtype", "tp", "batch")
-
-
-@dataclass(frozen=True)
-class Timings:
-    """The timing options: plain decoding, verify, draft step and other, with intervals."""
-
-    decode_ms: float | None = None  # batch 1
-    decode_points: tuple[tuple[int, float], ...] = ()  # (batch > 1, ms)
-    verify_points: tuple[tuple[int, float], ...] = ()  # (tokens, ms)
-    verify_flat: bool = False
-    draft_ms: float | None = None
-    other_ms: float = 0.0
-    half_widths: tuple[tuple[str, float], ...] = ()  # decode_ms, draft_ms, other_ms: +-H
-    verify_halves: tuple[tuple[int, float], ...] = ()  # tokens -> +-H
-    decode_halves: tuple[tuple[int, float], ...] = ()  # batch > 1 -> +-H
-
-    def halves(self) -> dict:
-        """The planner's `halves` (nccl_tune.spec.planner.PlanRequest)."""
-        return {**dict(self.half_widths), "verify": dict(self.verify_halves),
-                "decode_points": dict(self.decode_halves)}
-
-
-@dataclass(frozen=True)
-class SpecInputs:
-    """What the speculative options said."""
-
-    acceptance: so.AcceptanceInput
-    timings: Timings
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The served model's sizes and the batch sizes to plan."""
-
-    layers: int | None = None
-    hidden: int | None = 7168
-    dtype: str = "bf16"
-    tp: int | None = None
-    batches: tuple[int, ...] = (1,)
-
-    @property
-    def batch(self) -> int:
-        """The first (or only) batch size."""
-        return self.batches[0]
 
 
 def usage(fn, *args, **kwargs):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from nccl_tune import vocab
+from nccl_tune.commands import engine_option
 from nccl_tune.commands.groups import speculative_options, usage, workload_options
 from nccl_tune.live import envcheck
 from nccl_tune.spec import options as so
@@ -22,36 +23,57 @@ def engines_kinds() -> list[str]:
     return list(costmodel.TOPOLOGIES)
 
 
-def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7168,
-                  dtype: str = "bf16") -> list[str]:
-    """Whether the engine's decode and verify allreduces bypass NCCL (nccl_tune.model.engines)."""
-    from nccl_tune.model import engines, per_token as model
-
-    if engine == "none":
-        return []
-    if kind is None:
-        return [f"engine {engine}: on NVLink machines (and two PCIe GPUs with P2P) its custom "
-                f"allreduce, not NCCL, runs allreduces below {engines.MAX_BYTES[engine]} B, so "
-                f"NCCL settings do not change them; {engines.TO_NCCL[engine]} sends them through "
-                "NCCL (pass --topology to decide for your machine)"]
-    sizes = [model.message_bytes(k + 1, hidden, dtype) for k in [0, *steps]]
-    return engines.notes(engine, kind, tp, sizes) + [
-        f"(sizes: verify of k+1 tokens at hidden {hidden}, {dtype})"]
+ASSUMED_KIND = "pcie-shm"  # the machine comm(n) and the engine's path assume without --topology
 
 
-def _comm(workload, topology, profile_path):
+def _profile_env(profile_path) -> dict | None:
+    """The NCCL profile's variables (its engine switches apply to the engine's path)."""
+    if not profile_path:
+        return None
+    from nccl_tune.live.profile import load_profile, resolve_profile
+
+    return dict(load_profile(str(resolve_profile(profile_path))).env)
+
+
+def _engine(engine: str, topology: str | None, workload, steps, arch, env) -> tuple[list[str], dict]:
+    """The engine's path for each verify allreduce, read as recommend and validate read it
+    (nccl_tune.model.engines.report: the installed engine, else the cited rules): note
+    lines and the report's JSON."""
+    from nccl_tune.model import engines
+    from nccl_tune.model import per_token as model
+
+    kind = topology or ASSUMED_KIND
+    sizes = [model.message_bytes(k + 1, workload.hidden, workload.dtype) for k in [0, *steps]]
+    report = engines.report(engine, kind, workload.tp, sizes,
+                            cc=engine_option.resolve_arch(arch, engine), env=env)
+    lines = list(report.lines)
+    if engine != "none":
+        if topology is None:
+            lines.insert(0, f"engine {engine}: machine kind {kind} ASSUMED (pass --topology for yours)")
+        lines.append(f"(sizes: verify of k+1 tokens at hidden {workload.hidden}, {workload.dtype})")
+    return lines, {"name": engine, **report.to_dict()}
+
+
+def _comm(workload, topology, env):
     """comm(n) MODELLED for --layers (nccl_tune.spec.verify.modelled_comm), or (None, None)."""
     if not workload.layers:
         return None, None
     from nccl_tune.spec import verify as spec_verify
 
-    env = None
-    if profile_path:
-        from nccl_tune.live.profile import load_profile, resolve_profile
-
-        env = dict(load_profile(str(resolve_profile(profile_path))).env)
     return usage(spec_verify.modelled_comm, workload.layers, workload.hidden, workload.dtype,
-                 workload.tp, topology or "pcie-shm", env)
+                 workload.tp, topology or ASSUMED_KIND, env)
+
+
+def _comm_model(comm, result, workload, topology, env) -> dict | None:
+    """comm(n)'s per-allreduce time, range and calibration at the token counts the plan
+    priced (None when the verify model does not use comm(n))."""
+    if comm is None or not result.verify_model.get("comm"):
+        return None
+    from nccl_tune.spec import verify as spec_verify
+
+    tokens = {b.batch * (p.k + 1) for b in result.batches for p in b.plans if p.k > 0}
+    return spec_verify.comm_ranges(comm, workload.layers, workload.hidden, workload.dtype,
+                                   workload.tp, topology or ASSUMED_KIND, env, tokens)
 
 
 @click.command("spec-plan")
@@ -93,8 +115,10 @@ def _comm(workload, topology, profile_path):
 @click.option("--extrapolate", is_flag=True,
               help="Extend measured verify points linearly beyond their token counts (rows marked *).")
 @click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
-              show_default=True, help="Serving engine: say whether its allreduces bypass NCCL "
-                                      "(decided with --topology and --tp).")
+              show_default=True, help="Serving engine: say whether its allreduces bypass NCCL, "
+                                      "read from the installed engine (cited rules otherwise; "
+                                      "decided with --topology, --tp and --arch).")
+@engine_option.arch_option
 @click.option("--export-vllm", "export_path", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               default=None,
               help="Write vLLM's speculative config with num_speculative_tokens_per_batch_size "
@@ -107,7 +131,7 @@ def _comm(workload, topology, profile_path):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def spec_plan(spec, steps, verify_model, moe_experts, moe_topk, workload, topology, profile_path,
               measured_tok_s, fit, rel_error, tolerance, saturation_tokens, extrapolate, engine,
-              export_path, config_base, as_json):
+              arch, export_path, config_base, as_json):
     """Plan the speculative draft step count from decode/draft/verify timings and acceptance.
 
     tau(k) = 1 + sum of per-position acceptance (bonus token included); cycle = k x draft
@@ -130,7 +154,8 @@ def spec_plan(spec, steps, verify_model, moe_experts, moe_topk, workload, topolo
         raise click.UsageError("--export-vllm needs --speculative-config-base (your method and "
                                "draft model; the schedule only sets the step counts)")
     base = usage(schedule.read_base, config_base) if config_base else None
-    comm, comm_note = _comm(workload, topology, profile_path)
+    env = _profile_env(profile_path) if workload.layers or engine != "none" else None
+    comm, comm_note = _comm(workload, topology, env)
     t = spec.timings
     req = PlanRequest(step_list, spec.acceptance, t.decode_ms, list(t.verify_points), t.verify_flat,
                       t.draft_ms, t.other_ms, verify_model, moe_experts, moe_topk, comm, comm_note,
@@ -142,19 +167,23 @@ def spec_plan(spec, steps, verify_model, moe_experts, moe_topk, workload, topolo
     except PlanError as exc:
         raise click.UsageError(str(exc)) from None
     exported = usage(schedule.export, export_path, base, result.batches) if export_path else None
-    engine_notes = _engine_notes(engine, topology, workload.tp, step_list, workload.hidden,
-                                 workload.dtype)
+    comm_model = _comm_model(comm, result, workload, topology, env)
+    engine_notes, engine_report = _engine(engine, topology, workload, step_list, arch, env)
     if as_json:
         from nccl_tune.cli import emit_json
 
         out = result.to_dict()
+        out["comm_model"] = comm_model
         out["engine_notes"] = engine_notes
+        out["engine"] = engine_report
         out["export_vllm"] = exported
         emit_json(out)
         return
-    from nccl_tune.commands.spec_render import export_lines, render
+    from nccl_tune.commands.spec_render import comm_lines, export_lines, render
 
     click.echo(render(result))
+    for line in comm_lines(comm_model):
+        click.echo(line)
     for line in engine_notes:
         click.echo(f"note: {line}")
     for line in export_lines(exported):

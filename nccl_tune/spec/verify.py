@@ -242,3 +242,26 @@ def modelled_comm(layers: int, hidden: int, dtype: str, nranks: int, topology: s
     where = "under the given NCCL settings" if env else "under NCCL's defaults"
     return comm, (f"MODELLED by nccl_tune.model.costmodel ({topology}, {nranks} ranks, {where}): "
                   f"{collectives} allreduces of n x {hidden} x {model.dtype_bytes(dtype)} B")
+
+
+def comm_ranges(comm: Callable[[int], float], layers: int, hidden: int, dtype: str, nranks: int,
+                topology: str, env: dict[str, str] | None, tokens, per_layer: int = 2,
+                extra: int = 1) -> dict:
+    """What `modelled_comm`'s comm(n) rests on at each token count in `tokens`: per
+    allreduce the model's time, NCCL's choice, whether it is calibrated and its range, as
+    `model predict` gives them (nccl_tune.model.calibrate.predict_rows, ranges from the
+    published machines of the kind), and comm(n) with that range times the allreduces
+    per forward. No fit of the machine is used here, so nothing is calibrated."""
+    from nccl_tune.model import calibrate, references
+    from nccl_tune.model import per_token as model
+
+    collectives = model.collectives_per_forward(layers, per_layer, extra)
+    tokens = sorted(set(tokens))
+    rows = calibrate.predict_rows(topology, nranks, [model.message_bytes(n, hidden, dtype)
+                                                     for n in tokens], dict(env or {}), None,
+                                  None, references.load())
+    out = [{"tokens": n, **row, "comm_ms": comm(n),
+            "comm_range_ms": ([collectives * v / 1000.0 for v in row["range_us"]]
+                              if row["range_us"] else None)} for n, row in zip(tokens, rows)]
+    return {"collectives": collectives, "calibrated": all(r["calibrated"] for r in out),
+            "rows": out}
