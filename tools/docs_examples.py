@@ -22,10 +22,15 @@ The format, in a page:
 - What differs between machines or runs whatever the page says is normalised on both
   sides before comparing: site-packages and interpreter paths, the working folder,
   timestamps and run ids (MACHINE_PATTERNS).
+- This machine's host name is written as `…` by `--write` (simulated records and
+  reports name the host; a page written here must match on CI's machine).
 - The HTML comment before a block sets its options: `files=A,B` copies those paths of
   the checkout into the working folder first; `cwd=repo` runs in the checkout instead
-  (for `python bench/...`); `vary=numbers` compares every number as "a number" (a
-  measurement on this machine: the words, columns and line count are still checked);
+  (for `python bench/...`); `vary=numbers` compares every number (signed or not) as "a
+  number" (a measurement on this machine: the words, columns and line count are still
+  checked); `vary=spacing` compares runs of blanks as one blank and runs of dashes as
+  one `--` (a table whose column widths follow a placeholder's text, such as pids;
+  `vary=numbers` implies it, since a measured figure's width moves the columns too);
   `elide=H,T` keeps the first H and last T lines of a long output with a `…` line
   between; `skip=REASON` does not run it (a real output from a machine CI does not
   have: the reason says which); `slow` marks a block the fast suite skips.
@@ -33,6 +38,15 @@ The format, in a page:
   checkout's tests/, examples/, profiles/, bench/ and tools/), with `nccl-tune`
   (and `python`) on PATH running this checkout, NCCL_* cleared, HOME in the folder,
   TZ=UTC and COLUMNS=120, each command through `bash -c` (the examples are shell).
+- A page is one shell session, as a reader's terminal: what a command exports (`$ export
+  VLLM_CPU_KVCACHE_SPACE=1`) holds for the page's later commands (the variables are
+  saved when each command ends and read before the next).
+- No process may outlive its page: each command runs in a session of its own, and a
+  process still running in one when the page ends (a server started with `&` and not
+  stopped by a later command) fails the page and is killed. A background process must
+  send its output to a file (`> server.log 2>&1 &`): the command's output ends only
+  when every process holding it has exited.
+- `--times` prints each block's wall time, to choose the blocks to mark `slow`.
 """
 
 from __future__ import annotations
@@ -40,10 +54,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,7 +95,8 @@ class Block:
     @property
     def name(self) -> str:
         """`page:line`, as a test id."""
-        return f"{self.page.relative_to(REPO)}:{self.line}"
+        page = self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page
+        return f"{page}:{self.line}"
 
 
 def pages() -> list[Path]:
@@ -138,18 +157,33 @@ MACHINE_PATTERNS = [
     (re.compile(r"\b\d{8}T\d{6}-\d+\b"), "<run-id>"),
     (re.compile(r"\bETA \d+ s\b"), "ETA <s>"),  # a sweep's progress lines
 ]
-NUMBER_RE = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+# A measured delta changes sign from run to run, so the sign belongs to the number.
+NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+BLANKS_RE = re.compile(r"\s+")
+DASHES_RE = re.compile(r"-{2,}")
+VARY = ("numbers", "spacing")
 
 
-def normalise(line: str, vary_numbers: bool = False) -> str:
-    """A line as compared: machine-specific parts replaced, numbers too with `vary`."""
+def vary_modes(vary: str | bool) -> tuple[bool, bool]:
+    """(numbers, spacing) for a block's `vary=` value (True: numbers, as `vary=numbers`)."""
+    numbers = vary is True or vary == "numbers"
+    return numbers, numbers or vary == "spacing"
+
+
+def normalise(line: str, vary: str | bool = False) -> str:
+    """A line as compared: machine-specific parts replaced; numbers and spacing with `vary`."""
+    numbers, spacing = vary_modes(vary)
     line = line.rstrip()
     for pattern, replacement in MACHINE_PATTERNS:
         line = pattern.sub(replacement, line)
-    return NUMBER_RE.sub("#", line) if vary_numbers else line
+    if numbers:
+        line = NUMBER_RE.sub("#", line)
+    if spacing:  # a table's columns move with the width of what varies in them
+        line = DASHES_RE.sub("--", BLANKS_RE.sub(" ", line))
+    return line
 
 
-def line_matches(expected: str, actual: str, vary: bool = False) -> bool:
+def line_matches(expected: str, actual: str, vary: str | bool = False) -> bool:
     """An expected line with `…` placeholders against one actual line."""
     expected, actual = normalise(expected, vary), normalise(actual, vary)
     if WILDCARD not in expected:
@@ -158,7 +192,7 @@ def line_matches(expected: str, actual: str, vary: bool = False) -> bool:
     return re.fullmatch(pattern, actual) is not None
 
 
-def output_matches(expected: list[str], actual: list[str], vary: bool = False) -> bool:
+def output_matches(expected: list[str], actual: list[str], vary: str | bool = False) -> bool:
     """Expected lines (with `…` lines matching any number of lines) against the output."""
     def match(e: int, a: int) -> bool:
         if e == len(expected):
@@ -170,12 +204,22 @@ def output_matches(expected: list[str], actual: list[str], vary: bool = False) -
     return match(0, 0)
 
 
-def regenerate(expected: list[str], actual: list[str], vary: bool = False,
-               elide: tuple[int, int] | None = None) -> list[str]:
+def host_pattern(host: str | None = None) -> re.Pattern[str] | None:
+    """This machine's host name as a word, or None when it is too short to be told from
+    other words."""
+    host = socket.gethostname() if host is None else host
+    return re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-])") if len(host) >= 2 else None
+
+
+def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
+               elide: tuple[int, int] | None = None, host: str | None = None) -> list[str]:
     """The lines to write: the page's own where they still match (placeholders kept),
-    else the real output, cut to its first and last lines with `elide`."""
+    else the real output with this machine's host name as `…`, cut to its first and last
+    lines with `elide`."""
     if output_matches(expected, actual, vary):
         return expected
+    if (pattern := host_pattern(host)) is not None:
+        actual = [pattern.sub(WILDCARD, line) for line in actual]
     lines = [e if i < len(expected) and line_matches(e, a, vary) else a
              for i, (e, a) in enumerate(zip(expected + [""] * len(actual), actual))]
     if elide and len(lines) > sum(elide) + 1:
@@ -201,30 +245,89 @@ def make_bin(bindir: Path) -> None:
         shim.chmod(0o755)
 
 
-def run_block(block: Block, workdir: Path, bindir: Path) -> list[list[str]]:
+def shell_script(command: str, state: Path) -> str:
+    """A command as bash runs it: the page's exported variables read first, and saved
+    again when it ends (whatever way it ends), for the page's next command."""
+    return (f"_docs_state={shlex.quote(str(state))}\n"
+            '[ -f "$_docs_state" ] && . "$_docs_state"\n'
+            "trap 'export -p | grep -Ev \"^declare -x (PWD|OLDPWD|SHLVL|_)=\" > \"$_docs_state\"' EXIT\n"
+            f"{command}\n")
+
+
+def session_processes(sessions: set[int]) -> dict[int, str]:
+    """The live processes (pid -> command line) of these session ids, from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            if fields[0] == "Z" or int(fields[3]) not in sessions:
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        found[int(entry.name)] = cmdline.strip()
+    return found
+
+
+def stop_leftovers(sessions: set[int], grace_s: float = 10.0) -> list[str]:
+    """Wait up to `grace_s` for the processes of these sessions to end (a `kill` in the
+    page's last command takes a moment), then kill the rest; one line for each."""
+    deadline = time.monotonic() + grace_s
+    while (left := session_processes(sessions)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return [f"pid {pid}: {cmdline}" for pid, cmdline in sorted(left.items())]
+
+
+def run_command(text: str, cwd: Path, env: dict[str, str], state: Path,
+                sessions: set[int]) -> list[str]:
+    """Run one command in a session of its own (recorded in `sessions`); its output lines."""
+    proc = subprocess.Popen(["bash", "--norc", "--noprofile", "-c", shell_script(text, state)],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    sessions.add(proc.pid)
+    try:
+        out, _ = proc.communicate(timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        out += f"\n(killed after {COMMAND_TIMEOUT_S} s)"
+    text = out[:-1] if out.endswith("\n") else out
+    return text.split("\n") if text else []
+
+
+def run_block(block: Block, workdir: Path, bindir: Path, state: Path | None = None,
+              sessions: set[int] | None = None) -> list[list[str]]:
     """Run every command of a block; the output lines of each."""
     for rel in filter(None, block.options.get("files", "").split(",")):
         src = REPO / rel
         dst = workdir / src.name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
     cwd = REPO if block.options.get("cwd") == "repo" else workdir
-    outputs = []
-    for command in block.commands:
-        proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", command.text], cwd=cwd,
-                              env=example_env(workdir, bindir), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=COMMAND_TIMEOUT_S)
-        text = proc.stdout[:-1] if proc.stdout.endswith("\n") else proc.stdout
-        outputs.append(text.split("\n") if text else [])
-    return outputs
+    state = workdir.parent / "state.sh" if state is None else state
+    sessions = set() if sessions is None else sessions
+    env = example_env(workdir, bindir)
+    return [run_command(command.text, cwd, env, state, sessions) for command in block.commands]
 
 
-def run_page(page: Path, *, include_slow: bool, write: bool) -> list[tuple[Block, int, list[str]]]:
+def run_page(page: Path, *, include_slow: bool, write: bool,
+             times: list[tuple[Block, float]] | None = None) -> list[tuple[Block, int, list[str]]]:
     """Run a page's blocks in one fresh folder; the (block, command, actual) that differ.
 
-    With `write`, the page is rewritten from the real outputs (placeholders kept).
+    With `write`, the page is rewritten from the real outputs (placeholders kept). A
+    process left running when the page ends is a failure of its last block, listed in
+    place of an output. `times` receives each block's wall time.
     """
     failures = []
     lines = page.read_text(encoding="utf-8").split("\n")
+    sessions: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="nccl-tune-docs-") as tmp:
         workdir, bindir = Path(tmp) / "work", Path(tmp) / "bin"
         workdir.mkdir()
@@ -232,23 +335,34 @@ def run_page(page: Path, *, include_slow: bool, write: bool) -> list[tuple[Block
             (workdir / name).symlink_to(REPO / name)
         make_bin(bindir)
         replacements = []
-        for block in parse_page(page):
-            if not block.commands or "skip" in block.options or (
-                    "slow" in block.options and not include_slow):
-                continue
-            outputs = run_block(block, workdir, bindir)
-            vary = block.options.get("vary") == "numbers"
-            elide = (tuple(int(n) for n in block.options["elide"].split(","))
-                     if "elide" in block.options else None)
-            new_body = []
-            for n, (command, actual) in enumerate(zip(block.commands, outputs)):
-                if not output_matches(command.expected, actual, vary):
-                    failures.append((block, n, actual))
-                first, *more = command.text.split("\n")
-                new_body += ["$ " + first, *more,
-                             *regenerate(command.expected, actual, vary, elide)]
-            replacements.append((block.line, block.end,
-                                 [block.indent + line if line else line for line in new_body]))
+        last = None
+        try:
+            for block in parse_page(page):
+                if not block.commands or "skip" in block.options or (
+                        "slow" in block.options and not include_slow):
+                    continue
+                start = time.monotonic()
+                outputs = run_block(block, workdir, bindir, Path(tmp) / "state.sh", sessions)
+                if times is not None:
+                    times.append((block, time.monotonic() - start))
+                last = block
+                vary = block.options.get("vary", "")
+                elide = (tuple(int(n) for n in block.options["elide"].split(","))
+                         if "elide" in block.options else None)
+                new_body = []
+                for n, (command, actual) in enumerate(zip(block.commands, outputs)):
+                    if not output_matches(command.expected, actual, vary):
+                        failures.append((block, n, actual))
+                    first, *more = command.text.split("\n")
+                    new_body += ["$ " + first, *more,
+                                 *regenerate(command.expected, actual, vary, elide)]
+                replacements.append((block.line, block.end,
+                                     [block.indent + line if line else line for line in new_body]))
+        finally:
+            left = stop_leftovers(sessions)
+        if left and last is not None:
+            failures.append((last, len(last.commands) - 1,
+                             ["(the page left these processes running; they were killed)", *left]))
     if write and failures:
         for start, end, body in reversed(replacements):
             lines[start:end - 1] = body
@@ -262,10 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pages", nargs="*", type=Path)
     parser.add_argument("--write", action="store_true", help="rewrite pages from real runs")
     parser.add_argument("--slow", action="store_true", help="run the blocks marked slow too")
+    parser.add_argument("--times", action="store_true", help="print each block's wall time")
     args = parser.parse_args(argv)
     bad = 0
     for page in [p.resolve() for p in args.pages] or pages():
-        for block, n, actual in run_page(page, include_slow=args.slow, write=args.write):
+        times: list[tuple[Block, float]] = []
+        failures = run_page(page, include_slow=args.slow, write=args.write, times=times)
+        if args.times:
+            for block, seconds in times:
+                print(f"{seconds:7.1f} s  {block.name}" + ("  (slow)" if "slow" in block.options else ""))
+        for block, n, actual in failures:
             bad += 1
             print(f"{block.name}: `$ {block.commands[n].text}` printed:\n  " + "\n  ".join(actual))
     print(f"{bad} example(s) differ" + (" (pages rewritten)" if args.write and bad else ""))
