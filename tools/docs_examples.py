@@ -22,10 +22,13 @@ The format, in a page:
 - What differs between machines or runs whatever the page says is normalised on both
   sides before comparing: site-packages and interpreter paths, the working folder,
   timestamps and run ids (MACHINE_PATTERNS).
-- This machine's host name is written as `…` by `--write` (simulated records and
-  reports name the host; a page written here must match on CI's machine).
+- `--write` writes the working folder as `~` (it is the examples' HOME, and a temporary
+  path means nothing to a reader) and this machine's host name as `…` (simulated
+  records and reports name the host; a page written here must match on CI's machine).
 - The HTML comment before a block sets its options: `files=A,B` copies those paths of
-  the checkout into the working folder first; `cwd=repo` runs in the checkout instead
+  the checkout into the working folder first (a path outside the checkout, such as the
+  workplace's published tables in `../shared/fixtures/real`, which the project may not
+  copy in, skips the block where it is absent, as the tests that read them skip); `cwd=repo` runs in the checkout instead
   (for `python bench/...`); `vary=numbers` compares every number (signed or not) as "a
   number" (a measurement on this machine: the words, columns and line count are still
   checked); `vary=spacing` compares runs of blanks as one blank and runs of dashes as
@@ -151,10 +154,10 @@ def parse_page(page: Path) -> list[Block]:
 # sides, so a page can show this machine's real output.
 MACHINE_PATTERNS = [
     (re.compile(r"[^\s'\"(]*/site-packages/"), "<site-packages>/"),
-    (re.compile(r"/tmp/nccl-tune-docs-[^/\s]+/work"), "<work>"),
+    (WORKDIR_RE := re.compile(r"[^\s'\"(]*/nccl-tune-docs-[^/\s]+/work"), "~"),  # also HOME
     (re.compile(r"[^\s'\"(]*/bin/python3(?:\.\d+)?\b"), "<python>"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
-    (re.compile(r"\b\d{8}T\d{6}-\d+\b"), "<run-id>"),
+    (re.compile(r"\b\d{8}T\d{6}-[0-9a-f]+\b"), "<run-id>"),  # a pid or a random hex tail
     (re.compile(r"\bETA \d+ s\b"), "ETA <s>"),  # a sweep's progress lines
 ]
 # A measured delta changes sign from run to run, so the sign belongs to the number.
@@ -218,6 +221,7 @@ def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
     lines with `elide`."""
     if output_matches(expected, actual, vary):
         return expected
+    actual = [WORKDIR_RE.sub("~", line) for line in actual]
     if (pattern := host_pattern(host)) is not None:
         actual = [pattern.sub(WILDCARD, line) for line in actual]
     lines = [e if i < len(expected) and line_matches(e, a, vary) else a
@@ -303,6 +307,12 @@ def run_command(text: str, cwd: Path, env: dict[str, str], state: Path,
     return text.split("\n") if text else []
 
 
+def absent_files(block: Block) -> list[str]:
+    """The block's `files=` outside the checkout that are not here (the block is skipped)."""
+    return [rel for rel in filter(None, block.options.get("files", "").split(","))
+            if not (REPO / rel).resolve().is_relative_to(REPO) and not (REPO / rel).exists()]
+
+
 def run_block(block: Block, workdir: Path, bindir: Path, state: Path | None = None,
               sessions: set[int] | None = None) -> list[list[str]]:
     """Run every command of a block; the output lines of each."""
@@ -318,12 +328,14 @@ def run_block(block: Block, workdir: Path, bindir: Path, state: Path | None = No
 
 
 def run_page(page: Path, *, include_slow: bool, write: bool,
-             times: list[tuple[Block, float]] | None = None) -> list[tuple[Block, int, list[str]]]:
+             times: list[tuple[Block, float]] | None = None,
+             skipped: list[tuple[Block, str]] | None = None) -> list[tuple[Block, int, list[str]]]:
     """Run a page's blocks in one fresh folder; the (block, command, actual) that differ.
 
     With `write`, the page is rewritten from the real outputs (placeholders kept). A
     process left running when the page ends is a failure of its last block, listed in
-    place of an output. `times` receives each block's wall time.
+    place of an output. `times` receives each block's wall time, `skipped` each block
+    not run for an absent file outside the checkout, with the reason.
     """
     failures = []
     lines = page.read_text(encoding="utf-8").split("\n")
@@ -340,6 +352,10 @@ def run_page(page: Path, *, include_slow: bool, write: bool,
             for block in parse_page(page):
                 if not block.commands or "skip" in block.options or (
                         "slow" in block.options and not include_slow):
+                    continue
+                if absent := absent_files(block):
+                    if skipped is not None:
+                        skipped.append((block, f"absent here: {', '.join(absent)}"))
                     continue
                 start = time.monotonic()
                 outputs = run_block(block, workdir, bindir, Path(tmp) / "state.sh", sessions)
@@ -381,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for page in [p.resolve() for p in args.pages] or pages():
         times: list[tuple[Block, float]] = []
-        failures = run_page(page, include_slow=args.slow, write=args.write, times=times)
+        skipped: list[tuple[Block, str]] = []
+        failures = run_page(page, include_slow=args.slow, write=args.write, times=times,
+                            skipped=skipped)
+        for block, reason in skipped:
+            print(f"{block.name}: not run ({reason})")
         if args.times:
             for block, seconds in times:
                 print(f"{seconds:7.1f} s  {block.name}" + ("  (slow)" if "slow" in block.options else ""))
