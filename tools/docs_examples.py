@@ -23,8 +23,10 @@ The format, in a page:
   sides before comparing: site-packages and interpreter paths, the working folder,
   timestamps and run ids (MACHINE_PATTERNS).
 - `--write` writes the working folder as `~` (it is the examples' HOME, and a temporary
-  path means nothing to a reader) and this machine's host name as `…` (simulated
-  records and reports name the host; a page written here must match on CI's machine).
+  path means nothing to a reader), and the checkout's folder and this machine's host
+  name as `…` (a shipped profile is printed with its absolute path, simulated records
+  and reports name the host; a page written here must match in any checkout on CI's
+  machine).
 - The HTML comment before a block sets its options: `files=A,B` copies those paths of
   the checkout into the working folder first (a path outside the checkout, such as the
   workplace's published tables in `../shared/fixtures/real`, which the project may not
@@ -218,10 +220,10 @@ def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
                elide: tuple[int, int] | None = None, host: str | None = None) -> list[str]:
     """The lines to write: the page's own where they still match (placeholders kept),
     else the real output with this machine's host name as `…`, cut to its first and last
-    lines with `elide`."""
+    lines with `elide`; the working folder as `~`, the checkout's as `…`."""
     if output_matches(expected, actual, vary):
         return expected
-    actual = [WORKDIR_RE.sub("~", line) for line in actual]
+    actual = [WORKDIR_RE.sub("~", line).replace(str(REPO), WILDCARD) for line in actual]
     if (pattern := host_pattern(host)) is not None:
         actual = [pattern.sub(WILDCARD, line) for line in actual]
     lines = [e if i < len(expected) and line_matches(e, a, vary) else a
