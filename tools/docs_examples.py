@@ -216,6 +216,28 @@ def host_pattern(host: str | None = None) -> re.Pattern[str] | None:
     return re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-])") if len(host) >= 2 else None
 
 
+def merge(expected: list[str], actual: list[str], vary: str | bool = False) -> list[str]:
+    """The page's lines where they match the output, line by line, else the output's.
+
+    A `…` line stays, standing for the output up to the next line the page shows (a
+    placeholder line at the end stands for the rest), so a page that shows the head of a
+    table and `…` keeps that shape when it is regenerated.
+    """
+    lines: list[str] = []
+    a = 0
+    for i, e in enumerate(expected):
+        if e.strip() == WILDCARD:
+            shown = [x for x in expected[i + 1:] if x.strip() != WILDCARD]
+            lines.append(e)
+            if not shown:
+                return lines
+            a = next((k for k in range(a, len(actual)) if line_matches(shown[0], actual[k], vary)), a)
+        elif a < len(actual):
+            lines.append(e if line_matches(e, actual[a], vary) else actual[a])
+            a += 1
+    return lines + actual[a:]
+
+
 def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
                elide: tuple[int, int] | None = None, host: str | None = None) -> list[str]:
     """The lines to write: the page's own where they still match (placeholders kept),
@@ -226,8 +248,7 @@ def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
     actual = [WORKDIR_RE.sub("~", line).replace(str(REPO), WILDCARD) for line in actual]
     if (pattern := host_pattern(host)) is not None:
         actual = [pattern.sub(WILDCARD, line) for line in actual]
-    lines = [e if i < len(expected) and line_matches(e, a, vary) else a
-             for i, (e, a) in enumerate(zip(expected + [""] * len(actual), actual))]
+    lines = merge(expected, actual, vary)
     if elide and len(lines) > sum(elide) + 1:
         head, tail = elide
         lines = lines[:head] + [WILDCARD] + (lines[-tail:] if tail else [])
