@@ -219,19 +219,29 @@ def host_pattern(host: str | None = None) -> re.Pattern[str] | None:
 def merge(expected: list[str], actual: list[str], vary: str | bool = False) -> list[str]:
     """The page's lines where they match the output, line by line, else the output's.
 
-    A `…` line stays, standing for the output up to the next line the page shows (a
-    placeholder line at the end stands for the rest), so a page that shows the head of a
-    table and `…` keeps that shape when it is regenerated.
+    A `…` line stays, standing for the output up to the lines the page shows after it: a
+    placeholder at the end stands for the rest, the lines after the last placeholder are
+    the output's last lines, and the lines between two placeholders are found where the
+    output holds them all in a row (else where their first one is). So a page that shows
+    the head, the tail or a middle part of an output keeps that shape when regenerated.
     """
     lines: list[str] = []
     a = 0
     for i, e in enumerate(expected):
         if e.strip() == WILDCARD:
-            shown = [x for x in expected[i + 1:] if x.strip() != WILDCARD]
             lines.append(e)
-            if not shown:
+            rest = expected[i + 1:]
+            segment = rest[:next((j for j, x in enumerate(rest) if x.strip() == WILDCARD), len(rest))]
+            if not rest:
                 return lines
-            a = next((k for k in range(a, len(actual)) if line_matches(shown[0], actual[k], vary)), a)
+            if len(segment) == len(rest):  # the last placeholder: what follows is the tail
+                a = max(a, len(actual) - len(segment))
+                continue
+            def fits(k: int, lines_: list[str] = segment) -> bool:
+                return k + len(lines_) <= len(actual) and all(
+                    line_matches(x, actual[k + j], vary) for j, x in enumerate(lines_))
+            a = next((k for k in range(a, len(actual)) if fits(k)),
+                     next((k for k in range(a, len(actual)) if fits(k, segment[:1])), a))
         elif a < len(actual):
             lines.append(e if line_matches(e, actual[a], vary) else actual[a])
             a += 1
@@ -299,10 +309,13 @@ def session_processes(sessions: set[int]) -> dict[int, str]:
     return found
 
 
-def stop_leftovers(sessions: set[int], grace_s: float = 10.0) -> list[str]:
+LEFTOVER_GRACE_S = 10.0  # how long a page's last `kill` has to take effect
+
+
+def stop_leftovers(sessions: set[int], grace_s: float | None = None) -> list[str]:
     """Wait up to `grace_s` for the processes of these sessions to end (a `kill` in the
     page's last command takes a moment), then kill the rest; one line for each."""
-    deadline = time.monotonic() + grace_s
+    deadline = time.monotonic() + (LEFTOVER_GRACE_S if grace_s is None else grace_s)
     while (left := session_processes(sessions)) and time.monotonic() < deadline:
         time.sleep(0.2)
     for pid in left:
