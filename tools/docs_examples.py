@@ -4,14 +4,14 @@ Why our own collector rather than sybil or pytest-markdown-docs: both run code b
 but neither regenerates a page's printed output from a real run, and we need both
 directions with one parser: the test fails when a command prints something else than
 its page shows, and `python tools/docs_examples.py --write` rewrites the pages from
-real runs. It is about 200 lines and has no dependency.
+real runs. It is about 450 lines and has no dependency.
 
 The format, in a page:
 
-    <!-- example: files=examples/data/sweep-grid.toml -->
+    <!-- example: files=tests/fixtures/results/results-gloo.jsonl -->
     ```console
-    $ nccl-tune sweep --backend sim --grid sweep-grid.toml --out r.jsonl
-    # sweep run …
+    $ nccl-tune recommend --layers 61 --results results-gloo.jsonl | head -1
+    measured: results-gloo.jsonl (backend gloo, world size 2)
     ```
 
 - A ```console block is a sequence of `$ COMMAND` lines (a trailing `\\` continues one),
@@ -30,8 +30,8 @@ The format, in a page:
 - The HTML comment before a block sets its options: `files=A,B` copies those paths of
   the checkout into the working folder first (a path outside the checkout, such as the
   workplace's published tables in `../shared/fixtures/real`, which the project may not
-  copy in, skips the block where it is absent, as the tests that read them skip); `cwd=repo` runs in the checkout instead
-  (for `python bench/...`); `vary=numbers` compares every number (signed or not) as "a
+  copy in, skips the block where it is absent, as the tests that read them skip);
+  `cwd=repo` runs in the checkout instead (for `python bench/...`); `vary=numbers` compares every number (signed or not) as "a
   number" (a measurement on this machine: the words, columns and line count are still
   checked); `vary=spacing` compares runs of blanks as one blank and runs of dashes as
   one `--` (a table whose column widths follow a placeholder's text, such as pids;
