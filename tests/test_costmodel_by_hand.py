@@ -106,3 +106,30 @@ def test_the_designs_log_example_runs_on_one_channel():
     assert cm.launch_shape(57344, "Ring", "LL", 2, 512, 8) == (1, 512)
     # 16 MiB keeps both channels and all threads: 16777216 >= 65536.
     assert cm.launch_shape(16 << 20, "Ring", "LL", 2, 512, 8) == (2, 512)
+
+
+# NCCL 2.29.7's own tuning table, as it printed it for 2 ranks on 2 nodes (one rank per
+# node, NET/Socket; ../shared/fixtures/real/nccl_debug/nccl2.29.7_tuning_table_bytes_algo_
+# proto.txt, lines 10-12, Ring columns "latency/bandwidth"). With one rank per node every
+# ring step crosses the network and tuning.cc charges it the Tree network latency
+# (hwLat[NET][Tree] = 5.0 / 8.5 / 14.0 us, "with ppn=1 latencies are fully exposed"), so
+# the table shows the step counts directly: AllGather and ReduceScatter one step (n-1),
+# AllReduce two (2(n-1)):
+#   AllGather     Ring LL 11.6 = 6.6 + 1 x 5.0   LL128 22.5 = 14.0 + 1 x 8.5   Simple 22.4 = 8.4 + 1 x 14.0
+#   AllReduce     Ring LL 16.6 = 6.6 + 2 x 5.0   LL128 31.0 = 14.0 + 2 x 8.5   Simple 36.4 = 8.4 + 2 x 14.0
+# The model's latency term, given that per-step latency as a link, must print the same.
+NCCL_2_29_7_TABLE = {
+    ("all_gather", "LL"): 11.6, ("all_gather", "LL128"): 22.5, ("all_gather", "Simple"): 22.4,
+    ("reduce_scatter", "LL"): 11.6, ("reduce_scatter", "LL128"): 22.5,
+    ("reduce_scatter", "Simple"): 22.4,
+    ("allreduce", "LL"): 16.6, ("allreduce", "LL128"): 31.0, ("allreduce", "Simple"): 36.4,
+}
+
+
+@pytest.mark.parametrize("op,proto", sorted(NCCL_2_29_7_TABLE))
+def test_latency_term_reproduces_nccls_printed_table(op, proto):
+    net_step = {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}  # tuning.cc hwLat[NET][Tree]
+    params = cm.NCCL_PARAMS.perturbed(hw_lat={
+        **cm.NCCL_PARAMS.hw_lat, "net": {("Ring", p): v for p, v in net_step.items()}})
+    got = cm.latency_term_us(op, 2, "Ring", proto, "net", params)
+    assert got == pytest.approx(NCCL_2_29_7_TABLE[(op, proto)])
