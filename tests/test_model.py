@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nccl_tune import stats, store
+import factories
+from nccl_tune import store
 from nccl_tune.model import per_token as model
 
 DECODE = 14336
@@ -53,16 +54,8 @@ def test_public_report_arithmetic():
 
 
 def _records(env, lat_fn, rounds, drift, noise, seed, sizes=(8192, 14336, 28672), samples=30):
-    rng = np.random.default_rng(seed)
-    out = []
-    for rnd in range(rounds):
-        shift = drift[rnd]
-        for b in sizes:
-            s = lat_fn(b) + shift + rng.normal(0, noise, samples)
-            out.append(store.make_record(env=env, backend="nccl", op="allreduce", world_size=8,
-                                         bytes=b, lat_us=stats.summarize(s), samples_us=list(s),
-                                         round=rnd))
-    return out
+    return factories.sweep_records([(env, lat_fn)], sizes, rounds=rounds, drift=drift,
+                                   noise=noise, seed=seed, samples=samples)
 
 
 def _pair(rounds, seed=0, noise=0.3, drift_sd=1.0, gain=5.0):

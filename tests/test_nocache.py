@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import factories
 from conftest import OWN_FIXTURES, REPO_ROOT, subprocess_env
 from microbench import options
 from nccl_tune.measure import grid as gridlib
@@ -26,8 +27,7 @@ FAKE = OWN_FIXTURES / "sweep" / "fake_torchrun.py"
 PREFIX = "gpu1:4242:4242 [0] NCCL INFO "
 
 
-def _grid(*sets):
-    return gridlib.build_grid(gridlib.spec_from_sets(list(sets)))
+_grid = factories.grid
 
 
 # ---------------------------------------------------------------- the catalogue

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-import numpy as np
 import pytest
 
+import factories
 from conftest import python_cmd, subprocess_env
 from nccl_tune import stats, store
 from nccl_tune.decide import export, recommendation
@@ -22,25 +22,12 @@ TREE = {"NCCL_ALGO": "Tree"}
 
 
 def synth(cells, rounds=5, noise=0.4, drift_sd=1.5, seed=0, samples=25, backend="nccl", sizes=SIZES):
-    """Records of a sweep: cells = [(env, lat_fn(bytes) -> us, extra record fields)].
-
-    Each round shifts every cell by the same drift, as a real machine does."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for rnd in range(rounds):
-        drift = rng.normal(0, drift_sd)
-        for env, lat_fn, extra in cells:
-            for b in sizes:
-                s = lat_fn(b) + drift + rng.normal(0, noise, samples)
-                rec = store.make_record(env=env, backend=backend, op="allreduce", world_size=8,
-                                        nnodes=1, bytes=b, dtype="bf16", iters=samples,
-                                        lat_us=stats.summarize(s), samples_us=[float(x) for x in s],
-                                        round=rnd, correct=True,
-                                        versions={"nccl": "2.21.5", "torch": "2.5", "cuda": "12.4"},
-                                        gpus=["NVIDIA RTX PRO 6000"] * 8, topology="pcie-shm")
-                rec.update(extra(b) if callable(extra) else extra)
-                out.append(rec)
-    return out
+    """Records of a sweep on the public report's 8-GPU box (factories.sweep_records):
+    cells = [(env, lat_fn(bytes) -> us, extra record fields)]; every round drifts."""
+    return factories.sweep_records(
+        cells, sizes, rounds=rounds, noise=noise, drift_sd=drift_sd, seed=seed, samples=samples,
+        backend=backend, versions={"nccl": "2.21.5", "torch": "2.5", "cuda": "12.4"},
+        gpus=["NVIDIA RTX PRO 6000"] * 8, topology="pcie-shm")
 
 
 def flat(us, slope=1 / 2000):

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+import factories
 from nccl_tune.measure import grid as gridlib
 from nccl_tune import store
 from nccl_tune.measure import search, simbackend
@@ -26,8 +27,7 @@ BEST_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16",
 
 
 def _grid(sets=AXES):
-    spec = gridlib.spec_from_sets(list(sets))
-    return gridlib.build_grid(spec, "pcie"), spec
+    return factories.grid(*sets, topology="pcie"), gridlib.spec_from_sets(list(sets))
 
 
 def _engine(tmp_path, land, strategy, name="r.jsonl"):

@@ -10,11 +10,11 @@ one-channel default.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+import factories
 import tuner_plugin
-from nccl_tune import stats, store
+from nccl_tune import store
 from nccl_tune.nccl import tuner
 from nccl_tune.cli import cli
 
@@ -32,26 +32,17 @@ def plugin(tmp_path_factory):
 def synth(env_lat, world=8, nnodes=1, rounds=5, seed=0, algo_above="Ring", nccl="2.30.7"):
     """Records of a sweep: baseline at 60 us, the cell faster (24 us) at all but 8192 B, with
     NCCL's log reporting Tree/LL on 2 channels at <= 14336 B and Ring/LL on 1 above."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for rnd in range(rounds):
-        drift = rng.normal(0, 1.5)
-        for env, fast in env_lat:
-            for b in SIZES:
-                lat = 24.0 if fast and b != 8192 else 60.0
-                s = lat + drift + rng.normal(0, 0.4, 25)
-                rec = store.make_record(env=env, backend="nccl", op="allreduce", world_size=world,
-                                        nnodes=nnodes, bytes=b, dtype="bf16", iters=25,
-                                        lat_us=stats.summarize(s), samples_us=[float(x) for x in s],
-                                        round=rnd, correct=True,
-                                        versions={"nccl": nccl, "torch": "2.8", "cuda": "12.9"},
-                                        gpus=["NVIDIA RTX PRO 6000"] * world, topology="pcie-shm")
-                if fast:
-                    algo, ch = ("Tree", 2) if b <= 14336 else (algo_above, 1)
-                    rec["effective"] = {"algo": algo, "proto": "LL", "channels": ch,
-                                        "confirmed": True, "detail": "log"}
-                out.append(rec)
-    return out
+    def effective(nbytes):
+        algo, ch = ("Tree", 2) if nbytes <= 14336 else (algo_above, 1)
+        return {"effective": {"algo": algo, "proto": "LL", "channels": ch, "confirmed": True,
+                              "detail": "log"}}
+
+    cells = [(env, (lambda b: 24.0 if b != 8192 else 60.0) if fast else (lambda b: 60.0),
+              effective if fast else {}) for env, fast in env_lat]
+    return factories.sweep_records(
+        cells, SIZES, rounds=rounds, noise=0.4, drift_sd=1.5, seed=seed, samples=25,
+        world_size=world, nnodes=nnodes, versions={"nccl": nccl, "torch": "2.8", "cuda": "12.9"},
+        gpus=["NVIDIA RTX PRO 6000"] * world, topology="pcie-shm")
 
 
 def csv_rows(text):
