@@ -12,7 +12,6 @@ import pytest
 import factories
 from integration import validate as lib
 from nccl_tune import store
-from nccl_tune.model import per_token as model
 from nccl_tune.cli import cli
 from tests.conftest import REPO_ROOT
 
@@ -201,9 +200,10 @@ def test_prediction_from_results_records(tmp_path):
     verify = 5 * (40 - lat768) / 1000
     draft = 3 * 10 / 1000  # 1-layer draft, one token
     assert lib.predicted_ms_per_token(curves, 2, 2.5, 2, 32, "float64", 1) == pytest.approx((verify + 2 * draft) / 2.5)
-    # bf16 goes through nccl_tune.model.per_token.predicted_saving_ms itself: 2 B x 128 = 256 B
-    assert lib.forward_saving_ms(curves, 1, 2, 128, "bf16") == pytest.approx(
-        model.predicted_saving_ms(curves.baseline, curves.profile, 1, 2, 128, "bf16"))
+    # bf16 at hidden 128 is the same 256 B (2 B x 128): the same 5 x 10 us = 0.05 ms
+    assert lib.forward_saving_ms(curves, 1, 2, 128, "bf16") == pytest.approx(0.05)
+    # and 4 tokens of it, 1024 B, 5 x (40 - 34) us = 0.03 ms
+    assert lib.forward_saving_ms(curves, 4, 2, 128, "bf16") == pytest.approx(0.03)
 
 
 def test_prediction_needs_the_profile_cell(tmp_path):
