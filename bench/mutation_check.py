@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 # module path -> the fast test files that own it
 TARGETS: dict[str, list[str]] = {
     "nccl_tune/stats.py": ["tests/test_stats.py", "tests/test_intervals_and_decisions.py"],
-    "nccl_tune/model/costmodel.py": ["tests/test_costmodel.py", "tests/test_tuner.py"],
+    "nccl_tune/model/costmodel.py": ["tests/test_costmodel.py", "tests/test_costmodel_by_hand.py",
+                                     "tests/test_tuner.py"],
     "nccl_tune/nccl/tuner.py": ["tests/test_tuner.py"],
     "nccl_tune/spec/planner.py": ["tests/test_spec_planner.py"],
     "nccl_tune/spec/cycle.py": ["tests/test_specdec.py", "tests/test_spec_planner.py"],
