@@ -240,3 +240,18 @@ def test_exec_not_executable_126(cli_runner, tmp_path):
                                 env={"PATH": str(tmp_path)})
     assert on_path.exit_code == EXIT_NOT_EXECUTABLE, on_path.output
     assert on_path.stderr == f"Error: cannot run 'plain.sh': {plain} is not executable\n"
+
+
+# ---------------------------------------------------------------- 130: interrupted
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from nccl_tune import cli as cli_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as info:
+        cli_module.main()
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "nccl-tune: interrupted\n"
