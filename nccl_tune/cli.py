@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from nccl_tune import __version__
-from nccl_tune.errors import ToolError
+from nccl_tune.errors import EXIT_INTERRUPTED, ToolError
 
 # name -> (module:attribute, one-line description); the order is the workflow's.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -109,4 +109,4 @@ def main() -> None:
         cli.main(prog_name="nccl-tune")
     except KeyboardInterrupt:
         click.echo("nccl-tune: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
