@@ -160,6 +160,9 @@ def check_module(module: str, tests: list[str], max_mutants: int, seed: int,
         work = Path(tmp) / "repo"
         shutil.copytree(REPO, work, ignore=shutil.ignore_patterns(
             ".git", "__pycache__", "*.egg-info", ".venv*", "site"))
+        shared = REPO.parent / "shared"  # the real public fixtures beside the checkout
+        if shared.is_dir():  # (tests read ../shared/fixtures/real and skip without it)
+            (Path(tmp) / "shared").symlink_to(shared.resolve())
         if not run_tests(work, tests, timeout_s):
             raise SystemExit(f"{module}: its tests fail without a mutant: fix them first")
         for site in sorted(chosen, key=lambda s: s.index):
