@@ -88,6 +88,30 @@ def test_old_layout_error_column_and_star():
     flagged = [r for r in records if r["status"] == "wrong"]
     assert [r["bytes"] for r in flagged] == [32768] and flagged[0]["correct"] is False
     assert records[4]["status"] == "ok"  # 1e-07: a deviation within tolerance
+    # the header's "iters: 20", the four "Rank N ... device" lines, no plugin-set variable
+    assert records[0]["lat_us"]["n"] == 20
+    assert records[0]["gpus"] == ["Tesla V100-PCIE-32GB"] * 4
+    assert records[0]["world_size_inferred"] is False and records[0]["env_plugin"] is None
+
+
+def _old_layout_with(tmp_path, row_32768):
+    text = (OWN / "old_no_root_error_column.txt").read_text()
+    line = next(x for x in text.splitlines() if x.strip().startswith("32768 "))
+    path = tmp_path / "oob.txt"
+    path.write_text(text.replace(line, row_32768))
+    return importers.import_file(str(path))[0]
+
+
+def test_out_of_bounds_failure_marks_rows_only_when_no_row_is_flagged(tmp_path):
+    # "Out of bounds values : 1 FAILED" and no row flagged: nothing tells the bad row, so
+    # every row is wrong; one row flagged, in either column, carries the failure alone.
+    clean = "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  0e+00"
+    records = _old_layout_with(tmp_path, clean)
+    assert {(r["status"], r["correct"]) for r in records} == {("wrong", False)}
+    assert "1 out-of-bounds values (FAILED)" in records[0]["error"]
+    in_place = "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  3e-02*"
+    records = _old_layout_with(tmp_path, in_place)
+    assert [r["bytes"] for r in records if r["status"] == "wrong"] == [32768]
 
 
 def test_nccl1_names():
@@ -178,6 +202,9 @@ def test_json_with_per_iteration_samples():
     assert first["env"] == {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}  # NCCL_DEBUG left out
     assert first["versions"]["nccl"] == "2.27.3" and first["world_size"] == 2
     assert first["root"] == -1 and first["iters"] == 5
+    assert first["lat_us"]["cv"] == pytest.approx(0.03783784)  # cv_pct 3.783784 / 100
+    # out of bounds FAILED, but the second row reports its 3 wrong elements: only it is wrong
+    assert first["status"] == "ok" and first["correct"] is True
     assert second["status"] == "wrong" and second["wrong"] == 3
 
 
@@ -353,6 +380,8 @@ def test_world_size_from_counts_and_printed_digits(name, op, world):
     records, _ = _load(name)
     assert {r["op"] for r in records} == {op}
     assert {r["world_size"] for r in records} == {world}
+    # a table without "Rank N" lines (the *table_only* files) says its world size was inferred
+    assert {r["world_size_inferred"] for r in records} == {"table_only" in name}
 
 
 def test_world_size_none_when_the_digits_allow_several():
