@@ -40,9 +40,7 @@ def confirmed(algo="Ring", proto="LL", channels=1):
 
 
 def write(tmp_path, records, name="results.jsonl"):
-    path = tmp_path / name
-    store.append_records(str(path), records)
-    return str(path)
+    return factories.write_records(tmp_path, records, name)
 
 
 def run(cli_runner, *args):
