@@ -237,7 +237,7 @@ def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bo
 
 
 def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
-    """Mean, stdev and t interval of per-run tok/s; overall tok/s; TTFT; accept length."""
+    """Mean, stdev and interval (log scale) of per-run tok/s; overall tok/s; TTFT; accept length."""
     from nccl_tune import stats
 
     rates = [r.tok_s for r in runs]
@@ -245,9 +245,9 @@ def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
                  "seconds": sum(r.seconds for r in runs)}
     out["overall_tok_s"] = out["tokens"] / out["seconds"] if out["seconds"] > 0 else None
     if rates:
-        mean, lo, hi = stats.t_ci(rates, confidence)
+        mean, ci = stats.rate_ci(rates, confidence)  # log scale: never below zero
         out.update(tok_s_mean=mean, tok_s_stdev=statistics.stdev(rates) if len(rates) > 1 else None,
-                   tok_s_ci=[lo, hi] if len(rates) > 1 else None)
+                   tok_s_ci=ci)
     else:
         out.update(tok_s_mean=None, tok_s_stdev=None, tok_s_ci=None)
     ttft = [r.ttft_s for r in runs if r.ttft_s is not None]

@@ -33,6 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 READY_TEXT = "The server is fired up and ready to roll"
@@ -43,8 +44,8 @@ DEFAULT_IDLE_GAP_S = 5.0
 
 _DECODE_RE = re.compile(r"Decode batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")
 _PREFILL_RE = re.compile(r"Prefill batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")
-_SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)\s*$")
-_SERVER_ARGS_DICT_RE = re.compile(r"server_args=\{(?P<body>.*)\}\s*$")
+SERVER_ARGS_TEXT = "server_args=ServerArgs("  # the body runs to the ")" that ends the line
+SERVER_ARGS_DICT_TEXT = "server_args={"  # SGLang 0.5.2x prints a dict, to the "}" that ends it
 _SUBSTITUTE_RE = re.compile(re.escape(SUBSTITUTE_MARKER) + r":\s*(?P<package>[A-Za-z0-9_.]+)")
 _VLLM_OLD_RE = re.compile(r"Speculative metrics:\s*(?P<body>.*)$")
 _VLLM_NEW_RE = re.compile(r"SpecDecoding metrics:\s*(?P<body>.*)$")
@@ -255,13 +256,12 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
                     fields[name] = int(count.group(1))
             return LogEvent("vllm_stats", number, when, dated,
                             f"Engine {engine['engine']}" if engine else "", fields)
-    match = _SERVER_ARGS_RE.search(text)
-    if match:
-        return LogEvent("server_args", number, None, False, "", _server_args(match["body"]))
-    match = _SERVER_ARGS_DICT_RE.search(text)
-    if match:
-        return LogEvent("server_args", number, None, False, "",
-                        _server_args(match["body"], _DICT_ARG_RE))
+    for opening, closing, pattern in ((SERVER_ARGS_TEXT, ")", _ARG_RE),
+                                      (SERVER_ARGS_DICT_TEXT, "}", _DICT_ARG_RE)):
+        start = text.find(opening)
+        rest = text[start + len(opening):].rstrip() if start >= 0 else ""
+        if rest.endswith(closing):
+            return LogEvent("server_args", number, None, False, "", _server_args(rest[:-1], pattern))
     match = _SUBSTITUTE_RE.search(text)
     if match:
         return LogEvent("substitute", number, None, False, "", {"package": match["package"]})
@@ -462,13 +462,20 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
     }
 
 
+MAX_LOG_LINE = 64 * 1024  # a line is matched on its first 64 KiB (vLLM prints KB-long configs)
+MAX_LOG_BYTES = 256 * 1024 * 1024  # a server log of days; larger ones: cut the part wanted
+
+
 def read_log(path: str) -> list[str]:
-    """The lines of a log file (undecodable bytes replaced); NcclTuneError if unreadable."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().splitlines()
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    """The lines of a server log or saved scrape a user gives, by the input policy
+    (nccl_tune.fileio): strict UTF-8 and a size cap are one NcclTuneError naming the file
+    (and line); an over-long line is cut at MAX_LOG_LINE, so matching stays linear."""
+    size = fileio.read_size(path, what="server log")
+    if size is not None and size > MAX_LOG_BYTES:
+        raise NcclTuneError(f"{size} bytes: more than the {MAX_LOG_BYTES // (1024 * 1024)} MiB a "
+                            "server log may have (cut the part of interest)", path=path)
+    return [text for _, text in fileio.iter_lines(path, what="server log", max_line=MAX_LOG_LINE,
+                                                  on_long=lambda number, length: None)]
 
 
 def summarize_scrape(lines: list[str]) -> dict:

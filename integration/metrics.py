@@ -39,9 +39,13 @@ VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
 
-_SAMPLE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+"
-                        r"(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
-_LABEL_RE = re.compile(r'\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*,?')
+# A sample line: name, optional {labels}, value, optional timestamp. Split in code after
+# the name (a regex with ".*}" then optional blank-separated parts backtracks over every
+# blank: quadratic on a long line); each regex here starts its matches at a distinct
+# character and no two quantifiers compete for one run.
+_NAME_RE = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_TS_RE = re.compile(r"-?\d+")
+_LABEL_RE = re.compile(r'(?<![A-Za-z0-9_])(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 
 
 class MetricsError(Exception):
@@ -91,6 +95,24 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _sample(line: str) -> tuple[str, str, float] | None:
+    """(name, label text, value) of one stripped sample line, or None (not a sample)."""
+    name = _NAME_RE.match(line)
+    if name is None:
+        return None
+    rest, labels = line[name.end():], ""
+    if rest.startswith("{"):
+        close = rest.rfind("}")
+        if close < 0:
+            return None
+        labels, rest = rest[1:close], rest[close + 1:]
+    parts = rest.split()
+    if not rest[:1].isspace() or len(parts) not in (1, 2) or (len(parts) == 2 and not _TS_RE.fullmatch(parts[1])):
+        return None
+    value = _number(parts[0])
+    return None if value is None else (name.group(), labels, value)
+
+
 def parse(text: str) -> Scrape:
     """A Scrape of Prometheus text; lines that do not parse are skipped (never raises)."""
     scrape = Scrape()
@@ -103,15 +125,13 @@ def parse(text: str) -> Scrape:
             if len(parts) >= 4 and parts[1] == "TYPE":
                 scrape.types[parts[2]] = parts[3].strip()
             continue
-        match = _SAMPLE_RE.match(line)
-        if not match:
+        sample = _sample(line)
+        if sample is None:
             continue
-        value = _number(match["value"])
-        if value is None:
-            continue
+        name, label_text, value = sample
         labels = tuple(sorted((m["key"], _unescape(m["value"]))
-                              for m in _LABEL_RE.finditer(match["labels"] or "")))
-        scrape.samples[(match["name"], labels)] = value
+                              for m in _LABEL_RE.finditer(label_text)))
+        scrape.samples[(name, labels)] = value
     return scrape
 
 

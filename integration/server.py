@@ -120,6 +120,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True when something accepts TCP connections on host:port now (a server already
+    there would answer the health poll meant for the one about to start)."""
+    host = "127.0.0.1" if host in ("0.0.0.0", "", None) else "::1" if host == "::" else host
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def port_in_use(server_args: list[str]) -> str | None:
+    """Why the --port the server arguments give cannot be used (something already answers
+    there), or None (no --port given, or it is free)."""
+    given = option_value(server_args, "--port")
+    if not given or not given.isdigit():
+        return None
+    host = option_value(server_args, "--host") or "127.0.0.1"
+    if answers(host, int(given)):
+        return (f"--port {given}: something already answers on {host}:{given}; it would answer "
+                "the health checks and the benchmark meant for the server validate starts (stop "
+                "it, or leave --port out: a free port is chosen)")
+    return None
+
+
 # --- processes: lifecycle here, environments through nccl_tune.live.procenv ------------------
 
 def _stat(pid: int) -> tuple[int, str, int] | None:
@@ -264,7 +289,11 @@ class Server:
         return f"http://{host}:{self.port}"
 
     def start(self) -> None:
-        """Start the server process in its own session, output to the log file."""
+        """Start the server process in its own session, output to the log file; ServerError
+        when something already answers on its port (it would pass for this server)."""
+        if answers(self.host, self.port):
+            raise ServerError(f"port {self.port} on {self.host} already answers: another process "
+                              "would answer the health checks meant for this server")
         self._log = open(self.log_path, "w", encoding="utf-8")
         self._log.write(f"# nccl-tune: {' '.join(self.argv)}\n# nccl-tune: NCCL env "
                         f"{self.profile_env or '{} (baseline: every NCCL_* removed)'}\n")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -62,6 +61,7 @@ class Options:
     results: str | None = None
     results_any_world: bool = False  # predict from --results of another world size
     topology: str = costmodel.DEFAULT_TOPOLOGY  # the one default (costmodel.resolve_topology)
+    arch: str | None = None  # the GPUs' compute capability, for the engine's allreduce path
     model_file: str | None = None  # a `model fit` file for the prediction (no --results)
     layers: int | None = None  # model sizes for the prediction (sglang; builtin reports its own)
     hidden: int | None = None
@@ -174,10 +174,11 @@ def _run_group(argv: list[str], env: dict[str, str], timeout: float) -> tuple[in
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err
     except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # torchrun's ranks run in sessions of their own: stop the whole tree, or they keep
+        # the pipes open and communicate() below waits for them forever (Ctrl-C hung here)
+        from nccl_tune.measure.launch import kill_tree
+
+        kill_tree(proc)
         out, err = proc.communicate()
         if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
             return None, out, err
@@ -244,7 +245,13 @@ def _spec_figures(engine: str, steps: int, spec: dict | None, summary: dict,
 
 def check_server_args(opts: Options) -> None:
     """NcclTuneError (one line) when a step count cannot be applied to the server
-    arguments (e.g. steps > 0 and no speculative config), before any launch."""
+    arguments (e.g. steps > 0 and no speculative config), or when their --port already
+    answers, before any launch."""
+    from integration.server import port_in_use
+
+    busy = port_in_use(list(opts.server_args))
+    if busy:
+        raise NcclTuneError(f"--server-args: {busy}")
     engine = engine_of(opts.engine)
     for k in opts.steps:
         try:
@@ -448,10 +455,8 @@ def needed_sizes(hidden: int, dtype: str, max_steps: int) -> list[int]:
 # --- comparison ------------------------------------------------------------------------
 
 def _ci(values: list[float]) -> tuple[float | None, list[float] | None]:
-    if not values:
-        return None, None
-    mean, lo, hi = stats.t_ci(values)
-    return mean, ([lo, hi] if len(values) > 1 else None)
+    # the mean tok/s and its interval on the log scale: never below zero (stats.rate_ci)
+    return stats.rate_ci(values)
 
 
 def compare(base_runs: list[float], prof_runs: list[float]) -> tuple[str | None, list[float] | None]:
@@ -481,7 +486,9 @@ def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: 
                    "speedup": None, "diff_ci": None, "verdict": None, "measured_saving_ms": None,
                    "predicted_saving_ms": None, "prediction_error_ms": None}
             base_mean, _ = _ci(base.get("runs_tok_s") or [])
-            if label == "profile" and mean and base_mean:
+            # a speedup and a verdict only between two finished configurations
+            finished = m.get("status") == "ok" and base.get("status") == "ok"
+            if label == "profile" and mean and base_mean and finished:
                 row["speedup"] = mean / base_mean
                 row["verdict"], row["diff_ci"] = compare(base["runs_tok_s"], m["runs_tok_s"])
                 row["measured_saving_ms"] = 1000.0 / base_mean - 1000.0 / mean
@@ -496,10 +503,11 @@ def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: 
 
 
 def best_steps(rows: list[dict]) -> dict[str, int | None]:
-    """The step count with the highest mean tok/s under each configuration."""
+    """The step count with the highest mean tok/s under each configuration, among the
+    configurations whose run finished (a failed run's partial tok/s decides nothing)."""
     out: dict[str, int | None] = {}
     for label in ("baseline", "profile"):
-        candidates = [r for r in rows if r["config"] == label and r["tok_s"]]
+        candidates = [r for r in rows if r["config"] == label and r["tok_s"] and r["status"] == "ok"]
         out[label] = max(candidates, key=lambda r: r["tok_s"])["steps"] if candidates else None
     return out
 
@@ -584,12 +592,14 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
                                            needed_sizes(sizes["hidden"], sizes["dtype"], max(opts.steps)),
                                            opts.model_file)
         notes.append(f"prediction from {curves.source}")
-        if opts.engine == "sglang":  # SGLang's own custom allreduce may bypass NCCL
+        if opts.engine in ("sglang", "vllm"):  # the engine's own paths may bypass NCCL
             from nccl_tune.model import engines
 
-            # --topology (or the --model file's) names the machine for the engine's rules
-            notes.extend(engines.notes("sglang", opts.topology, world, needed_sizes(
-                sizes["hidden"], sizes["dtype"], max(opts.steps))))
+            # read from the installed engine (cited rules when it is not importable); the
+            # profile's engine switches apply; --topology names the machine
+            notes.extend(engines.report(opts.engine, opts.topology, world, needed_sizes(
+                sizes["hidden"], sizes["dtype"], max(opts.steps)), cc=opts.arch,
+                env=opts.profile_env).lines)
     if backend == "gloo":
         notes.append(f"engine {opts.engine} ran on gloo (CPU): NCCL settings cannot change gloo's latency, "
                      "so any difference here is noise and the prediction (for NCCL) does not apply")

@@ -42,7 +42,7 @@ import socket
 import sys
 import warnings
 
-from nccl_tune import stats, store
+from nccl_tune import fileio, stats, store
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import ncclinfo, settings
 from nccl_tune.errors import NcclTuneError
@@ -693,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = options.parse_args(argv)
         plan = options.load_plan(args.plan) if args.plan else None
-        options.check_out(args.out if rank == 0 else None)  # rank 0 writes --out
+        options.check_out(args.out if rank == 0 else None, inputs=[args.plan])  # rank 0 writes --out
         env_process = options.settings_env(os.environ)  # before any instrumentation
         torch_env = options.torch_nccl_env(os.environ)
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
@@ -705,9 +705,15 @@ def main(argv: list[str] | None = None) -> int:
         _say((f"rank {rank}: " if launched else "") + f"error: {exc}")
         return 2
     teardown.install()  # the log folder goes on every exit path, signals included
+    lock = None
     try:
+        if rank == 0 and args.out:  # the one writer of --out for the whole run (nccl_tune.fileio)
+            lock = fileio.ResultsLock(args.out, option="--out").acquire()
         bench.start()
-        return bench.run()
+        code = bench.run()
+        if lock is not None:
+            lock.release()
+        return code
     except NcclTuneError as exc:
         _say(f"rank {bench.rank}: error: {exc}")
         code = 2
@@ -722,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         # them only here, in the line that names the rank.
         _say(f"rank {bench.rank}: failed: " + with_warnings(_first_line(exc), bench.nccl_warnings()))
         code = 1
+    if lock is not None:
+        lock.release()  # before the hard exit: a file it created and never wrote goes
     teardown.exit_now(code)  # clean up, then skip teardown that could hang on a broken group
     return code
 

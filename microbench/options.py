@@ -15,12 +15,12 @@ after another in this process, each with a fresh communicator:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 
+from nccl_tune import vocab
+from nccl_tune import fileio
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
 
@@ -49,8 +49,6 @@ DEFAULT_WARMUP = 20
 # a cell's env (so NCCL_DEBUG=INFO does not turn a baseline run into another cell).
 DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
               "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT")
-_SIZE_RE = re.compile(r"^(\d+)\s*([kKmMgG]?)[bB]?$")
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def canonical_dtype(name: str) -> str:
@@ -68,26 +66,13 @@ def dtype_size(name: str) -> int:
 
 
 def parse_size(text: str) -> int:
-    """'14336' -> 14336, '64K' -> 65536, '1M' -> 1048576 (K = 1024, as nccl-tests)."""
-    match = _SIZE_RE.match(text.strip())
-    if not match:
-        raise NcclTuneError(f"--sizes: '{text}' is not a size (bytes, or a number with K, M or G)")
-    value = int(match.group(1)) * _UNITS[match.group(2).lower()]
-    if value <= 0:
-        raise NcclTuneError(f"--sizes: '{text}' must be at least 1 byte")
-    return value
+    """'14336' -> 14336, '64K' -> 65536, '1M' -> 1048576 (K = 1024, as nccl-tests); at
+    most nccl_tune.vocab.MAX_BYTES (the vocabulary's one size rule)."""
+    return vocab.parse_size(text)
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    items = [s.strip() for s in text.split(",")]
-    if not text.strip() or any(not s for s in items):
-        raise NcclTuneError(f"{option}: expected a comma list of positive integers, got '{text}'")
-    out = []
-    for item in items:
-        if not item.isdigit() or int(item) <= 0:
-            raise NcclTuneError(f"{option}: '{item}' is not a positive integer")
-        out.append(int(item))
-    return out
+    return vocab.parse_counts(text, option, vocab.MAX_TOKENS)
 
 
 def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
@@ -107,10 +92,11 @@ def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
             raise NcclTuneError(f"--sizes: expected a comma list of sizes, got '{sizes}'")
         values = [parse_size(s) for s in items]
     else:
-        if hidden is not None and hidden <= 0:
-            raise NcclTuneError(f"--hidden: {hidden} must be a positive integer")
+        if hidden is not None and not 0 < hidden <= vocab.MAX_HIDDEN:
+            raise NcclTuneError(f"--hidden: {hidden} must be an integer in [1, {vocab.MAX_HIDDEN}]")
         counts = _int_list(tokens or DEFAULT_TOKENS, "--tokens")
-        values = [t * (hidden or DEFAULT_HIDDEN) * elem for t in counts]
+        values = [vocab.check_bytes(t * (hidden or DEFAULT_HIDDEN) * elem, "--tokens x --hidden")
+                  for t in counts]
     for value in values:
         if value % elem:
             raise NcclTuneError(f"--sizes: {value} bytes is not a multiple of the {elem}-byte "
@@ -164,6 +150,9 @@ def _opt_count(value, where: str, path: str) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise NcclTuneError(f"{where} must be a non-negative integer or null", path=path)
     return value
+
+
+PLAN_MAX_DEPTH = 8  # plan -> cells -> cell -> extra -> an extra's object
 
 
 def parse_plan(data, path: str = "<plan>") -> Plan:
@@ -221,15 +210,8 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
 
 
 def load_plan(path: str) -> Plan:
-    """Read and validate a plan file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read plan: {exc.strerror}", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise NcclTuneError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from None
-    return parse_plan(data, path)
+    """Read (by the input policy, nccl_tune.fileio.load_json) and validate a plan file."""
+    return parse_plan(fileio.load_json(path, what="plan", max_depth=PLAN_MAX_DEPTH), path)
 
 
 def settings_env(environ) -> dict[str, str]:
@@ -367,20 +349,13 @@ def check_backend_mode(backend: str, mode: str | None, verify: bool | None, *, c
     return backend, mode
 
 
-def check_out(path: str | None) -> None:
-    """NcclTuneError when the results file `path` cannot be appended to (its folder is
-    missing, or it is not writable), so that nothing is measured for a file that cannot
-    be written. Creates nothing that was not there."""
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise NcclTuneError(f"--out {path}: the folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise NcclTuneError(f"--out {path}: is a folder, not a results file")
-    target = path if os.path.exists(path) else folder
-    if not os.access(target, os.W_OK):
-        raise NcclTuneError(f"--out {path}: not writable ({'the file' if target == path else 'its folder'})")
+def check_out(path: str | None, inputs=()) -> None:
+    """NcclTuneError when `path` cannot take results (nccl_tune.fileio.check_output: the
+    same file as an input such as --plan, under /proc or /sys, a folder, a missing or
+    unwritable folder, a file that is not a results file, one another process is writing),
+    so that nothing is measured for a file that cannot be written. Creates nothing."""
+    if path:
+        fileio.check_output(path, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
 
 
 def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes_out: bool = True):
@@ -388,7 +363,7 @@ def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes
     backend and mode, --verify-effective, --out (where this node writes it: node 0),
     --plan. Returns (backend, mode, plan or None); raises NcclTuneError (one line, exit 2)."""
     backend, mode = check_backend_mode(args.backend, args.mode, args.verify, cuda=cuda, nccl=nccl)
-    check_out(args.out if writes_out else None)
+    check_out(args.out if writes_out else None, inputs=[args.plan])
     plan = load_plan(args.plan) if args.plan else None
     return backend, mode, plan
 
@@ -404,8 +379,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `python -m microbench.allreduce` (and of `nccl-tune bench`)."""
-    p = _Parser(prog=PROG, description="Small-message collective latency, per rank and "
-                "slowest-rank, with a correctness check; run it under torchrun.")
+    # allow_abbrev=False: `--iter 10` is refused, as nccl-tune's (click's) options are.
+    p = _Parser(prog=PROG, allow_abbrev=False,
+                description="Small-message collective latency, per rank and slowest-rank, with "
+                "a correctness check; run it under torchrun (`nccl-tune bench` wraps it).")
     p.add_argument("--sizes", help="message sizes in bytes: 1K,14336,64K,1M (K=1024)")
     p.add_argument("--tokens", help=f"decode sizes: tokens x hidden x dtype (default {DEFAULT_TOKENS})")
     p.add_argument("--hidden", type=int, help=f"hidden size for --tokens (default {DEFAULT_HIDDEN})")
@@ -464,12 +441,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("warmup", "iters", "graph_ops", "ops_per_sample"):
         value = getattr(args, name)
         low = 0 if name == "warmup" else 1
-        if value < low:
-            raise NcclTuneError(f"--{name.replace('_', '-')}: {value} must be >= {low}")
-    if not (math.isfinite(args.gap_us) and args.gap_us >= 0):
-        raise NcclTuneError(f"--gap-us: {args.gap_us} must be a number >= 0")
-    if not args.timeout > 0:
-        raise NcclTuneError(f"--timeout: {args.timeout} must be > 0")
+        if not low <= value <= vocab.MAX_ITERS:
+            raise NcclTuneError(f"--{name.replace('_', '-')}: {value} is not in [{low}, {vocab.MAX_ITERS}]")
+    if not (math.isfinite(args.gap_us) and 0 <= args.gap_us <= vocab.MAX_SECONDS * 1e6):
+        raise NcclTuneError(f"--gap-us: {args.gap_us} must be a number in [0, {vocab.MAX_SECONDS * 1e6:g}]")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= vocab.MAX_SECONDS):
+        raise NcclTuneError(f"--timeout: {args.timeout} must be a number in (0, {vocab.MAX_SECONDS:g}] seconds")
     if args.verify and args.backend == "gloo":
         raise NcclTuneError("--verify-effective needs the NCCL backend (gloo has no NCCL log)")
     if args.keep_nccl_log is not None and not os.path.isdir(args.keep_nccl_log):

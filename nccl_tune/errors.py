@@ -1,14 +1,19 @@
 """The tool's own errors, each reported in one line (never a traceback), and their exit codes.
 
 Every exit code a command can end with is decided here, by the kind of error it raises;
-the CLI group (nccl_tune.cli) maps each kind to its code and nothing else picks one:
+the CLI group (nccl_tune.cli) maps each kind to its code and nothing else picks one.
+`EXIT_CODES` is the table (README's "Exit codes" section prints it; a test compares them):
 
-- 2 (EXIT_BAD_INPUT): bad input (`NcclTuneError`), refused before anything is launched;
-- 1 (EXIT_RUN_FAILED): the run went ahead but every measurement failed, or the baseline
-  did, so nothing can be compared (`RunFailed`; the results file keeps what was written);
+- 0: done;
+- 1 (EXIT_RUN_FAILED): the run went ahead but its outcome is a failure: every measurement
+  failed, or the baseline did, so nothing can be compared (`RunFailed`; the results file
+  keeps what was written), or a file that was asked for was not written (`NotWritten`);
+- 2 (EXIT_BAD_INPUT): bad input or usage (`NcclTuneError`, click's usage errors), refused
+  before anything runs;
 - 127 / 126: `exec` could not start its command: not found / not executable
   (`CannotExecute`), as shells and env(1) report them;
-- 130: interrupted (Ctrl-C, SIGTERM).
+- 130 (EXIT_INTERRUPTED): interrupted (Ctrl-C, SIGTERM), in every command
+  (`Interrupted`, which names the command that resumes the work where one does).
 """
 
 from __future__ import annotations
@@ -18,6 +23,20 @@ EXIT_BAD_INPUT = 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 EXIT_INTERRUPTED = 130
+EXIT_DONE = 0
+
+# code -> when a command ends with it (README's table; tests/test_cli_contract.py checks
+# that README says the same).
+EXIT_CODES: dict[int, str] = {
+    EXIT_DONE: "done",
+    EXIT_RUN_FAILED: "ran, but the outcome is a failure: every measurement failed (or the "
+                     "baseline did), or a file that was asked for was not written",
+    EXIT_BAD_INPUT: "bad input or usage, refused before anything runs (one `Error:` line)",
+    EXIT_NOT_EXECUTABLE: "`exec`: the command exists but cannot be executed",
+    EXIT_NOT_FOUND: "`exec`: no such command",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); the message names the command that "
+                      "resumes, where the work can be resumed",
+}
 
 
 class ToolError(Exception):
@@ -30,6 +49,22 @@ class RunFailed(ToolError):
     """A run whose every measurement failed (or whose baseline did): one line, exit 1."""
 
     exit_code = EXIT_RUN_FAILED
+
+
+class NotWritten(RunFailed):
+    """A file that was asked for (an export, a plot) was not written: exit 1, after the
+    command has printed what it found and why it wrote nothing."""
+
+
+class Interrupted(ToolError):
+    """Ctrl-C or SIGTERM: exit 130. `resume` is the command that continues the work, when
+    the work can be resumed (a sweep); the message then names it."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str = "interrupted", *, resume: str | None = None):
+        super().__init__(message + (f"; resume with: {resume}" if resume else ""))
+        self.resume = resume
 
 
 class CannotExecute(ToolError):

@@ -145,6 +145,20 @@ def positive_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[floa
     return float(np.exp(centre)), float(np.exp(lo)), float(np.exp(hi))
 
 
+def rate_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float | None, list[float] | None]:
+    """(mean, interval) of a few throughputs (tok/s per run): the arithmetic mean, and the
+    interval on the log scale (`positive_ci`), so it never reaches below zero, as latency
+    intervals do not; None for no values, and no interval for one value or any value <= 0."""
+    data = [float(v) for v in values if v is not None]
+    if not data:
+        return None, None
+    mean = float(np.mean(data))
+    if len(data) < 2 or min(data) <= 0 or not all(np.isfinite(data)):
+        return mean, None
+    _, lo, hi = positive_ci(data, confidence)
+    return mean, [lo, hi]
+
+
 def tied(best_rounds: dict, other_rounds: dict, confidence: float = 0.95) -> bool | None:
     """Whether `other` is statistically tied with `best`: the paired Student-t interval of
     their per-round differences (rounds both were measured in) includes zero. None with

@@ -10,15 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import socket
 import time
 import uuid
 from typing import Callable, Iterable, Iterator
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 SCHEMA = 1
+MARKER_SCHEMA = 2  # supersede markers (see `supersede`): schema-1 readers skip them
+SUPERSEDE = "supersede"
 BACKENDS = ("nccl", "gloo", "sim", "nccl-tests")
 STATUSES = ("ok", "failed", "timeout", "wrong")
 BASELINE = "baseline"
@@ -122,6 +124,7 @@ FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "strategy": (lambda v: isinstance(v, str), "a string"),
     "isolation": (lambda v: isinstance(v, str), "a string"),
     "source_file": (lambda v: isinstance(v, str), "a string"),
+    "sweep": (lambda v: isinstance(v, dict), "an object (the sweep's identity)"),
     "conf_files": (lambda v: isinstance(v, dict) and all(_str_map(x) for x in v.values()),
                    "an object of path: {NAME: value}"),
 }
@@ -191,125 +194,139 @@ def make_record(**fields) -> dict:
 def append_record(path: str, record: dict) -> None:
     """Append one record as a line and flush it to disk before returning.
 
-    A file whose last line is torn (a crash mid-write leaves no final newline) gets a
-    newline first, so the new record starts a line of its own instead of being glued to
-    the fragment (readers skip the fragment alone).
+    Under the results file's exclusive lock (nccl_tune.fileio.append_line: the run's held
+    lock, or one taken for this line; another process writing the file is refused). A
+    file whose last line is torn (a crash mid-write leaves no final newline) gets a
+    newline first, so the new record starts a line of its own; a failed write (a full
+    disk) is cut back, and a file it created is removed, so no torn or empty file stays.
     """
-    line = json.dumps(record, separators=(",", ":"), default=str)
-    try:
-        with open(path, "a+b") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() > 0:
-                handle.seek(-1, os.SEEK_END)
-                torn = handle.read(1) != b"\n"
-                handle.seek(0, os.SEEK_END)
-                if torn:
-                    handle.write(b"\n")
-            handle.write(line.encode("utf-8") + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        raise NcclTuneError(f"cannot append: {exc.strerror}", path=path) from None
+    fileio.append_line(path, json.dumps(record, separators=(",", ":"), default=str))
 
 
 def append_records(path: str, records: Iterable[dict]) -> None:
-    """Append records one by one (each flushed), so a failure keeps the earlier ones."""
-    for record in records:
-        append_record(path, record)
+    """Append records with one write under the results lock: all of them, or none when
+    the write fails (an import retried after a full disk then adds no duplicates)."""
+    fileio.append_lines(path, [json.dumps(r, separators=(",", ":"), default=str) for r in records])
+
+
+def record_key(record: dict) -> tuple:
+    """What identifies a sweep's records of one measurement: (run_id, cell, round, rung)."""
+    return (record.get("run_id"), record.get("cell"), record.get("round"), record.get("rung"))
+
+
+def supersede(path: str, keys: Iterable[tuple], **marks) -> int:
+    """Take the records of `keys` (`record_key`s) out of every verdict, append-only.
+
+    A resumed sweep that measures a failed cell again keeps the failed records but marks
+    them `superseded: true, final: false` (plus `marks`, e.g. retried_by). The file is
+    never rewritten: one marker line is appended (under the results lock, like every
+    record), and readers apply it to the records before it. So nothing a concurrent
+    writer appended can be lost, and a crash leaves either the marker or not. The marker
+    has schema MARKER_SCHEMA, which readers of schema 1 skip with a warning instead of
+    taking it for a measurement. Returns how many keys were marked.
+    """
+    keys = sorted({tuple(k) for k in keys}, key=repr)
+    if not keys:
+        return 0
+    append_record(path, {"schema": MARKER_SCHEMA, "kind": SUPERSEDE, "cell": None,
+                         "time": now_iso(), "supersedes": [list(k) for k in keys], **marks})
+    return len(keys)
+
+
+def _marker(record: dict) -> list[tuple] | None:
+    """The keys a supersede marker names, or None when `record` is no valid marker."""
+    keys = record.get("supersedes")
+    if record.get("kind") != SUPERSEDE or not isinstance(keys, list):
+        return None
+    if not all(isinstance(k, list) and len(k) == 4 for k in keys):
+        return None
+    return [tuple(k) for k in keys]
+
+
+def _line_problem(raw: bytes) -> tuple[str | None, dict | None]:
+    """(why the line is skipped, None) or (None, the decoded object)."""
+    try:
+        record = fileio.json_line(raw)
+    except ValueError as exc:
+        return str(exc), None
+    if not isinstance(record, dict) or "schema" not in record:
+        return "not a nccl-tune record", None
+    if record.get("kind") == SUPERSEDE and record["schema"] == MARKER_SCHEMA:
+        return (None, record) if _marker(record) is not None else ("a malformed supersede marker", None)
+    if not _is_int(record["schema"]) or record["schema"] < 1:
+        return f"field schema is {json.dumps(record['schema'])}, expected a positive integer", None
+    if record["schema"] > SCHEMA:
+        return f"schema {record['schema']!r} is newer than this tool's {SCHEMA}", None
+    return field_problem(record), record
 
 
 def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None
                           ) -> Iterator[tuple[int, dict]]:
     """(line number, record) of the valid records of one file; skipped lines go to `warn`.
 
-    Lines are split at '\\n' only (as they are written), so numbers stay valid for
-    `mark_superseded`.
+    The input policy (nccl_tune.fileio): a file that is not a results file at all (a
+    model file, a profile: no record among its first lines) is one NcclTuneError, not a
+    warning per line. In a results file each corrupt, torn, non-UTF-8, too deeply nested,
+    wrongly typed or over-long line (fileio.MAX_LINE_BYTES) is skipped with a warning
+    naming file and line, and every other record is kept. Supersede markers are applied
+    to the records before them (`supersede`). Lines are split at '\\n' only (as they are
+    written), so numbers are stable.
     """
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            text = raw.decode("utf-8", errors="replace").strip()
-            if not text:
-                continue
-            problem = None
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                problem = f"not JSON ({exc.msg})"
+    warn = warn or (lambda message: None)
+    held: list[str] = []  # warnings before the first record: dropped if it is no results file
+    found = False
+    blank_or_bad = 0
+    kept: list[tuple[int, dict]] = []
+    marks: list[tuple[int, set, dict]] = []
+    long_lines: dict[int, int] = {}
+
+    def say(message: str) -> None:
+        (warn if found else held.append)(message)
+
+    for number, raw in fileio.iter_byte_lines(path, what="results file", max_line=fileio.MAX_LINE_BYTES,
+                                              on_long=long_lines.__setitem__):
+        if not raw.strip():
+            continue
+        if number in long_lines:
+            problem, record = f"a line of {long_lines[number]} bytes (at most {fileio.MAX_LINE_BYTES})", None
+        else:
+            problem, record = _line_problem(raw)
+        if not found:
+            if problem is None or fileio.is_results_line(raw):
+                found = True
+                for message in held:
+                    warn(message)
             else:
-                if not isinstance(record, dict) or "schema" not in record:
-                    problem = "not a nccl-tune record"
-                elif not _is_int(record["schema"]) or record["schema"] < 1:
-                    problem = f"field schema is {json.dumps(record['schema'])}, expected a positive integer"
-                elif record["schema"] > SCHEMA:
-                    problem = f"schema {record['schema']!r} is newer than this tool's {SCHEMA}"
-                else:
-                    problem = field_problem(record)
-            if problem:
-                if warn:
-                    warn(f"{path}:{number}: skipped: {problem}")
-                continue
-            yield number, record
+                blank_or_bad += 1
+                if blank_or_bad >= fileio.RESULTS_PROBE_LINES:
+                    raise NcclTuneError(f"not a nccl-tune results file (none of its first "
+                                        f"{blank_or_bad} lines is a record)", path=path)
+        if problem:
+            say(f"{path}:{number}: skipped: {problem}")
+            continue
+        keys = _marker(record) if record.get("kind") == SUPERSEDE else None
+        if keys is not None:
+            extra = {k: v for k, v in record.items() if k not in ("schema", "kind", "cell", "time", "supersedes")}
+            marks.append((number, set(keys), extra))
+            continue
+        kept.append((number, record))
+    if not found and blank_or_bad:
+        raise NcclTuneError("not a nccl-tune results file (no line of it is a record)", path=path)
+    latest: dict[tuple, tuple[int, dict]] = {}  # key -> (line of the last marker naming it, marks)
+    for marker_line, keys, extra in marks:
+        for key in keys:
+            latest[key] = (marker_line, extra)
+    for number, record in kept:
+        marker_line, extra = latest.get(record_key(record), (0, {}))
+        if number < marker_line:
+            record.update(superseded=True, final=False, **extra)
+    yield from kept
 
 
 def iter_records(path: str, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
     """Yield the valid records of one file; report each skipped line through `warn`."""
     for _, record in iter_numbered_records(path, warn):
         yield record
-
-
-def mark_superseded(path: str, line_numbers: Iterable[int], **marks) -> int:
-    """Mark the records on `line_numbers` `superseded: true, final: false` (plus `marks`).
-
-    The one exception to append-only: a resumed sweep that measures a failed cell again
-    keeps the failed records but takes them out of every verdict. The file is rewritten
-    atomically (a temporary file beside it, then a rename); every other line is kept
-    byte for byte, corrupt ones included. Returns how many records were marked.
-    """
-    wanted = set(line_numbers)
-    if not wanted:
-        return 0
-    try:
-        with open(path, "rb") as handle:
-            lines = handle.read().split(b"\n")
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
-    if lines and lines[-1] == b"":
-        lines.pop()  # the final newline
-    marked = 0
-    for index in sorted(wanted):
-        if not 1 <= index <= len(lines):
-            continue
-        try:
-            record = json.loads(lines[index - 1].decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        if not isinstance(record, dict):
-            continue
-        record.update(superseded=True, final=False, **marks)
-        lines[index - 1] = json.dumps(record, separators=(",", ":"), default=str).encode("utf-8")
-        marked += 1
-    temp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temp, "wb") as handle:
-            handle.write(b"\n".join(lines) + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.chmod(temp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(temp, path)
-    except OSError as exc:
-        try:
-            os.remove(temp)
-        except OSError:
-            pass
-        raise NcclTuneError(f"cannot rewrite: {exc.strerror}", path=path) from None
-    return marked
 
 
 def read_records(paths: Iterable[str], warn: Callable[[str], None] | None = None) -> list[dict]:

@@ -173,3 +173,29 @@ def test_readme_example_server_with_two_workers():
     finally:
         proc.kill()
         proc.wait()
+
+
+def _a_kernel_thread() -> int | None:
+    for entry in sorted(os.listdir("/proc"), key=lambda e: (len(e), e)):
+        if entry.isdigit() and procenv.is_kernel_thread(int(entry)):
+            return int(entry)
+    return None
+
+
+def test_a_kernel_thread_is_named_not_reported_missing(profile_file, cli_runner):
+    pid = _a_kernel_thread()
+    if pid is None:
+        pytest.skip("no kernel thread is visible in this PID namespace")
+    result = cli_runner.invoke(cli, ["check", "--profile", profile_file, "--pid", str(pid)])
+    assert result.exit_code == 2
+    comm = procenv.read_comm(pid)
+    assert result.output.strip() == (f"Error: pid {pid} ({comm}) is a kernel thread: it has no "
+                                     "environment to check (give a server's pid)")
+
+
+def test_kernel_thread_flag_is_read_from_stat(monkeypatch):
+    # /proc/PID/stat field 9 (flags): kthreadd's 0x208040 carries PF_KTHREAD (0x00200000)
+    fields = {2: "S 0 0 0 0 -1 2129984 0 0".split(), 7: "S 1 7 7 0 -1 4194560 0 0".split()}
+    monkeypatch.setattr(procenv, "_stat_fields", lambda pid: fields.get(pid, []))
+    assert procenv.is_kernel_thread(2) and not procenv.is_kernel_thread(7)
+    assert not procenv.is_kernel_thread(99)

@@ -28,24 +28,27 @@ def files(tmp_path):
 
 # Tool errors (NcclTuneError): exactly one line naming the file, line or option.
 ONE_LINE = [
-    (["lint", "{d}/missing.env"], "missing.env: cannot read"),
-    (["lint", "{d}/binary.env"], "binary.env: cannot read"),
+    (["lint", "{d}/missing.env"], "missing.env: no such file"),
+    (["lint", "{d}/binary.env"], "binary.env:1: not UTF-8 text"),
     (["profiles", "show", "no-such-profile"], "no-such-profile: no such file or shipped profile"),
     (["profiles", "show", "{d}/malformed.env"], "malformed.env:2: malformed line"),
     (["exec", "--profile", "{d}/missing.env", "--", "true"], "missing.env: no such file or shipped profile"),
     (["exec", "--profile", "{d}/malformed.env", "--", "true"], "malformed.env:2:"),
     (["exec", "--profile", "{d}/invalid.env", "--", "true"], "invalid.env:1:"),
     (["check", "--profile", "{d}/malformed.env", "--pid", "1"], "malformed.env:2: malformed line"),
-    (["check", "--profile", "{d}/good.env", "--pid", "999999999"], "no process with pid 999999999"),
+    (["check", "--profile", "{d}/good.env", "--pid", "999999999"], "not in the range 1<=x<=4194304"),
+    (["check", "--profile", "{d}/good.env", "--pid", "{gone}"], "no process with pid"),
     (["check", "--profile", "nope", "--pid", "1"], "nope: no such file or shipped profile"),
-    (["doctor", "--topo-file", "{d}/missing.txt"], "missing.txt: cannot read"),
+    (["doctor", "--topo-file", "{d}/missing.txt"], "missing.txt: no such file"),
     (["doctor", "--topo-file", "{d}/topo.txt"], "topo.txt: no nvidia-smi topo -m matrix"),
 ]
 
 
 @pytest.mark.parametrize("args,fragment", ONE_LINE, ids=[" ".join(a[:2]) + f" #{i}" for i, (a, _) in enumerate(ONE_LINE)])
 def test_tool_errors_are_one_line(files, args, fragment):
-    done = run(*[a.format(d=files) for a in args])
+    gone = subprocess.Popen(["true"])  # a pid that existed and has exited
+    gone.wait()
+    done = run(*[a.format(d=files, gone=gone.pid) for a in args])
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr

@@ -49,7 +49,8 @@ def test_profiles_convert_to_conf(tmp_path, cli_runner):
     assert conffile.read_like_nccl(text) == ENV and "# source: measured" in text
     assert f"# converted: from {src}" in text
     printed = cli_runner.invoke(cli, ["profiles", "convert", str(src), "--to", "conf"])
-    assert printed.output == text
+    assert printed.stdout == text
+    assert printed.stderr.startswith(f"converted {src} (checked against NCCL ")
     bad = tmp_path / "bad.env"
     bad.write_text("NCCL_PROTO=LL\nOTHER_VAR=1\n")
     result = cli_runner.invoke(cli, ["profiles", "convert", str(bad), "--to", "conf"])

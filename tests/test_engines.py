@@ -40,8 +40,9 @@ def test_recommend_says_nccl_settings_do_not_change_bypassed_allreduces(cli_runn
     assert "NCCL settings do not change those allreduces" in result.output
     assert "--disable-custom-all-reduce" in result.output
     out = json.loads(cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-amd-2s",
-                                             "--engine", "vllm", "--json"]).output)
-    assert out["engine"]["name"] == "vllm" and "go through NCCL" in out["engine"]["notes"][0]
+                                             "--engine", "sglang", "--json"]).stdout)
+    # SGLang is read by the cited rules (test_engine_paths covers vLLM, read from vLLM itself)
+    assert out["engine"]["name"] == "sglang" and "go through NCCL" in out["engine"]["notes"][1]
 
 
 def test_spec_plan_engine_note(cli_runner):

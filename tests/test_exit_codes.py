@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +17,9 @@ from nccl_tune.cli import cli
 # The published codes (DESIGN.md section 8, shells and env(1) for 126/127), written out
 # rather than imported from nccl_tune.errors: a changed constant there must fail here.
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 2, 126, 127
+
+from conftest import subprocess_env
+from unwritable import drop_overrides, unwritable_folder
 
 try:
     import torch
@@ -133,7 +137,7 @@ def no_torchrun(monkeypatch):
 @pytest.mark.parametrize("args, words", [
     (["--out", "/nonexistent/dir/r.jsonl"], "/nonexistent/dir does not exist"),
     (["--verify-effective"], "--verify-effective needs the NCCL backend"),
-    (["--plan", "missing.json"], "missing.json: cannot read plan"),
+    (["--plan", "missing.json"], "missing.json: cannot read the plan"),
     (["--mode", "graph"], "--mode graph needs"),
 ])
 def test_bench_refuses_before_torchrun(cli_runner, no_torchrun, tmp_path, args, words):
@@ -146,17 +150,28 @@ def test_bench_refuses_before_torchrun(cli_runner, no_torchrun, tmp_path, args, 
 
 
 def test_bench_refuses_an_unwritable_out(cli_runner, no_torchrun, tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o500)
-    try:
-        if os.access(folder, os.W_OK):
-            pytest.skip("running as a user who can write anywhere (root)")
-        result = cli_runner.invoke(cli, ["bench", "--out", str(folder / "r.jsonl")])
-        assert result.exit_code == EXIT_BAD_INPUT
-        assert "not writable" in result.output
-    finally:
-        folder.chmod(0o700)
+    """Runs as root too (CI): a read-only bind mount or an immutable folder, else the
+    command in a process without the capabilities that override mode bits."""
+    with unwritable_folder(tmp_path) as made:
+        out = tmp_path / "ro" / "r.jsonl"
+        if made is None:
+            done = subprocess.run([sys.executable, "-m", "nccl_tune", "bench", "--out", str(out)],
+                                  capture_output=True, text=True, env=subprocess_env(),
+                                  preexec_fn=drop_overrides, timeout=120)
+            code, output = done.returncode, done.stderr
+        else:
+            result = cli_runner.invoke(cli, ["bench", "--out", str(out)])
+            code, output = result.exit_code, result.output
+        assert code == EXIT_BAD_INPUT, output
+        assert f"Error: --out {out}: the folder {tmp_path / 'ro'} is not writable" in output
+    assert not out.exists()
+
+
+def test_bench_refuses_an_out_under_sys_before_torchrun(cli_runner, no_torchrun):
+    result = cli_runner.invoke(cli, ["bench", "--out", "/sys/foo.jsonl"])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert result.output == ("Error: --out /sys/foo.jsonl: is under /sys, a kernel file system, "
+                             "not a place for output\n")
 
 
 def test_check_out_refuses_a_folder_and_accepts_a_new_file(tmp_path):

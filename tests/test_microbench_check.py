@@ -7,7 +7,6 @@ import glob
 import os
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest

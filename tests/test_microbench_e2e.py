@@ -177,7 +177,11 @@ def test_gap_us_times_each_collective_from_the_last_arrival(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--gap-us", "-5"], "--gap-us: -5.0 must be a number >= 0"),
+    (["--gap-us", "-5"], "--gap-us: -5.0 must be a number in [0, 6.048e+11]"),
+    (["--timeout", "inf"], "--timeout: inf must be a number in (0, 604800] seconds"),
+    (["--iters", "100000000"], "--iters: 100000000 is not in [1, 10000000]"),
+    (["--tokens", "1048577"], "--tokens: 1048577 is more than 1048576"),
+    (["--iter", "10"], "unrecognized arguments: --iter 10"),  # no abbreviations, as click
     (["--sizes", "12Q"], "--sizes: '12Q' is not a size"),
     (["--dtype", "int3"], "--dtype: unknown dtype 'int3'"),
     (["--mode", "graph"], "--mode graph needs CUDA"),
@@ -189,6 +193,19 @@ def test_cli_errors_are_one_line_exit_2(args, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("microbench.allreduce: error: ") and message in lines[0]
     assert result.stdout == ""
+
+
+@pytest.mark.slow
+def test_every_rank_refuses_alike_before_any_process_group():
+    # plain torchrun: each rank checks its options before init_process_group and says the
+    # same line with exit 2 (torchrun then adds its own ChildFailedError report, which no
+    # rank can silence: nccl-tune bench wraps it into one line)
+    result = torchrun(2, "--mode", "graph", "--sizes", "1K", timeout=120)
+    said = [line.split(": ", 2) for line in result.stderr.splitlines()
+            if line.startswith("microbench.allreduce: rank ")]
+    assert said and {text for _, _, text in said} == {
+        "error: --mode graph needs CUDA (torch.cuda.is_available() is False); use --mode eager"}
+    assert "exitcode  : 2" in result.stderr and "Timed out" not in result.stderr
 
 
 def test_bench_rejects_bad_options_before_launching():
@@ -276,7 +293,7 @@ def test_bench_refuses_a_missing_plan_once_before_torchrun(tmp_path):
     # one line, not one per rank after torchrun's start-up
     result = _bench("--nproc", "2", "--master-port", str(_port()), "--plan", str(tmp_path / "missing.json"))
     assert result.returncode == 2
-    reason = f"{tmp_path / 'missing.json'}: cannot read plan: No such file or directory"
+    reason = f"{tmp_path / 'missing.json'}: cannot read the plan: No such file or directory"
     assert result.stderr.strip() == f"Error: {reason}" and result.stdout == ""
 
 

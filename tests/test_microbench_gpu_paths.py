@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from microbench import allreduce, nccllib, nccllog, options, teardown, timing
+from microbench import allreduce, nccllib, nccllog, options, timing
 from nccl_tune.measure import launch, sweepplan
 from nccl_tune.nccl import ncclinfo
 from nccl_tune.cli import cli

@@ -6,7 +6,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 

@@ -8,6 +8,7 @@ import string
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from nccl_tune import fileio
 from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live.profile import parse_profile, render_profile
@@ -124,7 +125,7 @@ def test_write_refusal_keeps_the_old_file(tmp_path):
 
 def test_write_into_missing_folder_is_a_tool_error(tmp_path):
     with pytest.raises(NcclTuneError) as info:
-        profile.write_atomic(str(tmp_path / "nope" / "p.env"), "A=1\n")
+        fileio.write_atomic(str(tmp_path / "nope" / "p.env"), "A=1\n")
     assert "nope" in str(info.value)
 
 

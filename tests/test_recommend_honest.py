@@ -50,7 +50,7 @@ def test_nccl_results_are_plainly_measured(cli_runner, tmp_path):
     done = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", results,
                                    "--export", str(out)])
     assert done.exit_code == 0, done.output
-    assert _header(out)["source"] == "measured"
+    assert _header(out)["source"] == "measured with NCCL"
     assert "do not affect gloo" not in done.output
 
 
@@ -77,6 +77,7 @@ def test_force_writes_the_tuner_csv_without_a_significant_winner(cli_runner, tmp
     plain = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", results,
                                     "--tuner-csv", str(csv_path)])
     assert "Keep NCCL's defaults" in plain.output and not csv_path.exists()
+    assert plain.exit_code == 1  # a file asked for and not written
     forced = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", results,
                                      "--tuner-csv", str(csv_path), "--force", "--json"])
     assert forced.exit_code == 0, forced.output

@@ -1,4 +1,4 @@
-"""Published references: kinds, interpolation, and the range a kind of machine measured."""
+"""Published references: the shipped tables, extra tables, kinds, interpolation, projection."""
 
 from __future__ import annotations
 
@@ -6,13 +6,57 @@ import json
 
 import pytest
 
-from nccl_tune.model import references as R
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.model import costmodel, ranges
+from nccl_tune.model import references as R
 
 
-@pytest.fixture
-def refs(real_fixtures):
-    return R.load(real_fixtures / "reference_latency")
+@pytest.fixture(scope="module")
+def shipped():
+    return R.shipped()
+
+
+def test_the_tables_ship_with_the_package_and_name_their_machines(shipped, monkeypatch):
+    monkeypatch.delenv(R.ENV_VAR, raising=False)
+    assert R.load() == shipped  # no $NCCL_TUNE_REFERENCES, no ../shared: the shipped tables
+    assert len({r.machine for r in shipped}) >= 10
+    assert all(r.kind in costmodel.TOPOLOGIES and r.source and r.points for r in shipped)
+    assert all(r.machine_id for r in shipped)  # explicit, not guessed from the name
+    sys_level = next(r for r in shipped if r.name == "asus-4xrtxpro6000-p2pmark-p2p-level-sys")
+    assert (sys_level.kind, sys_level.p2p, sys_level.env) == ("pcie-direct", True,
+                                                              {"NCCL_P2P_LEVEL": "SYS"})
+
+
+def test_extra_tables_are_added_in_either_form(shipped, tmp_path, monkeypatch):
+    old_form = [{"name": "lab-4x", "gpus": "L4", "n_gpus": 4, "interconnect": "pcie-shm",
+                 "cpu": "unknown", "graph_mode": True, "env": {}, "points": [[16384, 20.0]]},
+                {"name": shipped[0].name, "gpus": "x", "n_gpus": 2, "interconnect": "nvlink",
+                 "points": [[8, 1.0]]}]
+    path = tmp_path / "references.json"
+    path.write_text(json.dumps(old_form))
+    monkeypatch.setenv(R.ENV_VAR, str(tmp_path))
+    refs = R.load()
+    extra = [r for r in refs if r.name == "lab-4x"]
+    assert len(refs) == len(shipped) + 1  # a shipped name keeps the shipped table
+    assert extra[0].kind == "pcie-shm" and extra[0].mode == "graph" and extra[0].machine == "lab-4x"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", "not JSON .*; a reference table is JSON"),
+    ('{"schema": "x"}', "not a reference table"),
+    (json.dumps([{"name": "x", "points": [[1, 2]]}]), "malformed"),
+    (json.dumps({"schema": R.SCHEMA, "references": [{"name": "x", "machine": "m", "kind": "warp",
+                                                     "n_gpus": 2, "points": [[8, 1.0]]}]}),
+     "unknown kind 'warp'"),
+    (json.dumps({"schema": R.SCHEMA, "references": [{"name": "x", "machine": "m", "kind": "pcie",
+                                                     "n_gpus": 2, "points": []}]}), "no points"),
+])
+def test_a_bad_table_is_one_error_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "references.json"
+    path.write_text(text)
+    with pytest.raises(NcclTuneError, match=message) as err:
+        R.load(path)
+    assert str(path) in str(err.value)
 
 
 @pytest.mark.parametrize("entry, kind", [
@@ -28,21 +72,8 @@ def refs(real_fixtures):
       "cpu": "2x AMD EPYC; 4-GPU runs use GPUs 0-3 on NUMA 0", "n_gpus": 4}, "pcie-direct"),
     ({"interconnect": "pcie-shm", "cpu": "unknown", "n_gpus": 2}, "pcie-shm"),
 ])
-def test_kind_of_reads_what_an_entry_says(entry, kind):
+def test_kind_of_reads_what_an_older_entry_says(entry, kind):
     assert R.kind_of(entry) == kind
-
-
-def test_every_reference_has_a_cost_model_kind_and_one_machine_one_kind(refs):
-    from nccl_tune.model import costmodel
-
-    assert refs and all(r.kind in costmodel.TOPOLOGIES for r in refs)
-    by_machine = {}
-    for r in refs:
-        by_machine.setdefault(r.machine, set()).add(r.kind)
-    assert all(len(kinds) == 1 for kinds in by_machine.values())
-    # A table under another setting takes its machine's kind (its default table's).
-    sys_level = next(r for r in refs if r.name == "asus-4xrtxpro6000-p2pmark-p2p-level-sys")
-    assert sys_level.kind == "pcie-direct"
 
 
 def test_at_interpolates_inside_flat_below_none_above():
@@ -52,38 +83,21 @@ def test_at_interpolates_inside_flat_below_none_above():
     assert ref.at(65536) is None
 
 
-def test_kind_range_is_at_most_3_5x_covers_its_machines_and_names_them(refs):
-    for ref in refs:
-        found = R.kind_range(refs, ref.kind, ref.n_gpus, 16384, ref.env)
-        assert found is not None and found.high / found.low <= R.RANGE_MAX_RATIO
-        assert ref.name in found.machines and found.covers(ref.at(16384))
-    assert R.kind_range(refs, "nvswitch", 3, 16384) is None  # no 3-GPU machine published
-    # The original name `nvlink` covers every NVLink kind's machines.
-    nv = R.kind_range(refs, "nvlink", 8, 16384)
-    assert {"modal-8xa100-40gb", "blog-8xv100-sxm2-16gb"} <= set(nv.machines)
-
-
-def test_leaving_a_machine_out_uses_only_the_others(refs):
-    found = R.kind_range(refs, "pcie-amd-2s", 8, 16384, exclude_machine="festr-turin-8xrtxpro6000")
-    assert found is not None and not any(m.startswith("festr") for m in found.machines)
-
-
-def test_projection_is_a_range_from_the_published_default_latency():
-    found = R.Range(20.0, 70.0, (30.0, 50.0), ("a", "b"), "NCCL's defaults")
+def test_projection_applies_the_models_saving_to_the_defaults_range():
+    found = ranges.Range(20.0, 70.0, 50.0, None)
     low, high = R.project_tok_s(60.0, 123, 50.0, 25.0, found)  # the cell halves the latency
     # 123 x 10..35 us saved per token
     assert low == pytest.approx(1000 / (1000 / 60 - 1.23))
     assert high == pytest.approx(1000 / (1000 / 60 - 4.305))
 
 
-def test_load_missing_and_malformed(tmp_path, monkeypatch):
-    monkeypatch.setenv(R.ENV_VAR, str(tmp_path / "none.json"))
-    monkeypatch.setattr(R, "_REPO_ROOT", tmp_path)
-    assert R.load() == []
-    bad = tmp_path / "references.json"
-    bad.write_text(json.dumps([{"name": "x", "points": [[1, 2]]}]))
-    with pytest.raises(NcclTuneError, match="entry 0"):
-        R.load(tmp_path)
-    bad.write_text("{")
-    with pytest.raises(NcclTuneError, match="cannot read"):
-        R.load(bad)
+def test_a_modelled_recommendation_gets_a_range_on_every_row():
+    from nccl_tune.decide import recommendation
+
+    analysis = recommendation.analyze_model(topology_name="pcie-amd-2s", nranks=8, nbytes=14336,
+                                            collectives=123, baseline_tok_s=62.9)
+    found = R.attach_published_range(analysis, "pcie-amd-2s", 62.9)
+    for row in (analysis.baseline, *analysis.cells):
+        low, high = row.latency_range
+        assert low < high <= low * ranges.MAX_WIDTH * (1 + 1e-9) and row.calibrated is False
+    assert analysis.baseline.latency_range == (found.low, found.high)

@@ -13,7 +13,7 @@ import pytest
 from nccl_tune.spec import accept as sa
 from nccl_tune.spec import options as so
 from nccl_tune.spec import verify as sv
-from nccl_tune.spec import accept as sa, cycle as sd, options as so
+from nccl_tune.spec import cycle as sd
 from nccl_tune.spec.planner import PlanError, PlanRequest, plan
 
 SWEEPS = Path(__file__).resolve().parent / "fixtures" / "spec_sweeps"

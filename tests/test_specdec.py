@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nccl_tune.spec import options as so
 from nccl_tune.spec import verify as sv
-from nccl_tune.spec import accept as sa, cycle as sd, options as so
+from nccl_tune.spec import accept as sa, cycle as sd
 from nccl_tune.model.per_token import LatencyCurve, message_bytes
 
 

@@ -47,7 +47,7 @@ BAD_FIELDS = [
     ("gpus", [1]), ("topology", 3), ("status", "bogus"), ("status", 1), ("error", 5), ("time", 1),
     ("round", "x"), ("round", 1.5), ("label", 3), ("rung", "0"), ("final", "no"),
     ("superseded", 1), ("strategy", 3), ("isolation", 1), ("source_file", 2),
-    ("conf_files", {"/etc/nccl.conf": ["NCCL_DEBUG"]}), ("conf_files", "x"),
+    ("conf_files", {"/etc/nccl.conf": ["NCCL_DEBUG"]}), ("conf_files", "x"), ("sweep", "x"),
 ]
 
 

@@ -143,14 +143,18 @@ def test_resume_skips_recorded_pairs_and_returns_them(tmp_path):
     assert len(keys) == len(set(keys)) == len(g.cells) * 3 * len(SIZES)
 
 
-def test_resume_only_reuses_records_of_the_same_backend_op_and_world(tmp_path):
+def test_resume_into_a_file_of_another_world_is_refused_before_measuring(tmp_path):
     out = tmp_path / "r.jsonl"
     g = _grid("NCCL_PROTO=LL")
     sweeplib.run_rounds(_sim_engine(out, nproc=8), g.cells, rounds=1, seed=1)
-    other_world = _sim_engine(out, nproc=4)
-    sweeplib.run_rounds(other_world, g.cells, rounds=1, seed=1)
-    assert other_world.stats.cells_reused == 0 and other_world.stats.cells_measured == 2
-    same = _sim_engine(out, nproc=4)
+    before = out.read_bytes()
+    with pytest.raises(NcclTuneError) as info:
+        _sim_engine(out, nproc=4)
+    assert str(info.value) == (
+        f"{out}: holds the records of another sweep (world size 8 there, 4 here, line 1): resume "
+        "only the same sweep (same grid, sizes and options), or choose another --out")
+    assert out.read_bytes() == before
+    same = _sim_engine(out, nproc=8)
     sweeplib.run_rounds(same, g.cells, rounds=1, seed=1)
     assert same.stats.cells_reused == 2 and same.stats.cells_measured == 0
 

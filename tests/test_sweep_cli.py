@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,15 +19,26 @@ from nccl_tune.cli import cli
 FAKE = OWN_FIXTURES / "sweep" / "fake_torchrun.py"
 
 
+def test_an_invalid_value_is_refused_not_dropped(cli_runner, tmp_path):
+    # NCCL_NTHREADS must be a multiple of 32: refused at --set (exit 2), not measured as a
+    # dropped cell beside the baseline with exit 0
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_NTHREADS=256,100", "--backend", "sim",
+                                     "--out", str(tmp_path / "r.jsonl")])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: Invalid value for '--set': NCCL_NTHREADS=100: 100 is not a multiple of 32")
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 def test_dry_run_plan_text(cli_runner):
     result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL,LL128,default",
-                                     "--set", "NCCL_NTHREADS=256,100,default", "--topology", "pcie",
+                                     "--set", "NCCL_NTHREADS=256,default", "--topology", "pcie",
                                      "--backend", "gloo", "--rounds", "3", "--tokens", "1,4", "--dry-run"])
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Plan: 4 cells x 3 rounds, 2 process groups, 6 launches" in out
     assert "sizes 14336, 57344 B" in out and "baseline (NCCL defaults)" in out
-    assert "forces LL128 on 'pcie'" in out and "not a multiple of 32" in out
+    assert "forces LL128 on 'pcie'" in out
     assert "NCCL settings do not affect gloo" in out and "2 ranks on CPU" in out
     assert "Estimated time: about" in out
 
@@ -115,14 +127,34 @@ def test_interrupt_half_way_then_resume_records_each_pair_once(tmp_path, sig):
     proc.send_signal(sig)
     output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130, output
-    assert "interrupted" in output and "resume" in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: sweep interrupted: every finished cell is in"), output
+    resume = last.split("; resume with: nccl-tune ", 1)[1]  # the command it names, run as is
     kept = store.read_records([str(out)])
     assert 4 <= len(kept) < 6 * 2 * 2
     pids = [int(p) for p in pidfile.read_text().split()]
     assert pids and not [p for p in pids if launch._alive(p)]
-    done = subprocess.run(_fake_sweep_cmd(out), env=subprocess_env(FAKE_PIDFILE=str(pidfile)),
+    done = subprocess.run([sys.executable, "-m", "nccl_tune", *shlex.split(resume)],
+                          env=subprocess_env(FAKE_PIDFILE=str(pidfile)),
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "already recorded are skipped" in done.stdout
     keys = [(r["cell"], r["round"], r["bytes"]) for r in store.read_records([str(out)])]
     assert len(keys) == len(set(keys)) == 6 * 2 * 2
+
+
+def test_a_simulated_multi_node_sweep_needs_no_rendezvous(cli_runner, tmp_path):
+    # sim launches nothing: --nnodes 2 models a world of 2 x 8 ranks, no --rdzv-endpoint
+    out = tmp_path / "r.jsonl"
+    result = cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--nnodes", "2", "--topology",
+                                     "pcie-shm", "--set", "NCCL_PROTO=LL", "--tokens", "1",
+                                     "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert {r["world_size"] for r in store.read_records([str(out)])} == {16}
+    plan = json.loads(cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--nnodes", "2",
+                                              "--set", "NCCL_PROTO=LL", "--topology", "pcie-shm",
+                                              "--dry-run", "--json"]).stdout)
+    assert plan["launcher"] == "simulated: nothing is launched; a modelled world of 16 ranks"
+    real = cli_runner.invoke(cli, ["sweep", "--backend", "gloo", "--nnodes", "2", "--set",
+                                   "NCCL_PROTO=LL", "--dry-run"])
+    assert real.exit_code == 2 and "--rdzv-endpoint" in real.output  # a real launch still needs it

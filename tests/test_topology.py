@@ -154,6 +154,19 @@ def test_nvswitch_kind_by_gpu_name(real_fixtures):
     assert classify(topo, None, None) == "nvlink"
 
 
+def test_nvswitch_kind_by_nvls_support_the_compute_capability_decides(real_fixtures):
+    from nccl_tune.nccl.topology import nvls_support
+
+    topo = load(real_fixtures / "topo" / "h100_8gpu_nv18_ht_affinity.txt")
+    assert classify(topo, None, None, ["9.0"] * 8) == "nvswitch-nvls"  # Hopper: NVLink SHARP
+    assert classify(topo, None, None, ["8.0"] * 8) == "nvswitch"  # Ampere: no NVLS
+    # The capability wins over a name (an H100 reported at 8.0 would have no NVLS).
+    assert classify(topo, None, ["NVIDIA H100 80GB HBM3"] * 8, ["8.0"] * 8) == "nvswitch"
+    assert nvls_support(["9.0", "8.6"]) is False and nvls_support(["x"]) is None
+    assert nvls_support(None, ["Tesla V100-SXM2-16GB"]) is False
+    assert nvls_support(None, ["NVIDIA L40S"]) is None
+
+
 def test_damaged_nic_cells_keep_the_gpu_block_and_warn():
     # Two tab-separated cells merged in a paste (NODENODE), a NIC row cut (SYSSYS).
     topo = load(TOPO / "damaged_nic_cells_merged_tabs.txt")

@@ -176,11 +176,12 @@ def test_sim_csv(plugin, tmp_path, cli_runner):
     for b, eff in sim.items():
         assert (got[b].algorithm, got[b].protocol, got[b].channels) == (
             tuner.ALGORITHM_NAMES[eff["algo"]], tuner.PROTOCOL_NAMES[eff["proto"]], eff["channels"])
-    # And what the sim reported is NCCL's choice by hand (DESIGN.md's log example): at
-    # 14336 B Ring/LL 6.6 + 14 x 1.0 + 14336 B / 6.857 GB/s = 22.7 us beats Tree/LL
-    # 20.8 + 14336 / (2 x 12 x .92 / 3.8 x .5 x .7 = 2.03 GB/s) = 27.9 and Simple's 64.4 or
-    # 88.2 us of latency alone; at 57344 B 29.0 against 49.0. One channel: both sizes are
-    # below 2 channels x 512 threads x 64 B = 65536 B (enqueue.cc).
+    # And what the sim reported is NCCL's choice by hand (DESIGN.md's log example): with
+    # 2 channels of 24 GB/s (the model's PCI figure), at 14336 B Ring/LL 6.6 + 14 x 1.0 +
+    # 14336 B / (2 x 24 x .5 x 8/14 = 13.71 GB/s) = 21.65 us beats Tree/LL 6.8 + 14 x 1.0 +
+    # 14336 / (2 x 24 x .92 / 3.8 x .5 x .7 = 4.07 GB/s) = 24.3 and Simple's 64.4 or 88.2 us
+    # of latency alone; at 57344 B 24.8 against 34.9. One channel: both sizes are below
+    # 2 channels x 512 threads x 64 B = 65536 B (enqueue.cc).
     assert {b: (got[b].algorithm, got[b].protocol, got[b].channels) for b in sim} == {
         14336: ("ring", "ll", 1), 57344: ("ring", "ll", 1)}
 

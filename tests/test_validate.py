@@ -111,17 +111,18 @@ def test_sglang_engine_with_standin_server(cli_runner, tmp_path):
     assert all(r["accept_len"] == pytest.approx(10 / 4) for r in spec)
     assert data["model"] == {"layers": 61, "hidden": 7168, "dtype": "bf16", "draft_layers": 1}
     # P2P through host memory (default on pcie-shm) vs P2P at SYS level: a modelled saving.
-    # By hand, 2 ranks, Ring/LL either way (NCCL's estimate 8.6 + 14336 B / 12 GB/s = 9.8 us
-    # against Tree/LL 15.9 and Simple's 19.8 + ...), one channel at 14336 B (< 2 x 512 x 16),
-    # two at 43008 B (+0.04 us): host memory 6.6 + 2 x 1.3 + 14336 / (2 x 5 GB/s x .5) =
-    # 12.067 us, P2P 6.6 + 2 x 1.0 + 14336 / 12 GB/s = 9.795 us, 2.2725 us less; at 43008 B
-    # (3 tokens) 9.2 + 8.602 + 0.04 = 17.842 against 8.6 + 3.584 + 0.04 = 12.224, 5.6176 less.
-    # Steps 0: 123 allreduces x 2.2725 = 0.2795 ms. Steps 2 (accept length 2.5): a 3-token
-    # verify, 123 x 5.6176, plus 2 one-layer draft steps, 2 x 3 x 2.2725, over 2.5 tokens:
-    # (690.96 + 13.64) / 2.5 us = 0.2818 ms.
+    # By hand, 2 ranks, 2 channels of 24 GB/s over PCI and 10 over host memory (the model's
+    # figures): Ring/LL either way (NCCL's estimate 8.6 + 14336 B / 24 GB/s = 9.2 us against
+    # Tree/LL 12.3, Tree/Simple 17.2, Ring/Simple 20.1), one channel at 14336 B (< 2 x 512
+    # x 16), two at 43008 B (+0.04 us): host memory 6.6 + 2 x 1.3 + 14336 / (2 x 10 GB/s x
+    # .5) = 10.634 us, P2P 6.6 + 2 x 1.0 + 14336 / 24 GB/s = 9.197 us, 1.4363 us less; at
+    # 43008 B (3 tokens) 9.2 + 4.301 + 0.04 = 13.541 against 8.6 + 1.792 + 0.04 = 10.432,
+    # 3.1088 less. Steps 0: 123 allreduces x 1.4363 = 0.1767 ms. Steps 2 (accept length
+    # 2.5): a 3-token verify, 123 x 3.1088, plus 2 one-layer draft steps, 2 x 3 x 1.4363,
+    # over 2.5 tokens: (382.38 + 8.62) / 2.5 us = 0.1564 ms.
     assert data["world_size"] == 2
-    assert data["rows"][1]["predicted_saving_ms"] == pytest.approx(0.2795, abs=1e-4)
-    assert data["rows"][3]["predicted_saving_ms"] == pytest.approx(0.2818, abs=1e-4)
+    assert data["rows"][1]["predicted_saving_ms"] == pytest.approx(0.1767, abs=1e-4)
+    assert data["rows"][3]["predicted_saving_ms"] == pytest.approx(0.1564, abs=1e-4)
     records = _records(out)
     assert len(records) == 4 and records[3]["detail"]["log_summary"]["speculative"]["num_steps"] == 2
     assert records[0]["detail"]["log_summary"]["speculative"] is None
@@ -130,12 +131,10 @@ def test_sglang_engine_with_standin_server(cli_runner, tmp_path):
 def test_sglang_missing_is_one_line_exit_2(cli_runner, profile_file, monkeypatch):
     from nccl_tune.commands import validate as command
 
-    # command.importlib.util is importlib.util itself: keep the real find_spec for every other
-    # name (calling the patched attribute recursed and broke a first `import torch` here,
-    # failing later tests of this file when it ran alone).
-    real = importlib.util.find_spec
+    real_find_spec = importlib.util.find_spec  # the patch below must not call itself
     monkeypatch.setattr(command.importlib.util, "find_spec",
-                        lambda name, *args: None if name == "sglang" else real(name, *args))
+                        lambda name, package=None: None if name == "sglang"
+                        else real_find_spec(name, package))
     res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "sglang",
                                   "--server-args", "--model-path m"])
     assert res.exit_code == 2
@@ -149,7 +148,7 @@ def test_sglang_missing_is_one_line_exit_2(cli_runner, profile_file, monkeypatch
     (["--steps", "-1"], "--steps"),
     (["--model-args", "--steps 3"], "--model-args: --steps is set by validate"),
     (["--model-args", "--layers 'unclosed"], "--model-args: cannot split"),
-    (["--results", "/nonexistent/r.jsonl"], "/nonexistent/r.jsonl: cannot read"),
+    (["--results", "/nonexistent/r.jsonl"], "/nonexistent/r.jsonl: no such file"),
     (["--engine", "sglang", "--server-command", "x"], "needs --server-args"),
 ])
 def test_bad_input_is_one_line_exit_2(cli_runner, profile_file, args, message):
@@ -323,7 +322,7 @@ def test_topology_and_out_are_checked_before_any_launch(cli_runner, profile_file
     for bad in (tmp_path / "missing" / "o.jsonl", tmp_path / "ll-ring.env" / "o.jsonl"):
         res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
                                       "--out", str(bad)])
-        assert res.exit_code == 2 and f"{bad}: cannot write" in res.output
+        assert res.exit_code == 2 and f"Error: Invalid value for '--out': {bad}: " in res.output
     ok = tmp_path / "fine.jsonl"
     lib_opts = []
     monkeypatch.setattr(lib, "run", lambda opts, on_config=None: lib_opts.append(opts) or lib.finish(opts, {}))
@@ -432,3 +431,63 @@ def test_sglang_launches_log_nccl_privately_and_report_the_check(cli_runner, tmp
     assert {v["name"]: v["status"] for v in check["variables"]} == {
         "NCCL_P2P_LEVEL": "confirmed", "NCCL_PROTO": "missing"}
     assert list(tmp_path.glob("*-profile-k0.nccl.*"))  # the private NCCL_DEBUG_FILE
+
+
+# ---------------------------------------------------------------- the contract (issue 20)
+
+def test_tok_s_intervals_never_go_below_zero():
+    # 91.0 [-110, 292] on the plain t interval; on the log scale (as latencies): t(0.975, 2)
+    # = 4.302653 over ln(10, 91, 172): mean 3.98698, sd 1.49275 -> exp(3.98698 -+ 3.70822)
+    mean, ci = lib._ci([91.0, 10.0, 172.0])
+    assert mean == pytest.approx(91.0)
+    assert ci == pytest.approx([1.3216, 2201.3], rel=1e-3)
+    assert lib._ci([100.0]) == (100.0, None)
+
+
+def test_no_speedup_or_verdict_from_a_configuration_that_did_not_finish():
+    measured = {("baseline", 0): {"status": "ok", "runs_tok_s": [100.0, 101.0, 99.0]},
+                ("profile", 0): {"status": "failed", "runs_tok_s": [300.0, 301.0]},  # partial runs
+                ("baseline", 2): {"status": "timeout", "runs_tok_s": [150.0, 151.0]},
+                ("profile", 2): {"status": "ok", "runs_tok_s": [149.0, 151.0, 150.0]}}
+    rows = lib.build_rows(measured, [0, 2], None, None)
+    assert all(r["speedup"] is None and r["verdict"] is None for r in rows)
+    best = lib.best_steps(rows)
+    assert best == {"baseline": 0, "profile": 2}  # the failed runs' higher tok/s decide nothing
+    measured[("profile", 2)]["status"] = "failed"
+    rows = lib.build_rows(measured, [0, 2], None, None)
+    best = lib.best_steps(rows)
+    assert best == {"baseline": 0, "profile": None}
+    assert lib.overall_verdict(rows, best)[0] == "unknown"
+
+
+@pytest.fixture
+def listening():
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_port_that_already_answers_is_refused_before_any_launch(cli_runner, profile_file, tmp_path,
+                                                                   monkeypatch, listening):
+    monkeypatch.setattr(lib, "measure_server", lambda *a: pytest.fail("launched"))
+    out = tmp_path / "o.jsonl"
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "vllm",
+                                  "--server-command", "vllm-standin", "--steps", "0",
+                                  "--server-args", f"--model m --port {listening}", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().startswith(
+        f"Error: --server-args: --port {listening}: something already answers on 127.0.0.1:{listening}")
+    assert not out.exists()
+
+
+def test_a_server_does_not_start_on_a_port_that_answers(listening, tmp_path):
+    from integration.server import Server, ServerError
+
+    server = Server(lib.engine_of("vllm"), ["--model", "m", "--port", str(listening)],
+                    log_path=str(tmp_path / "s.log"), command=[sys.executable, "-c", "pass"])
+    with pytest.raises(ServerError, match=f"port {listening} on 127.0.0.1 already answers"):
+        server.start()
+    assert server.process is None

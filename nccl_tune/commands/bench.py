@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from nccl_tune import vocab
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 _REASON_PREFIX = "microbench.allreduce: "
@@ -129,55 +130,67 @@ def _stream(argv: list[str]) -> tuple[int, str | None, bool]:
 
     Returns (exit code, one-line reason or None, True when every rank refused with exit 2).
     """
-    from nccl_tune.measure.launch import AGENT_LOG_RE
+    from nccl_tune.measure.launch import kill_tree
 
     kept: list[str] = []
     # torchrun sets OMP_NUM_THREADS=1 itself when unset, with a banner; same value, no banner.
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    state = "normal"  # | "traceback" | "box" (the ===== failure summary)
-    held: list[str] = []  # a traceback, shown at its end unless it is torchrun's own
     with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, bufsize=1, env=env) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            kept.append(line)
-            rule = line.strip().startswith("=" * 20)
-            if state == "normal" and line.startswith("Traceback (most recent call last):"):
-                state, held = "traceback", [line]
-                continue
-            if state == "normal" and rule:
-                state = "box"
-                continue
-            if state == "normal":
-                if not AGENT_LOG_RE.match(line.strip()):
-                    sys.stderr.write(line)
-            elif state == "traceback":
-                held.append(line)
-                if not line[:1].isspace():  # the exception line after the indented frames
-                    state = "normal"
-                    if "ChildFailedError" not in line:  # a rank's own traceback: show it
-                        sys.stderr.writelines(held)
-            elif state == "box" and rule:
-                state = "normal"
-        code = proc.wait()
+        try:
+            code = _relay(proc, kept)
+        except BaseException:  # Ctrl-C, SIGTERM: stop torchrun and its ranks (their own sessions)
+            kill_tree(proc)
+            raise
     if not code:
         return code, None, False
     refused = refused_reason(kept)
     return code, refused or failure_summary(kept), refused is not None
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+def _relay(proc: subprocess.Popen, kept: list[str]) -> int:
+    """Pass `proc`'s stderr through (less torchrun's noise), keeping every line in `kept`;
+    returns its exit code."""
+    from nccl_tune.measure.launch import AGENT_LOG_RE
+
+    state = "normal"  # | "traceback" | "box" (the ===== failure summary)
+    held: list[str] = []  # a traceback, shown at its end unless it is torchrun's own
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        kept.append(line)
+        rule = line.strip().startswith("=" * 20)
+        if state == "normal" and line.startswith("Traceback (most recent call last):"):
+            state, held = "traceback", [line]
+            continue
+        if state == "normal" and rule:
+            state = "box"
+            continue
+        if state == "normal":
+            if not AGENT_LOG_RE.match(line.strip()):
+                sys.stderr.write(line)
+        elif state == "traceback":
+            held.append(line)
+            if not line[:1].isspace():  # the exception line after the indented frames
+                state = "normal"
+                if "ChildFailedError" not in line:  # a rank's own traceback: show it
+                    sys.stderr.writelines(held)
+        elif state == "box" and rule:
+            state = "normal"
+    return proc.wait()
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--nproc", type=click.IntRange(min=1), default=None,
+@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
               help="Processes (GPUs) per node [one per GPU with NCCL; 2 on CPU, as sweep and "
                    "validate].")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--nnodes", type=vocab.Count(1, max=vocab.MAX_RANKS), default=1, show_default=True,
               help="Nodes; with more than one, run the same command on every node with its "
                    "--node-rank and node 0's --rdzv-endpoint.")
-@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--node-rank", type=vocab.Count(0, max=vocab.MAX_RANKS - 1), default=0, show_default=True,
               help="This node's rank (multi-node); node 0 hosts rank 0, which writes --out.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT",
               help="Node 0's address for torchrun's rendezvous (multi-node).")
-@click.option("--master-port", type=click.IntRange(1, 65535), default=None,
+@click.option("--master-port", type=vocab.Count(1, max=65535), default=None,
               help="Rendezvous port on one node (default: --standalone).")
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -11,8 +11,10 @@ import sys
 
 import click
 
-from nccl_tune.live import procenv
-from nccl_tune.live.profile import load_profile, resolve_profile
+from nccl_tune.commands import nccl_target
+from nccl_tune.live import envcheck, lint as linter, procenv
+from nccl_tune.live.profile import load_profile, read_text, resolve_profile
+from nccl_tune import vocab
 
 
 _SOURCE = {"environ": "/proc environ", "memory": "memory (rewritten block)",
@@ -25,12 +27,14 @@ def _short(cmdline: list[str], width: int = 60) -> str:
 
 
 @click.command("check")
-@click.option("--profile", "profiles", multiple=True, required=True,
+@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
               help="Profile .env file or shipped profile name (repeatable; later ones win).")
-@click.option("--pid", type=click.IntRange(min=1), required=True, help="Process to check.")
+@click.option("--pid", type=vocab.Count(1, max=vocab.MAX_PID), required=True, help="Process to check.")
 @click.option("--tree", is_flag=True, help="Also check every descendant (TP workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one object per process.")
-def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> None:
+@nccl_target.nccl_version_option
+def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool,
+          nccl_version: str | None) -> None:
     """Check that a running process (and its workers) carries a profile.
 
     Reads /proc/PID/environ: the environment the process was started with. Where a
@@ -40,14 +44,22 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
     named by its role (API server, engine core, TP worker N) where it is recognised.
     It also reads the NCCL conf files (NCCL_CONF_FILE or ~/.nccl.conf, then
     /etc/nccl.conf) that would supply what the environment lacks (the environment wins
-    over them).
+    over them). The profile is also checked against an NCCL release (--nccl-version,
+    default the installed libnccl): a variable that release does not read fails the
+    check even where every process carries it (NCCL would ignore it).
     """
     from nccl_tune.cli import emit_json
 
     expected: dict[str, str] = {}
+    target = nccl_target.target(nccl_version)
+    release = []
     for name in profiles:
-        expected.update(load_profile(str(resolve_profile(name))).env)
+        path = str(resolve_profile(name))
+        expected.update(load_profile(path).env)
+        release += nccl_target.release_findings(read_text(path), path, target)
     results = procenv.check_processes(expected, pid, tree=tree)
+    for finding in release:  # stderr in both modes: --json keeps one shape on stdout
+        click.echo(str(finding), err=True)
     if as_json:
         emit_json([r.to_dict() for r in results])
     else:
@@ -99,5 +111,5 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool) -> Non
             click.echo(f"{role}: {sum(oks)} of {len(oks)} carry the profile", err=True)
         good = sum(r.ok for r in results)
         click.echo(f"{good} of {len(results)} process(es) carry all {len(expected)} profile "
-                   "variable(s)", err=True)
-    sys.exit(0 if procenv.all_ok(results) else 1)
+                   f"variable(s); profile {nccl_target.used(target)}", err=True)
+    sys.exit(0 if procenv.all_ok(results) and not linter.has_errors(release) else 1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune import vocab
+
 
 def _render(report: dict) -> None:
     from tabulate import tabulate
@@ -45,7 +47,8 @@ def _render(report: dict) -> None:
         click.echo(tabulate([[d["index"], d["name"], d["pci_bus_id"], d["memory_mib"]]
                              for d in gpus["devices"]],
                             headers=["index", "name", "PCI bus", "MiB"]))
-        click.echo(f"  driver {gpus['driver']}")
+        click.echo(f"  driver {gpus['driver']}, compute capability "
+                   f"{gpus.get('compute_capability') or 'unknown'}")
     else:
         click.echo(f"  none: {gpus['note']}")
 
@@ -90,7 +93,7 @@ def _render(report: dict) -> None:
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--topo-file", type=click.Path(dir_okay=False),
+@click.option("--topo-file", type=vocab.InputFile(),
               help="Read a saved `nvidia-smi topo -m` output instead of running it.")
 def doctor(as_json: bool, topo_file: str | None) -> None:
     """Show NCCL libraries, torch, GPUs, topology, conf files and NCCL_* env."""

@@ -15,7 +15,8 @@ import sys
 
 import click
 
-from nccl_tune.live import lint as linter
+from nccl_tune.commands import nccl_target
+from nccl_tune.live import envcheck, lint as linter
 from nccl_tune.errors import CannotExecute, NcclTuneError
 from nccl_tune.live.profile import load_profile, read_text, resolve_profile
 
@@ -56,24 +57,28 @@ def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) ->
 
 @click.command("exec", context_settings={"ignore_unknown_options": True,
                                          "allow_interspersed_args": False})
-@click.option("--profile", "profiles", multiple=True, required=True,
+@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
               help="Profile .env file or shipped profile name (repeatable; later ones win).")
 @click.option("--clean", is_flag=True,
               help="First remove every NCCL_* variable the profiles do not set.")
+@nccl_target.nccl_version_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> None:
+def exec_(profiles: tuple[str, ...], clean: bool, nccl_version: str | None,
+          command: tuple[str, ...]) -> None:
     """Run a command with a profile applied (no shell involved).
 
-    Put `--` before the command. Prints one line on stderr saying what was applied.
+    Put `--` before the command. Prints one line on stderr saying what was applied and
+    the NCCL release it was checked against (--nccl-version, default the installed one):
+    a variable that release does not read refuses the profile like a lint error.
     """
     applied: dict[str, str] = {}
     warnings = 0
-    known = linter.installed_names()
+    target = nccl_target.target(nccl_version)
     used = []
     for name in profiles:
         path = str(resolve_profile(name))
         used.append(path)
-        findings = linter.lint_text(read_text(path), path, known)
+        findings = nccl_target.lint_for(read_text(path), path, target)
         errors = [f for f in findings if f.severity == linter.ERROR]
         if errors:
             raise NcclTuneError(f"refusing a profile with {len(errors)} lint error(s), first: "
@@ -84,7 +89,7 @@ def exec_(profiles: tuple[str, ...], clean: bool, command: tuple[str, ...]) -> N
     check_runnable(command[0], env.get("PATH"))
     names = ", ".join(os.path.basename(p) for p in used)
     summary = " ".join(f"{k}={v}" for k, v in applied.items()) or "(no variables)"
-    line = f"nccl-tune exec: applied {names}: {summary}"
+    line = f"nccl-tune exec: applied {names}: {summary}; {nccl_target.used(target)}"
     if clean:
         line += f"; removed {len(removed)} other NCCL_* ({' '.join(removed) or 'none'})"
     if warnings:

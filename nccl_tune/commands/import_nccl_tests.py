@@ -7,7 +7,8 @@ from collections import Counter
 import click
 from tabulate import tabulate
 
-from nccl_tune import store
+from nccl_tune import fileio, store, vocab
+from nccl_tune.live import envcheck
 from nccl_tune.measure import importers
 from nccl_tune.errors import NcclTuneError
 
@@ -26,8 +27,8 @@ def _lint_env_option(env: dict[str, str]) -> None:
 
 
 @click.command("import-nccl-tests")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--env", "env_text", metavar='"NCCL_A=x NCCL_B=y"',
+@click.argument("files", nargs=-1, required=True, type=vocab.InputFile())
+@click.option("--env", "env_text", metavar='"NCCL_A=x NCCL_B=y"', type=envcheck.Assignments(),
               help="The settings the runs used (replaces what the files' headers say; '' = baseline).")
 @click.option("--label", help="A label stored in every record.")
 @click.option("--host", metavar="NAME",
@@ -36,7 +37,8 @@ def _lint_env_option(env: dict[str, str]) -> None:
                    "only within themselves unless given the same --host.")
 @click.option("--op", type=click.Choice(["allreduce", "all_gather", "reduce_scatter"]),
               help="The collective, when the file does not say (else read or inferred).")
-@click.option("--out", required=True, help="Results file to append to (JSON Lines).")
+@click.option("--out", required=True, type=vocab.OutputFile(vocab.OutputKind.RESULTS),
+              help="Results file to append to (JSON Lines).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def import_nccl_tests(files, env_text, label, host, op, out, as_json):
     """Convert all_reduce_perf (all_gather, reduce_scatter) output into results records.
@@ -45,6 +47,7 @@ def import_nccl_tests(files, env_text, label, host, op, out, as_json):
     latency, the in-place one is kept; rows with #wrong > 0 are imported as wrong and
     cut-off or failed rows as failed. Every file is read before anything is written.
     """
+    fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=files, option="--out")
     env = importers.parse_env_option(env_text) if env_text is not None else None
     if env:
         _lint_env_option(env)
@@ -55,8 +58,9 @@ def import_nccl_tests(files, env_text, label, host, op, out, as_json):
                                               host=host)
         parsed.append((path, records, runs))
     summary = []
+    # One write for every file: all imported, or nothing (a full disk, another writer).
+    store.append_records(out, [r for _, records, _ in parsed for r in records])
     for path, records, runs in parsed:
-        store.append_records(out, records)
         statuses = Counter(r["status"] for r in records)
         first = records[0]
         summary.append({

@@ -7,7 +7,9 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
+from nccl_tune import vocab
 from nccl_tune.cli import emit_json
+from nccl_tune.live import envcheck
 
 
 NO_DECODE = ("no decode lines found (no SGLang 'Decode batch' line and no vLLM metrics line): "
@@ -24,12 +26,14 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 
 @logs.command("summarize")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--idle-gap", type=float, default=None, show_default="5 s",
+@click.argument("files", nargs=-1, required=True, type=vocab.InputFile())
+@click.option("--idle-gap", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=None,
+              show_default="5 s",
               help="A decode line this long after the previous one is the first after idle "
                    "(its throughput carries the idle time) and is left out.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the summary as JSON (a list when several files are given).")
+              help="Print the summaries as a JSON list, one object per file (one shape "
+                   "however many files are given).")
 def summarize(files: tuple[str, ...], idle_gap: float | None, as_json: bool) -> None:
     """Decode lines, gen throughput mean/median, accept length and rate, and the
     speculative settings the server ran with (from its server_args line). Reads SGLang
@@ -45,7 +49,7 @@ def summarize(files: tuple[str, ...], idle_gap: float | None, as_json: bool) -> 
         if summary["decode_lines"] == 0 and summary["engine"] != "vllm" and not summary.get("kind"):
             summary["note"] = NO_DECODE
     if as_json:
-        emit_json(summaries[0] if len(summaries) == 1 else summaries)
+        emit_json(summaries)
         return
     for i, summary in enumerate(summaries):
         if i:
@@ -113,8 +117,8 @@ def _render(summary: dict) -> None:
 
 @logs.command("nccl")
 @click.argument("logs_", metavar="LOG...", nargs=-1, required=True,
-                type=click.Path(dir_okay=False))
-@click.option("--profile", "profile_path",
+                type=vocab.InputFile())
+@click.option("--profile", "profile_path", type=envcheck.PROFILE,
               help="Profile (.env, .conf or shipped name): confirm every variable in every rank.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def nccl(logs_: tuple[str, ...], profile_path: str | None, as_json: bool) -> None:

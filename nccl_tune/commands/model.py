@@ -9,7 +9,8 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
-from nccl_tune import store
+from nccl_tune import fileio, store, vocab
+from nccl_tune.live import envcheck
 from nccl_tune.model import calibrate, costmodel, references
 from nccl_tune.errors import NcclTuneError
 
@@ -34,19 +35,20 @@ def model() -> None:
 @model.command("predict")
 @click.option("--topology", type=click.Choice(list(costmodel.TOPOLOGIES)), default=None,
               help="Machine kind (default: the --model file's).")
-@click.option("--nranks", type=click.IntRange(min=2), default=None,
+@click.option("--nranks", type=vocab.Count(2, max=vocab.MAX_RANKS), default=None,
               help="Ranks (GPUs) in the communicator [default: the model file's, else 8].")
-@click.option("--sizes", default="8K,16K,32K,64K", show_default=True,
+@click.option("--sizes", default="8K,16K,32K,64K", show_default=True, type=vocab.ByteSizes(),
               help="Message sizes: bytes or K/M/G, comma list.")
-@click.option("--env", "env_text", default="", help='NCCL settings, e.g. "NCCL_PROTO=LL NCCL_ALGO=Ring".')
+@click.option("--env", "env_text", default="", type=envcheck.Assignments(), help='NCCL settings, e.g. "NCCL_PROTO=LL NCCL_ALGO=Ring".')
 @click.option("--mode", type=click.Choice(["graph", "eager"]), default=None,
               help="graph: CUDA-graph replay; eager: adds host launch time, as nccl-tests "
                    "without -G [default: the model file's, else eager].")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+@click.option("--model", "model_path", type=vocab.InputFile(),
               help="A `model fit` file: time NCCL's choice with constants fitted to your machine.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per size.")
 def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
-    """Per size: modelled time, NCCL's algorithm, protocol, channels and the published range."""
+    """Per size: modelled time, NCCL's algorithm, protocol, channels, whether the time is
+    calibrated, and its range (published machines of the kind, or the fit's own error)."""
     from nccl_tune.measure.importers import parse_env_option
 
     loaded = calibrate.load(model_path) if model_path else None
@@ -59,7 +61,7 @@ def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
     nranks = nranks or (loaded.nranks if loaded else 8)
     mode = mode or (loaded.mode if loaded else "eager")
     env = parse_env_option(env_text) if env_text else {}
-    refs = None if loaded else references.load()
+    refs = references.load()
     rows = calibrate.predict_rows(topology, nranks, _sizes(sizes), env, mode, loaded, refs)
     if as_json:
         from nccl_tune.cli import emit_json
@@ -70,35 +72,54 @@ def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
     click.echo(f"topology {topology}: {costmodel.topology(topology).description}; {nranks} ranks; "
                f"mode {mode}; settings: {store.cell_label(env) if env else 'NCCL defaults'}")
     table = [[r["bytes"], f"{r['time_us']:.2f}", r["algo"], r["proto"], r["channels"], r["transport"],
-              "-" if not r["range_us"] else f"{r['range_us'][0]:.1f}-{r['range_us'][1]:.1f}"]
-             for r in rows]
+              "yes" if r["calibrated"] else "no", _range_text(r["range_us"])] for r in rows]
     click.echo(tabulate(table, headers=["bytes", "model us", "algo", "proto", "channels",
-                                        "transport", "published range us"],
+                                        "transport", "calibrated", "range us"],
                         tablefmt="simple", disable_numparse=True))
-    if loaded:
-        return
-    machines = sorted({m for r in rows for m in r["range_machines"]})
-    if machines:
-        basis = rows[0]["range_basis"] or "NCCL's defaults"
-        click.echo(f"published range: what {len(machines)} reference machine(s) of kind {topology} "
-                   f"with {nranks} GPUs measured ({basis}), widened to the {references.RANGE_MAX_RATIO}x "
-                   f"machines of one kind differ by: {', '.join(machines)}")
-    elif refs:
-        click.echo(f"published range: no reference machine of kind {topology} with {nranks} GPUs")
-    else:
-        click.echo("published range: no reference table found (set "
-                   f"{references.ENV_VAR} to a references.json)")
+    for line in range_notes(rows):
+        click.echo(line)
+
+
+def _range_text(range_us) -> str:
+    return "-" if not range_us else f"{range_us[0]:.1f}-{range_us[1]:.1f}"
+
+
+def range_notes(rows: list[dict]) -> list[str]:
+    """What the ranges of `predict_rows` rest on: one line per distinct basis, and the
+    question that splits a kind's machines where they differ by more than 3x."""
+    out, seen = [], set()
+    for row in rows:
+        found = row.get("range") or {}
+        key = (found.get("basis"), tuple(found.get("machines") or ()), found.get("question"))
+        if not found or key in seen:
+            continue
+        seen.add(key)
+        if found.get("calibrated"):
+            out.append(f"range (calibrated rows): {found['basis']}")
+            continue
+        out.append(f"range (uncalibrated rows): the model's time x where {len(found['machines'])} "
+                   f"{found['basis']} fall from the model (90% prediction interval for a machine "
+                   f"not among them): {', '.join(found['machines'])}"
+                   + ("; cut to 4x" if found.get("capped") else ""))
+        if found.get("question"):
+            out.append(f"these machines differ by {found['machines_differ_by']:.1f}x; the question "
+                       f"that splits them: {found['question']}")
+    if not out:
+        out.append("range: no published measurement to range these figures: they are the "
+                   "model's alone")
+    return out
 
 
 @model.command("fit")
-@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("results", nargs=-1, required=True, type=vocab.InputFile())
 @click.option("--topology", type=click.Choice(list(costmodel.TOPOLOGIES)), default=None,
               help="Machine kind [default: the records' topology field].")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out_path", required=True, type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write the fitted model (JSON) here, atomically.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted model as JSON.")
 def fit(results, topology, out_path, as_json):
     """Fit the model's constants to one machine's records (bench, sweep, import-nccl-tests)."""
+    fileio.check_output(out_path, kind=fileio.OutputKind.EXPORT, inputs=results, option="--out")
     records = store.read_records(results, warn=lambda m: click.echo(f"warning: {m}", err=True))
     if not records:
         raise NcclTuneError("no results records to read", path=", ".join(results))
@@ -113,14 +134,19 @@ def fit(results, topology, out_path, as_json):
     click.echo(f"CALIBRATED to {src.get('points')} points ({src.get('sizes')} sizes) of one machine "
                f"(host {src.get('host')}): topology {cal.topology}, {cal.nranks} ranks, {cal.mode}")
     table = [[pt.nbytes, store.cell_label(pt.env) if pt.env else "defaults", f"{pt.algo}/{pt.proto}",
-              pt.link, f"{pt.measured_us:.2f}", f"{pt.model_us:.2f}", f"{pt.ratio:.3f}"]
+              pt.link, "yes" if cal.is_calibrated(pt) else "no",
+              f"{pt.measured_us:.2f}", f"{pt.model_us:.2f}", f"{pt.ratio:.3f}"]
              for pt in cal.points]
-    click.echo(tabulate(table, headers=["bytes", "settings", "NCCL runs", "transport", "measured us",
-                                        "model us", "model/measured"],
+    click.echo(tabulate(table, headers=["bytes", "settings", "NCCL runs", "transport", "calibrated",
+                                        "measured us", "model us", "model/measured"],
                         tablefmt="simple", disable_numparse=True))
     p = cal.params
-    click.echo(f"fitted: {', '.join(cal.fitted)}; launch {p.launch_us:.2f} us, latency x{p.lat_scale:.3f}, "
-               "bandwidth x " + ", ".join(f"{k} {v:.3g}" for k, v in p.bw_scale.items()))
+    click.echo(f"calibrated: {', '.join(cal.calibrated_pairs)} (every other algorithm/protocol "
+               "stays uncalibrated, with the published range of the kind)")
+    click.echo(f"fitted: {', '.join(cal.fitted)}; launch {p.launch_us:.2f} us; "
+               + ", ".join(f"{k}: latency x{p.pair_lat_scale[k]:.3g}"
+                           + (f", bandwidth x{p.pair_bw_scale[k]:.3g}" if k in p.pair_bw_scale else "")
+                           for k in cal.calibrated_pairs))
     for name, why in cal.held.items():
         click.echo(f"held: {name}: {why}")
-    click.echo(f"worst point: {cal.worst_ratio():.3f}x; wrote {out_path}")
+    click.echo(f"worst calibrated point: {cal.worst_ratio():.3f}x; wrote {out_path}")

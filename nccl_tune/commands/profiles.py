@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import click
 
-from nccl_tune.live import lint as linter
+from nccl_tune.commands import nccl_target
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import envcheck, lint as linter
+from nccl_tune import fileio, vocab
 from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
 # Provenance keys worth a column in `list`, first found wins.
@@ -51,7 +54,7 @@ def list_(as_json: bool) -> None:
 
 
 @profiles.command("show")
-@click.argument("name_or_path")
+@click.argument("name_or_path", type=envcheck.PROFILE)
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def show(name_or_path: str, as_json: bool) -> None:
     """One profile: provenance, variables (with scope) and lint result."""
@@ -82,22 +85,36 @@ def show(name_or_path: str, as_json: bool) -> None:
 
 
 @profiles.command("convert")
-@click.argument("source")
+@click.argument("source", type=envcheck.PROFILE)
 @click.option("--to", "fmt", type=click.Choice(["conf"]), required=True,
               help="Target format: conf = NCCL's conf-file syntax (NCCL_CONF_FILE, ~/.nccl.conf).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write here (atomically) instead of printing.")
-def convert(source: str, fmt: str, output: str | None) -> None:
+@nccl_target.nccl_version_option
+def convert(source: str, fmt: str, output: str | None, nccl_version: str | None) -> None:
     """Convert a profile (.env file or shipped name) into an NCCL conf file.
 
     The provenance header is kept as comments. The environment wins over a conf file:
-    NCCL applies conf values only to variables the environment does not set.
+    NCCL applies conf values only to variables the environment does not set. The
+    profile is checked against an NCCL release (--nccl-version, default the installed
+    libnccl): a variable that release does not read refuses the conversion.
     """
-    from nccl_tune.live import conffile, profile
+    from nccl_tune.live import conffile
 
-    text = conffile.convert(str(resolve_profile(source)))
+    source_path = str(resolve_profile(source))
+    target = nccl_target.target(nccl_version)
+    release = nccl_target.release_findings(read_text(source_path), source_path, target)
+    for finding in release:
+        click.echo(str(finding), err=True)
+    if linter.has_errors(release):
+        raise NcclTuneError(f"not converted: {release[0].message}", path=source_path)
     if output:
-        profile.write_atomic(output, text)
-        click.echo(f"wrote {output}", err=True)
+        fileio.check_output(output, kind=fileio.OutputKind.EXPORT, inputs=[source_path],
+                            option="--output")
+    text = conffile.convert(source_path)
+    if output:
+        fileio.write_atomic(output, text)
+        click.echo(f"wrote {output} ({nccl_target.used(target)})", err=True)
     else:
         click.echo(text, nl=False)
+        click.echo(f"converted {source_path} ({nccl_target.used(target)})", err=True)

@@ -11,19 +11,20 @@ import shlex
 import click
 from tabulate import tabulate
 
-from nccl_tune import store
+from nccl_tune import fileio, store, vocab
 from nccl_tune.model import calibrate, costmodel, engines, per_token as model, references
 from nccl_tune.decide import export, plotting, recommendation
 from nccl_tune.spec import options as spec_options
+from nccl_tune.commands import engine_option, nccl_target
 from nccl_tune.commands.spec_plan import acceptance_options, parse_acceptance, usage
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import NcclTuneError, NotWritten
 from nccl_tune.decide.recommendation import MODELLED, SIMULATED
 
 ASSUMED_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
 resolve_topology = costmodel.resolve_topology  # the one default, shared with validate and sweep
 # costmodel's doc: which constants were fitted to public tables.
-MODEL_CALIBRATION = ("its host-memory per-hop and Simple-over-PCIe constants were fitted to "
-                     "published tables, and real machines of one kind differ by 1.5x and more: "
+MODEL_CALIBRATION = ("its host-memory per-hop and bandwidth and Simple-over-PCIe constants were "
+                     "fitted to published tables, and real machines of one kind differ by 1.5x and more: "
                      "a published range (or a `model fit` of your machine) says by how much")
 MEASURE_HINT = ("measure them with `nccl-tune sweep` (or `torchrun --nproc-per-node 8 -m "
                 "microbench.allreduce`) and pass the results file with --results")
@@ -82,8 +83,8 @@ def _ci_label(analysis) -> str:
 def _table(analysis, baseline_tok_s) -> str:
     modelled = analysis.source == MODELLED
     headers = ["#", "settings (NCCL_ omitted)", "trust" if not modelled else "NCCL runs (model)",
-               f"lat@{analysis.message_bytes}B us", "comm ms/tok", "saving ms/tok"
-               + ("" if modelled else f" [{_ci_label(analysis)}]")]
+               f"lat@{analysis.message_bytes}B us"] + (["range us"] if modelled else []) + [
+               "comm ms/tok", "saving ms/tok" + ("" if modelled else f" [{_ci_label(analysis)}]")]
     if baseline_tok_s:
         headers.append("tok/s")
     headers += ["verdict", "why not"]
@@ -96,20 +97,29 @@ def _table(analysis, baseline_tok_s) -> str:
 
     rows = []
     base = analysis.baseline
-    base_line = ["-", base.label, trust(base) if modelled else "-", _fmt(base.latency_us, 2), _fmt(base.comm_ms), "0"]
+    base_line = ["-", base.label, trust(base) if modelled else "-", _fmt(base.latency_us, 2)] + (
+        [_range_cell(base)] if modelled else []) + [_fmt(base.comm_ms), "0"]
     if baseline_tok_s:
         base_line.append(f"{baseline_tok_s:.1f}")
     rows.append(base_line + ["reference", ""])
     for i, row in enumerate(analysis.cells, start=1):
         mark = "*" if row is analysis.recommended else str(i)
-        line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2), _fmt(row.comm_ms),
-                _saving_text(row, modelled)]
+        line = [mark, _short(row.label), trust(row), _fmt(row.latency_us, 2)] + (
+            [_range_cell(row)] if modelled else []) + [_fmt(row.comm_ms), _saving_text(row, modelled)]
         if baseline_tok_s:
             line.append(f"{row.projected_range[0]:.0f}-{row.projected_range[1]:.0f}"
                         if row.projected_range else _fmt(row.projected_tok_s, 1))
         line += [row.verdict, "" if row.eligible else (row.reason or "")]
         rows.append(line)
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def _range_cell(row) -> str:
+    """A modelled row's range and whether its time is calibrated ('cal': a fit of this machine)."""
+    if not row.latency_range:
+        return "-"
+    return (f"{row.latency_range[0]:.1f}-{row.latency_range[1]:.1f}"
+            + (" cal" if row.calibrated else ""))
 
 
 def _summary_line(analysis, confidence: float, baseline_tok_s, force: bool = False) -> str:
@@ -132,7 +142,7 @@ def _summary_line(analysis, confidence: float, baseline_tok_s, force: bool = Fal
         family = (f", family-wise {confidence:.0%} over {analysis.family_size} cells (Bonferroni)"
                   if analysis.family_size > 1 else "")
         text += (f" ({_ci_label(analysis)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}{family}; {basis}); "
-                 f"{'confirmed by NCCL log' if rec.trust == 'confirmed' else 'declared, not confirmed by NCCL log'}")
+                 f"{recommendation.trust_words(rec)}")
     if baseline_tok_s and rec.projected_range:
         text += (f"; {baseline_tok_s:.1f} -> {rec.projected_range[0]:.0f}-{rec.projected_range[1]:.0f} "
                  "tok/s over the published machines' range")
@@ -230,63 +240,67 @@ def _plot(path, analysis, comp) -> None:
 
 
 @click.command("recommend", cls=_ArgvCommand)
-@click.option("--layers", type=click.IntRange(min=1), required=True, help="Transformer layers.")
-@click.option("--collectives-per-layer", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), required=True, help="Transformer layers.")
+@click.option("--collectives-per-layer", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=2, show_default=True,
               help="Allreduces per layer (attention out-projection, MLP/MoE down-projection).")
-@click.option("--extra-collectives", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--extra-collectives", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=1, show_default=True,
               help="Allreduces per forward outside the layers (the vocab-parallel embedding).")
-@click.option("--hidden", type=click.IntRange(min=1), default=7168, show_default=True)
-@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype of the allreduce.")
-@click.option("--tp", type=click.IntRange(min=1), default=None,
+@click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=7168, show_default=True)
+@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype of the allreduce.",
+              type=click.Choice(list(model.DTYPE_BYTES), case_sensitive=False))
+@click.option("--tp", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
               help="Tensor-parallel world size [default: the results' world size; 8 when modelled].")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--batch", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=1, show_default=True,
               help="Sequences decoded together (tokens per decode forward).")
-@click.option("--results", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--results", multiple=True, type=vocab.InputFile(),
               help="Results file(s) (JSON Lines) from bench/sweep/import; repeatable.")
 @click.option("--topology", type=click.Choice(["auto", *costmodel.TOPOLOGIES]), default="auto",
               show_default=True, help="Machine the model assumes without results (auto: detect).")
 @click.option("--engine", type=click.Choice(["sglang", "vllm", "none"]), default="none",
-              show_default=True, help="Serving engine: says which decode allreduces its own "
-                                      "custom allreduce runs instead of NCCL.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              show_default=True, help="Serving engine: which path carries each decode allreduce, "
+                                      "read from the installed engine (cited rules otherwise).")
+@engine_option.arch_option
+@click.option("--model", "model_path", type=vocab.InputFile(),
               help="Without --results: a `model fit` file (constants fitted to your machine).")
-@click.option("--baseline-tok-s", type=click.FloatRange(min=0, min_open=True),
+@click.option("--baseline-tok-s", type=vocab.Finite(0, max=vocab.MAX_TOK_S, min_open=True),
               help="Decode tok/s (per sequence) with NCCL's defaults, to project tok/s.")
 @click.option("--spec-steps", help="Plan speculative decoding over these draft step counts, e.g. 1-10.")
 @acceptance_options
-@click.option("--draft-ms", type=click.FloatRange(min=0), help="Draft step time (ms) with NCCL's defaults.")
-@click.option("--decode-ms", type=click.FloatRange(min=0, min_open=True),
+@click.option("--draft-ms", type=vocab.Finite(0, max=vocab.MAX_MS), help="Draft step time (ms) with NCCL's defaults.")
+@click.option("--decode-ms", type=vocab.Finite(0, max=vocab.MAX_MS, min_open=True),
               help="Plain decoding's own time per token (ms) with NCCL's defaults [default: "
                    "1000 / --baseline-tok-s].")
 @click.option("--verify-ms", help="Verify forward time(s) with NCCL's defaults: V or V1,V2@T1,T2 "
                                   "(T = tokens per sequence, k+1); the decode time is its 1-token point.")
 @click.option("--verify-model", type=click.Choice(["auto", "interp", "moe", "dense"]), default="auto",
               show_default=True, help="Verify cost model (as spec-plan): auto = moe with --moe-experts.")
-@click.option("--moe-experts", type=click.IntRange(min=1), help="Routed experts E of a MoE target.")
-@click.option("--moe-topk", type=click.IntRange(min=1), help="Experts per token K of a MoE target.")
-@click.option("--compute-per-token-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--moe-experts", type=vocab.Count(1, max=vocab.MAX_EXPERTS), help="Routed experts E of a MoE target.")
+@click.option("--moe-topk", type=vocab.Count(1, max=vocab.MAX_EXPERTS), help="Experts per token K of a MoE target.")
+@click.option("--compute-per-token-ms", type=vocab.Finite(0, max=vocab.MAX_MS), default=0.0, show_default=True,
               help="Extra verify compute per extra token without --verify-ms (MoE: > 0).")
-@click.option("--draft-collectives", type=click.IntRange(min=0), default=None,
+@click.option("--draft-collectives", type=vocab.Count(0, max=vocab.MAX_COLLECTIVES), default=None,
               help="Allreduces per draft step [default: collectives-per-layer + extra].")
-@click.option("--other-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--other-ms", type=vocab.Finite(0, max=vocab.MAX_MS), default=0.0, show_default=True,
               help="Per speculative cycle time outside draft and verify; not charged to plain decoding.")
 @click.option("--extrapolate", is_flag=True, help="Extrapolate outside the measured sizes (and say so).")
-@click.option("--export", "export_path", type=click.Path(dir_okay=False),
+@click.option("--export", "export_path", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write the recommended profile (.env) here, atomically.")
-@click.option("--export-conf", "conf_path", type=click.Path(dir_okay=False),
+@click.option("--export-conf", "conf_path", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write the recommended profile as an NCCL conf file (NCCL_CONF_FILE) here.")
-@click.option("--tuner-csv", "tuner_path", type=click.Path(dir_okay=False),
+@click.option("--tuner-csv", "tuner_path", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
               help="Write rules for NCCL's example tuner plugin here.")
 @click.option("--force", is_flag=True, help="Write files even without a significant (or a measured) winner.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=vocab.OutputFile(vocab.OutputKind.PLOT),
               help="Save a PNG: saving by cell (and tok/s against steps). Needs the plot extra.")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@click.option("--confidence", type=vocab.Finite(0.5, max=0.999), default=0.95, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@nccl_target.nccl_version_option
 @click.pass_context
 def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dtype, tp, batch, results,
-              topology, engine, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
+              topology, engine, arch, model_path, baseline_tok_s, spec_steps, draft_ms, decode_ms, verify_ms, verify_model,
               moe_experts, moe_topk, compute_per_token_ms, draft_collectives, other_ms, extrapolate,
-              export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, **acceptance_opts):
+              export_path, conf_path, tuner_path, force, plot_path, confidence, as_json, nccl_version,
+              **acceptance_opts):
     """Turn allreduce latencies into time saved per token; pick, plan and export a profile.
 
     With --results: cells ranked by the ms they save per token across all layers, with
@@ -312,6 +326,12 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     extra_sizes = [model.message_bytes((k + 1) * batch, hidden, dtype) for k in (steps or [])]
     if results and model_path:
         raise click.BadParameter("--model applies to the model, not to --results", param_hint="--model")
+    K = fileio.OutputKind
+    outputs = fileio.check_outputs(  # before any work: none is an input, none another's file
+        [("--export", export_path, K.EXPORT), ("--export-conf", conf_path, K.EXPORT),
+         ("--tuner-csv", tuner_path, K.EXPORT), ("--plot", plot_path, K.PLOT)],
+        inputs=[*results, model_path])
+    plot_path = str(outputs["--plot"]) if plot_path else None
     published = None
     if results:
         analysis = recommendation.analyze_records(
@@ -331,11 +351,11 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         analysis.topology_note = topo_note
         if loaded:
             analysis.notes.insert(0, loaded.describe())
-        else:
-            published = references.attach_published_range(analysis, topo_name, baseline_tok_s)
-    engine_notes = engines.notes(engine, analysis.topology or topo_name,
-                                 analysis.world_size or tp or 8, [nbytes, *extra_sizes])
-    analysis.notes.extend(engine_notes)
+        published = references.attach_published_range(analysis, topo_name, baseline_tok_s, loaded)
+    engine_report = engines.report(engine, analysis.topology or topo_name,
+                                   analysis.world_size or tp or 8, [nbytes, *extra_sizes],
+                                   cc=engine_option.resolve_arch(arch, engine))
+    analysis.notes.extend(engine_report.lines)
     comp = None
     if steps:
         from nccl_tune.spec.profile_steps import compare_profiles
@@ -351,17 +371,25 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
     workload = export.Workload(layers, collectives_per_layer, extra_collectives, batch, hidden, dtype)
     command = "nccl-tune recommend " + shlex.join(ctx.meta.get("nccl_tune.argv", []))
     written = {}
+    target, target_notes = None, ()
+    if export_path or conf_path or tuner_path:  # exports name and are checked against a release
+        target = nccl_target.target(nccl_version)
+        row = export.export_row(analysis, force)[0]
+        target_notes = nccl_target.check_export(row.env if row else None, analysis.nccl_version, target)
+        analysis.notes.extend([f"exports {nccl_target.used(target)}", *target_notes])
     if export_path:
         written["export"] = export.write_profile(
             export_path, analysis, workload, command, force=force, topology_note=topo_note,
-            baseline_tok_s=baseline_tok_s, confidence=confidence)
+            baseline_tok_s=baseline_tok_s, confidence=confidence, target=target,
+            target_notes=target_notes)
     if conf_path:
         written["export_conf"] = export.write_profile(
             conf_path, analysis, workload, command, force=force, topology_note=topo_note,
-            baseline_tok_s=baseline_tok_s, confidence=confidence, conf=True)
+            baseline_tok_s=baseline_tok_s, confidence=confidence, conf=True, target=target,
+            target_notes=target_notes)
     if tuner_path:
         written["tuner_csv"] = export.write_tuner_csv(tuner_path, analysis, topo_name, command,
-                                                      force=force)
+                                                      force=force, target=target)
     if plot_path:
         _plot(plot_path, analysis, comp)
         written["plot"] = {"path": plot_path, "written": True}
@@ -372,15 +400,24 @@ def recommend(ctx, layers, collectives_per_layer, extra_collectives, hidden, dty
         out["topology_note"] = topo_note if analysis.source == MODELLED else None
         out["model_calibration"] = MODEL_CALIBRATION if analysis.source == MODELLED else None
         out["published_range"] = published.to_dict() if published else None
-        out["engine"] = {"name": engine, "notes": engine_notes}
+        out["engine"] = {"name": engine, **engine_report.to_dict()}
         out["acceptance"] = acceptance.description if acceptance else None
         out["acceptance_detail"] = acceptance.to_dict() if acceptance else None
         out["spec"] = comp.to_dict() if comp else None
         out["files"] = written
+        out["nccl_target"] = target.to_dict() if target else None
         emit_json(out)
     else:
         _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,
                 results, published, force)
+    refused = [f"{FILE_OPTIONS[kind]} {info['path']} {info['reason']}"
+               for kind, info in written.items() if not info.get("written")]
+    if refused:  # asked for and not written: exit 1 (nccl_tune.errors), after the answer
+        raise NotWritten("; ".join(refused))
+
+
+FILE_OPTIONS = {"export": "--export", "export_conf": "--export-conf", "tuner_csv": "--tuner-csv",
+                "plot": "--plot"}
 
 
 def _spec_acceptance(accept_in, steps):
@@ -396,14 +433,18 @@ MAX_PRUNED_SHOWN = 8  # the best-measured pruned cells; the rest only in --json
 
 
 def _published_lines(analysis, published) -> list[str]:
-    lo, hi = published.measured
-    return [f"published: at {analysis.message_bytes} B, {len(published.machines)} reference machine(s) "
-            f"of kind {analysis.topology} with {analysis.world_size} GPUs measured {lo:.1f}-{hi:.1f} us "
-            f"({published.basis}; mostly eager nccl-tests-style timers): "
-            f"{', '.join(published.machines)}; range {published.low:.1f}-{published.high:.1f} us "
-            f"(widened to the {references.RANGE_MAX_RATIO}x machines of one kind differ by). "
-            f"The modelled default: {analysis.baseline.latency_us:.1f} us. tok/s ranges apply the "
-            "model's relative saving to that range."]
+    found = published.to_dict()
+    lines = [f"range: at {analysis.message_bytes} B NCCL's defaults take "
+             f"{published.low:.1f}-{published.high:.1f} us on {analysis.topology} machines "
+             f"(the model's {published.model_us:.1f} us x where {len(found['machines'])} "
+             f"{found['basis']} fall from the model, 90% for a machine not among them"
+             + ("; cut to 4x" if published.capped else "") + f": {', '.join(found['machines'])}). "
+             "Each row's range is its own time's; tok/s ranges apply the model's relative "
+             "saving to the defaults' range."]
+    if published.question:
+        lines.append(f"these machines differ by {published.band.spread:.2f}x; the question that "
+                     f"splits them: {published.question}")
+    return lines
 
 
 def _render(analysis, comp, acceptance, written, topo_note, workload, baseline_tok_s, confidence,

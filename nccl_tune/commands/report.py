@@ -4,33 +4,34 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 import click
 from tabulate import tabulate
 
-from nccl_tune import store
+from nccl_tune import fileio, store, vocab
 from nccl_tune.decide import plotting
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.launch import summarize_error
 from nccl_tune.decide.report import ADJUSTMENTS, GLOO_NOTE, latency_records, summarize
+from nccl_tune.vocab import Provenance
 
 SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
 CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",
               "machine", "status", "n_rounds",
               "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
               "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
-              "effective_proto", "effective_channels", "flag", "simulated", "final", "rung", "errors")
+              "effective_proto", "effective_channels", "flag", "simulated", "final", "rung", "errors",
+              "provenance")
 
 
 def observation_flag(summary) -> str | None:
     """Why a cell's requested settings cannot be trusted to have run, or None.
 
     NCCL records (and imports) whose log did not confirm the requested settings are
-    flagged; the baseline requests nothing; gloo and sim observe nothing by nature and
-    say so elsewhere.
+    flagged; the baseline requests nothing; gloo and sim observe nothing by nature (their
+    provenance says so) and say so elsewhere.
     """
-    if not summary.env or summary.backend in ("gloo", "sim"):
+    if not summary.env or (summary.provenance is not None and not summary.provenance.observes_nccl):
         return None
     if summary.confirmed is False:
         return "contradicted: NCCL's log shows other settings than requested"
@@ -42,7 +43,7 @@ def observation_flag(summary) -> str | None:
 def _row_dict(s) -> dict:
     out = s.to_dict()
     out["flag"] = observation_flag(s)
-    out["simulated"] = s.backend == "sim"
+    out["simulated"] = s.provenance is Provenance.SIMULATED
     return out
 
 
@@ -55,7 +56,7 @@ def _interval(pair, digits=2):
 
 
 def _effective(s) -> str:
-    e = s.effective or {}
+    e = s.observed_effective or {}  # what NCCL reported; '-' where no NCCL ran (sim, gloo)
     if not e:
         return "-"
     text = "/".join(str(e.get(k)) for k in ("algo", "proto") if e.get(k))
@@ -119,7 +120,7 @@ def _write_csv(summaries) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for s in summaries:
-        e = s.effective or {}
+        e = s.observed_effective or {}
         writer.writerow({
             "cell": s.cell, "label": s.label, "env": " ".join(f"{k}={v}" for k, v in s.env.items()),
             "op": s.op, "bytes": s.bytes, "world_size": s.world_size, "backend": s.backend,
@@ -133,7 +134,8 @@ def _write_csv(summaries) -> str:
             "confirmed": s.confirmed, "effective_algo": e.get("algo"),
             "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
             "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final, "rung": s.rung,
-            "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip())})
+            "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip()),
+            "provenance": s.provenance.value if s.provenance else None})
     return buffer.getvalue()
 
 
@@ -201,11 +203,12 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
 
 
 @click.command("report")
-@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("results", nargs=-1, required=True, type=vocab.InputFile())
 @click.option("--json", "as_json", is_flag=True, help="Print a list of per-(cell, size) objects.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
-@click.option("--plot", "plot_path", metavar="FILE.png", help="Latency vs size, log-log (matplotlib).")
-@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.999))
+@click.option("--plot", "plot_path", metavar="FILE.png", type=vocab.OutputFile(vocab.OutputKind.PLOT),
+              help="Latency vs size, log-log (matplotlib).")
+@click.option("--confidence", default=0.95, show_default=True, type=vocab.Finite(0.5, max=0.999))
 @click.option("--adjust", default="bh", show_default=True, type=click.Choice(ADJUSTMENTS),
               help="Multiple-comparison adjustment of verdicts across the cells of each size.")
 @click.option("--include-pruned/--final-only", default=True, show_default=True,
@@ -216,6 +219,9 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
+    if plot_path:  # the file really written (fileio's one suffix rule), refused before reading
+        plot_path = str(fileio.check_output(plot_path, kind=fileio.OutputKind.PLOT, inputs=results,
+                                            option="--plot"))
     warnings: list[str] = []
     records = store.read_records(results, warnings.append)
     for message in warnings:
@@ -239,7 +245,9 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
         click.echo(f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
                    err=as_json or as_csv)
     if as_json:
-        click.echo(json.dumps([_row_dict(s) for s in summaries], indent=2, default=str))
+        from nccl_tune.cli import emit_json
+
+        emit_json([_row_dict(s) for s in summaries])
     elif as_csv:
         click.echo(_write_csv(summaries), nl=False)
     else:

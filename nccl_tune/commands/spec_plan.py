@@ -9,6 +9,9 @@ from __future__ import annotations
 import click
 from tabulate import tabulate
 
+from nccl_tune import vocab
+from nccl_tune.model.per_token import DTYPE_BYTES
+from nccl_tune.live import envcheck
 from nccl_tune.spec import accept as sa
 from nccl_tune.spec import options as so
 
@@ -35,7 +38,7 @@ def acceptance_options(command):
     options = [
         click.option("--accept-len", multiple=True, help=ACCEPT_LEN_HELP),
         click.option("--accepted-drafts", multiple=True, help=DRAFTS_HELP),
-        click.option("--accept-rate", type=float, help="iid per-token draft acceptance probability "
+        click.option("--accept-rate", type=vocab.Finite(0, max=1), help="iid per-token draft acceptance probability "
                                                        "(none of the engines' averages)."),
         click.option("--accept-per-pos", help=PER_POS_HELP),
         click.option("--sglang-accept-rate", multiple=True, help=SGLANG_RATE_HELP),
@@ -113,18 +116,19 @@ def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7
                    "acceptance); not charged to plain decoding. T or T+-H.")
 @click.option("--verify-model", type=click.Choice(["auto", "interp", "moe", "dense"]), default="auto",
               show_default=True, help="auto: moe with --moe-experts, else the measured points (interp).")
-@click.option("--moe-experts", type=click.IntRange(min=1), help="Routed experts E of a MoE target.")
-@click.option("--moe-topk", type=click.IntRange(min=1), help="Experts per token K of a MoE target.")
-@click.option("--layers", type=click.IntRange(min=1),
+@click.option("--moe-experts", type=vocab.Count(1, max=vocab.MAX_EXPERTS), help="Routed experts E of a MoE target.")
+@click.option("--moe-topk", type=vocab.Count(1, max=vocab.MAX_EXPERTS), help="Experts per token K of a MoE target.")
+@click.option("--layers", type=vocab.Count(1, max=vocab.MAX_LAYERS),
               help="Target layers: adds comm(n) (2 per layer + 1 allreduces, nccl_tune.model.per_token) from "
                    "the cost model to the verify model (MODELLED).")
-@click.option("--hidden", type=click.IntRange(min=1), default=7168, show_default=True)
-@click.option("--dtype", default="bf16", show_default=True)
-@click.option("--tp", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=7168, show_default=True)
+@click.option("--dtype", default="bf16", show_default=True,
+              type=click.Choice(list(DTYPE_BYTES), case_sensitive=False))
+@click.option("--tp", type=vocab.Count(1, max=vocab.MAX_RANKS), default=8, show_default=True)
 @click.option("--topology", type=click.Choice(sorted(engines_kinds())), default=None,
               help="Machine kind: what the comm(n) cost model assumes with --layers (default "
                    "pcie-shm), and what decides the engine's allreduce path with --engine.")
-@click.option("--profile", "profile_path", default=None,
+@click.option("--profile", "profile_path", default=None, type=envcheck.PROFILE,
               help="NCCL profile the timings were measured under (comm(n) with --layers; named in "
                    "the validate command).")
 @click.option("--measured-tok-s", multiple=True,
@@ -133,11 +137,11 @@ def _engine_notes(engine: str, kind: str | None, tp: int, steps, hidden: int = 7
 @click.option("--fit", is_flag=True,
               help="Fit the free parameters to --measured-tok-s: the acceptance when none is given, "
                    "else the verify curve; with no timings, the cycle's growth with k.")
-@click.option("--rel-error", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
+@click.option("--rel-error", type=vocab.Finite(0, max=0.5), default=0.05, show_default=True,
               help="Stated relative error of a predicted tok/s: candidates lie within it of the best "
                    "(unless inputs carry +-H intervals: then candidates are the k whose interval "
                    "reaches the best's).")
-@click.option("--tolerance", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
+@click.option("--tolerance", type=vocab.Finite(0, max=0.5), default=0.05, show_default=True,
               help="Relative disagreement beyond which a measured tok/s is reported.")
 @click.option("--batch", "batch_text", default="1", show_default=True,
               help="Batch sizes to plan, e.g. 1,8,32 (tokens per verify = batch x (k+1)).")

@@ -10,10 +10,12 @@ import time
 import click
 from tabulate import tabulate
 
-from nccl_tune import stats
+from microbench.options import DTYPE_ALIASES, DTYPES
+from nccl_tune import fileio, stats, vocab
+from nccl_tune.live import envcheck
 from nccl_tune.model import costmodel
 from nccl_tune.measure import grid as gridlib, launch, search, sweep as sweeplib
-from nccl_tune.errors import EXIT_INTERRUPTED, NcclTuneError, RunFailed
+from nccl_tune.errors import Interrupted, NcclTuneError, RunFailed
 
 SIM_DEFAULT_TOPOLOGY = costmodel.DEFAULT_TOPOLOGY
 MAX_DROPPED_LISTED = 20
@@ -78,19 +80,12 @@ def _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_
     return gridlib.build_grid(spec, topology, allow_unsafe, nccl_version, note), spec
 
 
-def _refuse_unknown_names(g, allow_unknown: bool) -> None:
+def _refuse_unknown_names(spec, allow_unknown: bool) -> None:
     """NcclTuneError for a variable neither the catalogue nor the installed libnccl knows
     (a typo such as NCCL_PROTOO would be measured as a cell NCCL ignores), with lint's
-    did-you-mean; --allow-unknown keeps it."""
-    from nccl_tune.live import lint
-
-    names = [name for cell in [*g.cells, *g.dropped] for name in cell.env]
-    findings = lint.unknown_names(names, "sweep")
-    if findings and not allow_unknown:
-        first = findings[0]
-        more = f" (and {len(findings) - 1} more unknown name(s))" if len(findings) > 1 else ""
-        raise NcclTuneError(f"{first.variable}: {first.message}{more}; --allow-unknown to sweep "
-                            "it anyway")
+    did-you-mean (--allow-unknown keeps it), or for a value NCCL would reject: the
+    vocabulary's rule (nccl_tune.live.envcheck), as `--set` is parsed with."""
+    gridlib.check_spec(spec, allow_unknown)
 
 
 def _check_runnable(backend: str, mode: str | None, verify_effective: bool | None) -> None:
@@ -221,31 +216,36 @@ def _print_plan(plan: dict) -> None:
 
 
 @click.command("sweep")
-@click.option("--set", "sets", multiple=True, metavar="NAME=V1,V2",
+@click.option("--set", "sets", multiple=True, metavar="NAME=V1,V2", type=gridlib.SetOption(),
               help="An axis of the grid; 'default' leaves the variable unset. Repeatable. "
                    "Use '|' between values that hold commas.")
 @click.option("--grid", "grid_option", metavar="decode|FILE.toml",
+              type=vocab.InputFile(names=gridlib.BUILTIN_GRIDS.__contains__,
+                                   missing="neither a file nor a built-in grid (decode)"),
               help="A TOML grid file ([grid] axes, [[cells]]) or the built-in 'decode' grid.")
 @click.option("--topology", "topology_option", default="auto", show_default=True,
               type=click.Choice(["auto", "none", *costmodel.TOPOLOGIES]),
               help="Machine kind for pruning (NVLS without NVSwitch, LL128 on PCIe).")
 @click.option("--allow-unsafe", is_flag=True, help="Keep cells that force LL128 on PCIe.")
-@click.option("--allow-unknown", is_flag=True,
+@click.option("--allow-unknown", is_flag=True, is_eager=True,
               help="Keep NCCL_* names neither the catalogue nor the installed libnccl knows.")
-@click.option("--sizes", help="Message sizes: bytes or K/M/G, comma list.")
-@click.option("--tokens", help="Decode token counts (sizes = tokens x hidden x dtype).")
-@click.option("--hidden", type=int, help="Hidden size for --tokens [7168].")
-@click.option("--dtype", default="bf16", show_default=True)
-@click.option("--iters", type=click.IntRange(1), help="Timed iterations per size.")
-@click.option("--warmup", type=click.IntRange(0), help="Warm-up iterations per size.")
+@click.option("--sizes", type=vocab.ByteSizes(), help="Message sizes: bytes or K/M/G, comma list.")
+@click.option("--tokens", type=vocab.CountList(vocab.MAX_TOKENS),
+              help="Decode token counts (sizes = tokens x hidden x dtype).")
+@click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), help="Hidden size for --tokens [7168].")
+@click.option("--dtype", default="bf16", show_default=True,
+              type=click.Choice([*DTYPES, *DTYPE_ALIASES], case_sensitive=False))
+@click.option("--iters", type=vocab.Count(1, max=vocab.MAX_ITERS), help="Timed iterations per size.")
+@click.option("--warmup", type=vocab.Count(0, max=vocab.MAX_ITERS), help="Warm-up iterations per size.")
 @click.option("--mode", type=click.Choice(["graph", "eager"]), help="Timing mode (CUDA).")
-@click.option("--graph-ops", type=click.IntRange(1),
+@click.option("--graph-ops", type=vocab.Count(1, max=vocab.MAX_ITERS),
               help="Collectives captured per CUDA graph replay (graph mode) [microbench: 10].")
 @click.option("--op", default="allreduce", show_default=True,
               type=click.Choice(["allreduce", "reduce_scatter", "all_gather"]))
 @click.option("--verify-effective/--no-verify-effective", default=None,
               help="Confirm from NCCL's log what ran (the microbench's default: on with NCCL).")
-@click.option("--op-timeout", type=float, help="The microbench's own collective timeout (s).")
+@click.option("--op-timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True),
+              help="The microbench's own collective timeout (s).")
 @click.option("--label", help="Free text stored in every record.")
 @click.option("--backend", default="auto", show_default=True,
               type=click.Choice(["auto", *sweeplib.BACKENDS]),
@@ -253,7 +253,7 @@ def _print_plan(plan: dict) -> None:
 @click.option("--sim-landscape", default="nccl", show_default=True,
               type=click.Choice(["nccl", "perturbed", "flat"]),
               help="sim only: the model as is, with perturbed true parameters, or flat.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+@click.option("--model", "model_path", type=vocab.InputFile(),
               help="sim only: draw from a `model fit` file (constants fitted to one machine).")
 @click.option("--isolation", default="auto", show_default=True,
               type=click.Choice(sweeplib.ISOLATION_CHOICES),
@@ -263,7 +263,7 @@ def _print_plan(plan: dict) -> None:
                    "nocache when the NCCL planned for is new enough, else group.")
 @click.option("--nccl-version", "nccl_version_option", metavar="X.Y.Z",
               help="Plan for this NCCL version (another machine) instead of the libnccl found here.")
-@click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--rounds", default=1, show_default=True, type=vocab.Count(1, max=vocab.MAX_ITERS),
               help="Passes over the grid (final rung for halving/descent), each in a fresh "
                    "random order with the baseline.")
 @click.option("--search", "strategy", default="exhaustive", show_default=True,
@@ -271,13 +271,14 @@ def _print_plan(plan: dict) -> None:
               help="exhaustive: " + search.STRATEGY_HELP["exhaustive"] + ". halving: "
                    + search.STRATEGY_HELP["halving"] + ". descent: " + search.STRATEGY_HELP["descent"]
                    + ". --dry-run shows what each would spend.")
-@click.option("--budget", type=click.FloatRange(min=0, min_open=True),
+@click.option("--budget", type=vocab.Finite(0, max=vocab.MAX_BUDGET, min_open=True),
               help="Cap on measurements (one = a cell at one size for one round at full "
                    "iterations; shorter ones count in proportion).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the round orders.")
-@click.option("--nproc", type=click.IntRange(1), help="Ranks per node [8 with 8 GPUs; 2 on CPU].")
-@click.option("--nnodes", default=1, show_default=True, type=click.IntRange(1))
-@click.option("--node-rank", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--seed", default=0, show_default=True, type=vocab.Count(0, max=vocab.MAX_SEED),
+              help="Seed of the round orders.")
+@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), help="Ranks per node [8 with 8 GPUs; 2 on CPU].")
+@click.option("--nnodes", default=1, show_default=True, type=vocab.Count(1, max=vocab.MAX_RANKS))
+@click.option("--node-rank", default=0, show_default=True, type=vocab.Count(0, max=vocab.MAX_RANKS - 1))
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's address (multi-node).")
 @click.option("--launcher", "template", metavar="TEMPLATE",
               help="Command template run without a shell; {module} {args} {env} {nproc} {nnodes} "
@@ -285,11 +286,13 @@ def _print_plan(plan: dict) -> None:
                    "python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
                    "--rdzv-endpoint node0:29500 -m {module} {args}'.")
 @click.option("--keep-env", multiple=True, metavar="NCCL_NAME",
+              type=envcheck.Name(also=sweeplib.CONTROLLED_PREFIXES[1:]),
               help="An inherited NCCL_* or TORCH_NCCL_* variable to keep in every cell (e.g. "
                    "NCCL_SOCKET_IFNAME); the others are removed from every launch.")
-@click.option("--timeout", type=click.FloatRange(min=1),
+@click.option("--timeout", type=vocab.Finite(1, max=vocab.MAX_SECONDS),
               help="Seconds per launch [auto: 120 + 30 per cell in the launch].")
-@click.option("--out", help="Results file (JSON Lines); required unless --dry-run.")
+@click.option("--out", type=vocab.OutputFile(vocab.OutputKind.RESULTS),
+              help="Results file (JSON Lines); required unless --dry-run.")
 @click.option("--resume/--no-resume", default=None,
               help="Skip (cell, round) pairs already in --out [default when --out exists].")
 @click.option("--dry-run", is_flag=True, help="Print the plan and an estimate; run nothing.")
@@ -336,7 +339,7 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
         verify_effective=verify_effective, op_timeout=op_timeout, label=label)
     nccl_version, version_source = sweeplib.planned_nccl_version(backend, nccl_version_option)
     g, spec = _build_grid(sets, grid_option, topology_option, allow_unsafe, backend, nccl_version)
-    _refuse_unknown_names(g, allow_unknown)
+    _refuse_unknown_names(spec, allow_unknown)
     if strategy == "descent" and not spec.axes:
         raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
                             "[grid] table), not only explicit [[cells]]")
@@ -357,7 +360,8 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
     if backend == "sim":
         notes.append("simulated: every measurement is drawn from the cost model, nothing is measured")
     launcher = launch.Launcher(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
-                               rdzv_endpoint=rdzv_endpoint, template=template)
+                               rdzv_endpoint=rdzv_endpoint, template=template,
+                               simulated=backend == "sim")
     if backend != "sim":
         _, removed = sweeplib.launch_environment({}, tuple(keep_env))
         if removed:
@@ -391,13 +395,13 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
         return
     if not out:
         raise NcclTuneError("--out FILE is required (results are appended there, one record per line)")
-    folder = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(folder):
-        raise NcclTuneError(f"--out: the folder {folder} does not exist")
+    inputs = [model_path] + ([grid_option] if grid_option and os.path.exists(grid_option) else [])
+    fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
-    _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape, keep_env,
-         out, module, as_json, strategy, budget, sim_model)
+    with fileio.ResultsLock(out, option="--out"):  # one writer for the whole run (fileio)
+        _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape,
+             keep_env, out, module, as_json, strategy, budget, sim_model)
 
 
 def _planned_requests(plan: dict, n_cells: int, rounds: int) -> int | None:
@@ -419,7 +423,7 @@ def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim
     engine = sweeplib.SweepEngine(
         options, launcher, out, isolation=isolation, timeout=timeout if timeout else 120.0,
         timeout_per_cell=0.0 if timeout else 30.0, landscape=landscape, keep_env=tuple(keep_env),
-        module=module, warn=warnings.append, strategy=strategy)
+        module=module, warn=warnings.append, strategy=strategy, grid=g.cells)
     done_before = len(engine.recorded_requests())
     planned = _planned_requests(plan, sum(1 for c in g.cells if c.env), rounds)
     todo = max(0, planned - done_before) if planned is not None else None
@@ -455,11 +459,20 @@ def _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim
     else:
         _print_summary(summary)
     if interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        raise Interrupted(f"sweep interrupted: every finished cell is in {out}",
+                          resume=_resume_command())
     failure = sweeplib.run_failure(outcome.records) if outcome and launcher_writes(launcher, options) else None
     if failure:
         raise RunFailed(f"sweep: {failure}; the records are in {out} (nccl-tune report {out} "
                         "lists the errors)")
+
+
+def _resume_command() -> str:
+    """The command that continues this sweep: the same one (resuming is the default when
+    --out exists), with --no-resume turned into --resume."""
+    from nccl_tune.cli import command_line
+
+    return command_line().replace(" --no-resume", " --resume")
 
 
 def launcher_writes(launcher, options) -> bool:

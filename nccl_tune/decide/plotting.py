@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 
 
@@ -18,16 +19,22 @@ def pyplot():
     return plt
 
 
-def save(fig, path: str, dpi: int) -> None:
-    """Write `fig` to `path` and close it; an unwritable path is a one-line NcclTuneError."""
+def save(fig, path: str, dpi: int) -> str:
+    """Write `fig` atomically (nccl_tune.fileio.replacing) and close it; returns the path
+    written: `path` with fileio's one suffix rule (`.png` added unless matplotlib writes
+    the suffix given). An unwritable path is a one-line NcclTuneError, and a failure
+    leaves neither an empty nor a half-written image."""
     import matplotlib.pyplot as plt
 
+    target = fileio.plot_path(path)
     try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as exc:
-        raise NcclTuneError(f"--plot: cannot write: {exc.strerror}", path=path) from None
+        with fileio.replacing(target) as temp:
+            fig.savefig(temp, dpi=dpi, format=target.suffix[1:].lower())
+    except NcclTuneError as exc:
+        raise NcclTuneError(f"--plot: {exc.message}", path=str(target)) from None
     finally:
         plt.close(fig)
+    return str(target)
 
 
 def bytes_label(nbytes: float) -> str:

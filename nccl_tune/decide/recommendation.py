@@ -14,7 +14,10 @@ results, from the analytical cost model (modelled). Rules (issue "recommend"):
 - cells whose records are wrong, failed or timed out, whose NCCL log contradicts the
   requested settings, that are not final (pruned early in a search), or whose settings
   do not lint clean are never recommended; cells measured without NCCL's log are
-  recommended as "declared", not "confirmed".
+  recommended as "declared", not "confirmed";
+- the trust word follows the records' provenance (nccl_tune.vocab.Provenance): only where
+  NCCL ran is a cell confirmed, contradicted or declared; simulated, modelled and gloo
+  cells say what they are.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from nccl_tune import stats
+from nccl_tune.vocab import Provenance, provenance_of
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
@@ -73,6 +77,10 @@ class CellRow:
     projected_tok_s: float | None = None
     projected_ci: tuple[float, float] | None = None
     projected_range: tuple[float, float] | None = None  # modelled: over published machines
+    # Modelled rows: the range of latency_us (published machines of the kind, or a fit's own
+    # error) and whether latency_us comes from a fit of this machine (None: measured row).
+    latency_range: tuple[float, float] | None = None
+    calibrated: bool | None = None
     verdict: str = ""
     eligible: bool = False
     reason: str | None = None  # why it is not recommended
@@ -80,6 +88,7 @@ class CellRow:
     curve: LatencyCurve | None = field(default=None, repr=False)
     records: list | None = field(default=None, repr=False)  # final records (measured cells)
     modelled: bool = False  # figures from the cost model, not from records
+    provenance: Provenance | None = None  # of its records (None: modelled, or not yet known)
 
     @property
     def label(self) -> str:
@@ -93,15 +102,12 @@ class CellRow:
 
     @property
     def trust(self) -> str:
-        """confirmed (NCCL's log showed the settings), contradicted, declared (unseen), or
-        modelled (nothing ran): the one word the table, --json and the export all print."""
+        """Where NCCL ran: confirmed (its log showed the settings), contradicted or declared
+        (unseen); else the provenance itself: modelled, simulated, measured on gloo. The one
+        word the table, --json and the export all print (Provenance.trust)."""
         if self.modelled:
-            return MODELLED
-        if self.confirmed is True:
-            return "confirmed"
-        if self.confirmed is False:
-            return "contradicted"
-        return "declared"
+            return Provenance.MODELLED.trust(None)
+        return (self.provenance or Provenance.NCCL).trust(self.confirmed)
 
     def to_dict(self) -> dict:
         """JSON-ready form (the issue's field names)."""
@@ -118,6 +124,9 @@ class CellRow:
             "projected_tok_s": self.projected_tok_s,
             "projected_tok_s_ci": list(self.projected_ci) if self.projected_ci else None,
             "projected_tok_s_range": list(self.projected_range) if self.projected_range else None,
+            "latency_range_us": ([round(v, 2) for v in self.latency_range]
+                                 if self.latency_range else None),
+            "calibrated": self.calibrated,
             "verdict": self.verdict, "eligible": self.eligible, "reason": self.reason,
             "errors": self.errors,
         }
@@ -150,6 +159,7 @@ class Analysis:
     family_size: int = 1
     cell_confidence: float | None = None
     confidence: float = 0.95  # the family-wise level asked for
+    provenance: Provenance = Provenance.MODELLED  # of the records (vocab.provenance_of)
 
     def saving_ms_at(self, row: CellRow, nbytes: int, extrapolate: bool = False) -> float:
         """ms per forward `row` saves against the baseline at `nbytes`, by the estimator of
@@ -169,7 +179,8 @@ class Analysis:
         """JSON-ready form."""
         rec = self.recommended
         return {
-            "source": self.source, "message_bytes": self.message_bytes,
+            "source": self.source, "provenance": self.provenance.value,
+            "message_bytes": self.message_bytes,
             "collectives_per_token": self.collectives, "world_size": self.world_size,
             "backend": self.backend, "topology": self.topology,
             "topology_note": self.topology_note, "nccl_version": self.nccl_version,
@@ -187,11 +198,24 @@ class Analysis:
 # ---------------------------------------------------------------- shared helpers
 
 def source_words(analysis: Analysis) -> str:
-    """The source in words for exported headers: 'measured', 'measured on gloo', 'modelled',
-    'simulated'. gloo is named because its figures say nothing about NCCL settings."""
-    if analysis.source == MEASURED and analysis.backend == "gloo":
-        return "measured on gloo (NCCL settings do not affect gloo: differences are noise)"
-    return analysis.source
+    """The source in words for exported headers: the provenance ('measured with NCCL',
+    'measured on gloo', 'imported', 'simulated', 'modelled'). gloo says why it matters:
+    its figures say nothing about NCCL settings."""
+    if analysis.provenance is Provenance.GLOO:
+        return f"{Provenance.GLOO.value} (NCCL settings do not affect gloo: differences are noise)"
+    return analysis.provenance.value
+
+
+def trust_words(row: CellRow) -> str:
+    """The trust of a recommended cell in words, from its provenance: what NCCL's log said
+    where NCCL ran, and why nothing can confirm it where it did not."""
+    words = {"confirmed": "confirmed by NCCL log",
+             "contradicted": "contradicted by NCCL log",
+             "declared": "declared, not confirmed by NCCL log",
+             Provenance.SIMULATED.value: "simulated: nothing ran, so no NCCL log confirms it",
+             Provenance.MODELLED.value: "modelled: nothing ran, so no NCCL log confirms it",
+             Provenance.GLOO.value: "measured on gloo: NCCL settings do not apply there"}
+    return words.get(row.trust, row.trust)
 
 
 def check_tok_s(analysis: Analysis, baseline_tok_s: float | None) -> str | None:
@@ -344,12 +368,13 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     flags: dict[tuple[str, bool], list] = {}
     for s in summaries:
         target = rows if s.final else pruned
-        row = target.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=s.final))
+        row = target.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=s.final,
+                                                provenance=s.provenance))
         row.status = _worst_status([row.status, s.status])
         row.errors = sorted(set(row.errors) | set(s.errors))
         flags.setdefault((s.cell, s.final), []).append(s.confirmed)
-        if s.effective and (s.bytes == nbytes or row.effective is None):
-            row.effective = s.effective
+        if s.observed_effective and (s.bytes == nbytes or row.effective is None):
+            row.effective = s.observed_effective  # what NCCL reported; never a simulated choice
     for (cell, is_final), seen in flags.items():
         row = (rows if is_final else pruned)[cell]
         row.confirmed = (False if any(f is False for f in seen)
@@ -383,7 +408,7 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
                         baseline=baseline, cells=ranked, pruned=list(pruned.values()),
                         world_size=world, backend=backend, notes=notes, summaries=summaries,
                         family_size=family, cell_confidence=cell_confidence,
-                        confidence=confidence)
+                        confidence=confidence, provenance=provenance_of(subset[0]))
     if backend == "gloo":
         analysis.notes.append(GLOO_NOTE)
     analysis.recommended = pick(ranked)
@@ -511,13 +536,21 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
                                    costmodel.topology(topology_name), params or costmodel.NCCL_PARAMS)
         row.effective = {"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
                          "confirmed": None, "detail": f"modelled, transport {choice.link}"}
+        row.calibrated = costmodel.is_calibrated(params, choice.algo, choice.proto)
         return row
+
+    def uncalibrated_ms(row: CellRow) -> float:
+        return collectives * costmodel.latency_us(nbytes, nranks, topology_name, row.env) / 1000.0
 
     baseline = row_for({})
     rows = []
     for env in candidates:
         row = row_for(env)
         saving = baseline.comm_ms - row.comm_ms
+        if params is not None and not (row.calibrated and baseline.calibrated):
+            # A fit says nothing of a pair it did not calibrate: compare like with like, the
+            # uncalibrated model's own difference.
+            saving = uncalibrated_ms(baseline) - uncalibrated_ms(row)
         row.saving = SavingEstimate(saving, None, None, 0)
         _fill_projection(row, baseline_tok_s)
         if saving > MIN_MODELLED_FRACTION * baseline.comm_ms:

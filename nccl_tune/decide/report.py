@@ -43,6 +43,7 @@ import numpy as np
 
 from nccl_tune import stats, store
 from nccl_tune.store import BASELINE, cell_label
+from nccl_tune.vocab import Provenance, provenance_of
 
 MIN_ROUNDS_FOR_ROUND_CI = stats.MIN_ROUNDS
 # What every reader of gloo results says (report, recommend, their exports).
@@ -81,6 +82,7 @@ class CellSizeSummary:
     machine: str | None = None  # where it was measured, in words (see machine_identity)
     redop: str | None = None  # nccl-tests' reduction op (sum, prod, max, min, avg), if said
     rung: int | None = None  # the search rung of non-final records (None: final)
+    provenance: Provenance | None = None  # of its records (vocab.provenance_of)
 
     @property
     def label(self) -> str:
@@ -93,12 +95,23 @@ class CellSizeSummary:
         measures the baseline in every rung, so its rows differ only by rung)."""
         return self.label + ("" if self.final or self.rung is None else f" [rung {self.rung}]")
 
+    @property
+    def observed_effective(self) -> dict | None:
+        """What NCCL reported it ran, where NCCL ran (its provenance observes NCCL); None
+        for simulated, modelled and gloo records, whose `effective` no NCCL chose."""
+        if self.provenance is not None and not self.provenance.observes_nccl:
+            return None
+        return self.effective
+
     def to_dict(self, with_samples: bool = False) -> dict:
-        """JSON-ready form (per-iteration samples left out unless asked for)."""
+        """JSON-ready form (per-iteration samples left out unless asked for); `effective`
+        only as NCCL reported it (`observed_effective`), with the `provenance`."""
         out = asdict(self)
         if not with_samples:
             out.pop("samples_us")
         out["label"] = self.label
+        out["effective"] = self.observed_effective
+        out["provenance"] = self.provenance.value if self.provenance else None
         return out
 
 
@@ -251,7 +264,8 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
         ci_us=ci, ci_basis=basis, confirmed=confirmed, effective=effective, errors=errors,
         final=all(r.get("final", True) is not False for r in records), samples_us=samples,
         mode=first.get("mode"), dtype=first.get("dtype"), redop=first.get("redop"),
-        machine=describe_machine(machine_identity(first, _known_gpus(records))))
+        machine=describe_machine(machine_identity(first, _known_gpus(records))),
+        provenance=provenance_of(first))
 
 
 def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict],

@@ -21,10 +21,13 @@ and `#` comments), so `nccl-tune lint` and `profiles show` read it too.
 
 from __future__ import annotations
 
+from nccl_tune import fileio
 from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
 
 CONF_FILE_SINCE = (2, 23, 4)  # first NCCL release that reads NCCL_CONF_FILE
+MAX_CONF_BYTES = 1024 * 1024  # a conf file holds a few NCCL_* lines
+MAX_CONF_LINE = 4096  # characters per line (NCCL keeps 1023 of a name or value)
 MAX_PART = 1023  # setEnvFile's envVar / envValue buffers, without the NUL
 
 CONF_NOTES = [
@@ -78,7 +81,7 @@ def render_conf(env: dict[str, str], provenance: dict[str, str] | None = None) -
 
 def write_conf(path: str, env: dict[str, str], provenance: dict[str, str] | None = None) -> None:
     """Write `env` as an NCCL conf file, atomically."""
-    profile.write_atomic(path, render_conf(env, provenance))
+    fileio.write_atomic(path, render_conf(env, provenance))
 
 
 def convert(source: str) -> str:

@@ -208,6 +208,16 @@ def role_of(cmdline: list[str], comm: str = "") -> str | None:
     return None
 
 
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+
+
+def is_kernel_thread(pid: int) -> bool:
+    """True for a kernel thread (kthreadd and its children): /proc/PID/stat's flags
+    (field 9) carry PF_KTHREAD; its environ and cmdline read as a vanished process's."""
+    fields = _stat_fields(pid)
+    return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & PF_KTHREAD)
+
+
 def is_zombie(pid: int) -> bool:
     """True for a process that exited and awaits its parent (its environ reads empty)."""
     fields = _stat_fields(pid)
@@ -410,6 +420,9 @@ def check_processes(profile_env: dict[str, str], pid: int, tree: bool = False) -
     try:
         root = check_process(profile_env, pid)
     except ProcessGone:
+        if is_kernel_thread(pid):  # its /proc files answer ESRCH, as a missing process's do
+            raise NcclTuneError(f"pid {pid} ({read_comm(pid) or '?'}) is a kernel thread: it has "
+                                "no environment to check (give a server's pid)") from None
         raise NcclTuneError(f"no process with pid {pid}") from None
     if root.error:
         raise NcclTuneError(f"pid {pid}: {root.error}")

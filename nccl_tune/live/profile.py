@@ -34,10 +34,10 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nccl.settings import needs_quoting
 
@@ -158,14 +158,14 @@ def parse_profile(text: str, path: str | None = None) -> Profile:
     return Profile(env=env, provenance=parse_provenance(lines), path=path, lines=where)
 
 
+PROFILE_MAX_BYTES = 1024 * 1024  # a profile is a few dozen lines
+PROFILE_MAX_LINE = 4096  # characters per line: an NCCL value or a provenance note is far shorter
+
+
 def read_text(path: str) -> str:
-    """A file's text, or NcclTuneError naming it when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise NcclTuneError(f"cannot read: {reason}", path=path) from None
+    """A profile's text by the input policy (nccl_tune.fileio.read_text: strict UTF-8, a
+    size cap), or NcclTuneError naming the file (and line)."""
+    return fileio.read_text(path, what="profile", max_bytes=PROFILE_MAX_BYTES, max_line=PROFILE_MAX_LINE)
 
 
 def load_profile(path: str) -> Profile:
@@ -205,38 +205,10 @@ def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None
     return "\n".join(out) + "\n"
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename.
-
-    Readers see the old file or the new one, never half of one. NcclTuneError when the
-    folder cannot be written.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".nccl-tune-", dir=folder)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=path) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise NcclTuneError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_profile(path: str, env: dict[str, str], provenance: dict[str, str] | None = None,
                   notes: list[str] | None = None) -> None:
     """Render and write a profile atomically (see `render_profile` for what it refuses)."""
-    write_atomic(path, render_profile(env, provenance, notes))
+    fileio.write_atomic(path, render_profile(env, provenance, notes))
 
 
 def nccl_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:

@@ -16,13 +16,15 @@ flags lines NCCL would read differently from a shell.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 
-from nccl_tune.live import lint as linter
+from nccl_tune import fileio
+from nccl_tune.live import conffile, lint as linter
 from nccl_tune.nccl import ncclinfo, topology
-from nccl_tune.live.profile import nccl_env, parse_lines, read_text
+from nccl_tune.live.profile import nccl_env, parse_lines
 
 from nccl_tune.live.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
 
@@ -87,6 +89,22 @@ def gpu_info(timeout: float = 30.0) -> dict:
             "note": None if devices else "nvidia-smi lists no GPU"}
 
 
+def compute_capability(timeout: float = 30.0) -> str | None:
+    """The first GPU's compute capability ("9.0") from nvidia-smi, or None (no GPU, or a
+    driver whose nvidia-smi lacks the compute_cap field). A query of its own, so an old
+    driver does not cost gpu_info its answer."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = done.stdout.strip().splitlines()[:1] if done.returncode == 0 else []
+    return first[0].strip() if first and re.fullmatch(r"\d+\.\d+", first[0].strip()) else None
+
+
 def topology_info(topo_file: str | None = None) -> dict:
     """The parsed `nvidia-smi topo -m` (from `topo_file` or the local nvidia-smi).
 
@@ -95,8 +113,11 @@ def topology_info(topo_file: str | None = None) -> dict:
     """
     from nccl_tune.errors import NcclTuneError
 
+    names = caps = None  # another machine's GPUs are known only by what the file shows
     if topo_file is not None:
-        topo = topology.parse_topo(read_text(topo_file), source=topo_file)
+        text = fileio.read_text(topo_file, what="topology paste", max_bytes=topology.MAX_PASTE_BYTES,
+                                max_line=topology.MAX_PASTE_LINE)
+        topo = topology.parse_topo(text, source=topo_file)
         vendor = None  # another machine's CPU is unknown
     else:
         text = topology.run_nvidia_smi_topo()
@@ -109,9 +130,11 @@ def topology_info(topo_file: str | None = None) -> dict:
             return {"source": "nvidia-smi topo -m", "kind": None,
                     "note": f"could not parse nvidia-smi topo -m: {exc}"}
         vendor = topology.local_cpu_vendor()
+        names, caps = topology.gpu_names(), topology.compute_caps()
     out = topo.to_dict()
     try:
-        out["kind"] = topology.classify(topo, vendor)
+        # This machine's GPUs decide NVSwitch with or without NVLS (compute capability).
+        out["kind"] = topology.classify(topo, vendor, names, caps)
         level = topology.default_p2p_level(vendor, len(topo.gpus))
         out["note"] = (f"kind assumes NCCL's default P2P level {level}"
                        + ("" if vendor else " (CPU vendor unknown; NCCL's default is PXB, "
@@ -153,7 +176,8 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
                 "error": None}
         if item["exists"]:
             try:
-                text = read_text(local)
+                text = fileio.read_text(local, what="conf file", max_bytes=conffile.MAX_CONF_BYTES,
+                                        max_line=conffile.MAX_CONF_LINE)
             except Exception as exc:  # NcclTuneError: unreadable; report, don't stop
                 item["error"] = str(exc)
             else:
@@ -202,7 +226,7 @@ def doctor_report(topo_file: str | None = None, with_torch: bool = True) -> dict
     return {
         "nccl_libraries": [lib.to_dict() for lib in libraries],
         "torch": torch,
-        "gpus": gpu_info(),
+        "gpus": {**gpu_info(), "compute_capability": compute_capability()},
         "topology": topology_info(topo_file),
         "conf_files": conf_files(nccl_version=known.version_tuple, known=known),
         "env": env_info(known=known),

@@ -33,6 +33,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
+import click
+
+from nccl_tune import fileio
+from nccl_tune.live import envcheck
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
 from nccl_tune.errors import NcclTuneError
@@ -199,6 +203,32 @@ def parse_set(text: str) -> tuple[str, list[str | None]]:
     return name, list(dict.fromkeys(values))
 
 
+class SetOption(click.ParamType):
+    """`--set NAME=V1,V2`: one axis, its name and values checked as it is parsed (the
+    vocabulary's rule, nccl_tune.live.envcheck); an unknown name passes when the command's
+    `--allow-unknown` flag (eager, so parsed first) is given."""
+
+    name = "NAME=V1,V2"
+
+    def convert(self, value, param, ctx) -> str:
+        try:
+            name, values = parse_set(str(value))
+            allow = bool(ctx.params.get("allow_unknown")) if ctx is not None else False
+            envcheck.check_settings([(name, v) for v in values], "--set", allow_unknown=allow)
+        except NcclTuneError as exc:
+            self.fail(str(exc).removeprefix("--set: "), param, ctx)
+        return value
+
+
+def check_spec(spec: GridSpec, allow_unknown: bool) -> None:
+    """NcclTuneError naming the spec's sources for the first unknown name or invalid value
+    of its axes and cells (envcheck.check_settings, the rule `--set` is parsed with)."""
+    where = ", ".join(spec.sources) or "grid"
+    pairs = [(name, v) for name, values in spec.axes for v in values]
+    pairs += [(name, v) for cell in spec.cells for name, v in cell.items()]
+    envcheck.check_settings(pairs, where, allow_unknown=allow_unknown)
+
+
 def spec_from_sets(items: list[str]) -> GridSpec:
     """A spec from repeated ``--set`` options; a repeated name adds values to its axis."""
     axes: dict[str, list[str | None]] = {}
@@ -209,25 +239,40 @@ def spec_from_sets(items: list[str]) -> GridSpec:
     return GridSpec(list(axes.items()), [], ["--set"] if items else [])
 
 
+GRID_MAX_BYTES = 1024 * 1024  # a grid file: axes and explicit cells, a few KB in practice
+GRID_MAX_DEPTH = 8  # [[cells]] tables and arrays of values nest 2 or 3 deep
+GRID_MAX_CELLS = 50_000  # cells a grid may expand to (a sweep of more never finishes)
+# TOML strings and comments (where brackets do not nest), escapes removed first. Each
+# alternative starts with its own character and stops at the line's end: linear.
+_TOML_NOISE = re.compile(r'"[^"\n]*"|\'[^\'\n]*\'|#[^\n]*')
+
+
+def toml_depth(text: str) -> int:
+    """How deeply arrays and tables nest in TOML `text` (strings and comments skipped),
+    without recursion: checked before tomllib, whose parser recurses."""
+    return fileio.bracket_depth(_TOML_NOISE.sub("", re.sub(r"\\.", "", text, flags=re.S)))
+
+
 def _load_toml(path: str) -> dict:
     try:
         import tomllib  # Python >= 3.11
     except ImportError:  # pragma: no cover - Python 3.10
         import tomli as tomllib
+    text = fileio.read_text(path, what="grid file", max_bytes=GRID_MAX_BYTES)
+    depth = toml_depth(text)
+    if depth > GRID_MAX_DEPTH:
+        raise NcclTuneError(f"nested {depth} levels deep: a grid file nests at most {GRID_MAX_DEPTH}",
+                            path=path)
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read grid file: {exc.strerror}", path=path) from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # tomllib says where in its message: "(at line 3, column 7)" or "(at end of document)".
-        text = str(exc)
-        match = re.search(r"\(at line (\d+), column \d+\)", text)
+        message = str(exc)
+        match = re.search(r"\(at line (\d+), column \d+\)", message)
         line = int(match.group(1)) if match else None
-        if line is None and "end of document" in text:
-            with open(path, "rb") as handle:
-                line = max(1, handle.read().count(b"\n"))
-        message = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", text)
+        if line is None and "end of document" in message:
+            line = max(1, text.count("\n"))
+        message = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", message)
         raise NcclTuneError(f"not a valid TOML grid: {message}", path=path, line=line) from None
 
 
@@ -281,8 +326,24 @@ def resolve_grid_option(value: str) -> GridSpec:
 
 # ---------------------------------------------------------------- expansion and pruning
 
+def cell_count(spec: GridSpec) -> int:
+    """How many envs `expand` would make (baseline included), counted without making them."""
+    product = 1
+    for _, values in spec.axes:
+        product *= len(values)
+    return 1 + (product if spec.axes else 0) + len(spec.cells)
+
+
 def expand(spec: GridSpec) -> list[dict[str, str]]:
-    """Every env of the spec, baseline first, in axis order, duplicates kept (pruned later)."""
+    """Every env of the spec, baseline first, in axis order, duplicates kept (pruned later).
+
+    NcclTuneError, before any is made, when there would be more than GRID_MAX_CELLS."""
+    count = cell_count(spec)
+    if count > GRID_MAX_CELLS:
+        shape = " x ".join(str(len(values)) for _, values in spec.axes) or "0"
+        raise NcclTuneError(f"the grid expands to {count:,} cells (axes {shape}"
+                            f"{f' + {len(spec.cells)} cells' if spec.cells else ''}), more than the "
+                            f"{GRID_MAX_CELLS:,} a sweep takes: give fewer values per axis")
     envs: list[dict[str, str]] = [{}]
     names = [name for name, _ in spec.axes]
     for combo in itertools.product(*(values for _, values in spec.axes)):

@@ -13,11 +13,10 @@ in-place one is kept under ``inplace``. Fields nccl-tests lacks are left null.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 
-from nccl_tune import store
+from nccl_tune import fileio, store, vocab
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import envcheck
 from nccl_tune.nccl.nccltests import Run, infer_op, infer_world_size, parse_json, parse_text
 
 BACKEND = "nccl-tests"
@@ -48,6 +47,12 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
     compares results of one machine only, and tells files without a host apart by
     `source_file`.
     """
+    for row in run.rows:  # an absurd size (a typo, a corrupt file) is refused, not inferred from
+        if row["size"] > vocab.MAX_BYTES:
+            digits = str(row["size"])
+            raise NcclTuneError(f"a size of {digits[:30]}{'...' if len(digits) > 30 else ''} bytes "
+                                f"is more than one GPU holds (at most {vocab.MAX_BYTES})",
+                                path=path, line=row.get("line"))
     cell_env = dict(run.env if env is None else env)
     nranks = len(run.gpus) or None
     the_op = op or run.op or infer_op(run.rows)
@@ -107,29 +112,21 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
 
 
 def parse_env_option(text: str) -> dict[str, str]:
-    """``--env "NCCL_PROTO=LL NCCL_ALGO=Ring"`` -> mapping; NcclTuneError on a bad item."""
-    try:
-        items = shlex.split(text)
-    except ValueError as exc:
-        raise NcclTuneError(f"--env: cannot split '{text}': {exc}") from None
-    env = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not re.match(r"^NCCL_[A-Z0-9_]+$", name):
-            raise NcclTuneError(f"--env: '{item}' is not NCCL_NAME=VALUE")
-        env[name] = value
+    """``--env "NCCL_PROTO=LL NCCL_ALGO=Ring"`` -> mapping; NcclTuneError on a bad item, an
+    unknown name or a bad value (the vocabulary's rule, nccl_tune.live.envcheck)."""
+    env = envcheck.parse_assignments(text, "--env")
+    envcheck.check_settings(env.items(), "--env")
     return env
+
+
+MAX_IMPORT_BYTES = 32 * 1024 * 1024  # an nccl-tests output, NCCL's INFO lines of many ranks included
 
 
 def import_file(path: str, *, env: dict[str, str] | None = None, label: str | None = None,
                 op: str | None = None, run_id: str | None = None,
                 host: str | None = None) -> tuple[list[dict], list[Run]]:
     """Records of one nccl-tests output file (text or -J JSON) and the runs found in it."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
+    text = fileio.read_text(path, what="nccl-tests output", max_bytes=MAX_IMPORT_BYTES)
     is_json = text.lstrip().startswith("{")
     runs, versions = parse_json(text, path) if is_json else parse_text(text, path)
     run_id = run_id or store.new_run_id()

@@ -53,6 +53,7 @@ class Launcher:
     rdzv_endpoint: str | None = None
     template: str | None = None
     python: str = sys.executable
+    simulated: bool = False  # the sim backend: nothing is launched, no rendezvous needed
 
     def __post_init__(self):
         if self.nproc < 1:
@@ -61,7 +62,7 @@ class Launcher:
             raise NcclTuneError(f"--nnodes: {self.nnodes} must be at least 1")
         if not 0 <= self.node_rank < self.nnodes:
             raise NcclTuneError(f"--node-rank: {self.node_rank} is not in [0, {self.nnodes - 1}]")
-        if self.template is None and self.nnodes > 1 and not self.rdzv_endpoint:
+        if self.template is None and self.nnodes > 1 and not self.rdzv_endpoint and not self.simulated:
             raise NcclTuneError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
         if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
             raise NcclTuneError(f"--rdzv-endpoint: '{self.rdzv_endpoint}' is not HOST:PORT")
@@ -107,6 +108,8 @@ class Launcher:
         """One line for the plan."""
         if self.template is not None:
             return f"template: {self.template}"
+        if self.simulated:
+            return f"simulated: nothing is launched; a modelled world of {self.world_size} ranks"
         if self.nnodes > 1:
             return (f"torchrun, {self.nnodes} nodes x {self.nproc} ranks, this is node "
                     f"{self.node_rank}, rendezvous {self.rdzv_endpoint}")

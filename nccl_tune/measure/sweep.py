@@ -28,8 +28,15 @@ How a batch runs (DESIGN.md sections 4-5):
 - Ctrl-C kills the running launch; every cell already complete is in the file.
 - Resume: a (cell, round, rung) already recorded is not measured again, unless its
   records say failed or timeout (a crash, a hang, a machine that went away): those are
-  measured again, and their old records are kept in the file marked `superseded: true,
-  final: false` (`retried_by`: the run id). `wrong` is a result, never retried.
+  measured again, and their old records are kept, marked `superseded: true, final:
+  false` (`retried_by`: the run id) by a marker line appended to the file
+  (store.supersede: the file is never rewritten). `wrong` is a result, never retried.
+- Identity: every record carries its sweep's identity (`sweep`: backend, op, dtype,
+  sizes, world, mode, iterations, the grid's hash, and for sim the topology, landscape,
+  seed and model; sweepplan.sweep_identity). Resuming into a file that holds another
+  sweep's records is refused, naming what differs, before anything is measured.
+- One writer: the sweep command holds the results file's exclusive lock for the whole
+  run (nccl_tune.fileio.ResultsLock), so a second sweep to the same file is refused.
 - The `sim` backend draws records from nccl_tune.measure.simbackend instead of launching.
 
 Options, sizes, the launch environment, round orders and estimates live in
@@ -45,14 +52,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nccl_tune.measure import launch as launching
-from nccl_tune import store
+from nccl_tune import fileio, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.grid import Cell, no_cache_names
 from nccl_tune.measure.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
     BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions,
     canonical_dtype, conf_cell_conflicts, conf_files, count_launches, estimate_seconds,
-    launch_environment, launches_by_isolation, planned_nccl_version, resolve_isolation,
-    resolve_sizes, round_order)
+    identity_differences, launch_environment, launches_by_isolation, planned_nccl_version,
+    resolve_isolation, resolve_sizes, round_order, sweep_identity)
 
 
 
@@ -113,6 +120,10 @@ def run_failure(records: list[dict]) -> str | None:
     return None
 
 
+def _shown_sizes(sizes) -> str:
+    return ",".join(map(str, sizes))
+
+
 class SweepInterrupted(Exception):
     """Ctrl-C during a sweep: the running launch was killed, finished records kept."""
 
@@ -134,7 +145,7 @@ class SweepEngine:
                  timeout_per_cell: float = 0.0, landscape=None, module: str = MODULE, keep_env: tuple[str, ...] = (),
                  base_env: dict[str, str] | None = None, strategy: str = "exhaustive",
                  on_cell: Callable[[Request, str], None] | None = None,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None, grid: list[Cell] | None = None):
         if isolation not in ISOLATIONS:
             raise NcclTuneError(f"--isolation: '{isolation}' is not one of {', '.join(ISOLATIONS)}")
         if options.backend == "sim" and landscape is None:
@@ -152,35 +163,71 @@ class SweepEngine:
         self.work_dir = out + ".work"
         self._launch_no = 0
         self._recorded: dict[tuple, dict] = {}
-        self._lines: dict[tuple, list[int]] = {}  # (cell, round, rung) -> its lines in the file
+        self._lines: dict[tuple, list[tuple]] = {}  # (cell, round, rung) -> its records' store.record_key
         self._retry: set[tuple] = set()  # recorded as failed/timeout: measure again
         # Where this sweep's ranks ran (rank 0's records say): stamped on the records the
         # engine writes itself for cells a launch did not finish, so the report lists a
         # failure beside the cells measured on the same machine.
         self._machine: dict = {}
+        common = {k: v for k, v in (base_env or os.environ).items() if k in self.keep_env}
+        self.identity = sweep_identity(
+            options, world_size=self._world(), nnodes=launcher.nnodes if launcher else 1,
+            cells=grid, landscape=landscape, common_env=common)
         self._load_existing()
 
     # -- the results file
 
+    def _world(self) -> int | None:
+        """The world size this sweep's ranks form, when known before they run."""
+        if self.launcher is None:
+            return 2 if self.options.backend == "sim" else None
+        return None if self.launcher.template else self.launcher.world_size
+
     def _matches(self, record: dict) -> bool:
         """A record this sweep would have written: same backend, op, strategy and (when
         known) world. Records without a strategy come from exhaustive sweeps."""
-        world = None if (self.launcher is None or self.launcher.template) else self.launcher.world_size
+        world = self._world()
         return (record.get("backend") == self.options.backend
                 and (record.get("strategy") or "exhaustive") == self.strategy
                 and (record.get("op") or "allreduce") == self.options.op
                 and (world is None or record.get("world_size") in (None, world))
                 and not record.get("superseded"))
 
+    def _identity_problem(self, record: dict) -> list[str]:
+        """How the sweep that wrote `record` differs from this one (empty: the same).
+
+        Records carry the identity of their sweep (`sweep`); records written before that
+        (or by another command) are compared on what they carry, when of this backend."""
+        there = record.get("sweep")
+        if isinstance(there, dict):
+            return identity_differences(there, self.identity)
+        if record.get("backend") != self.options.backend or record.get("round") is None:
+            return []  # another backend or not a sweep's record: not this sweep's, ignored
+        here = self.identity
+        legacy = {k: record.get(k) for k in ("op", "dtype", "world_size", "nnodes")
+                  if record.get(k) is not None and here.get(k) is not None}
+        if "topology" in here and isinstance(record.get("topology"), str):
+            legacy["topology"] = record["topology"]
+        problems = identity_differences(legacy, here)
+        if record.get("bytes") is not None and record["bytes"] not in self.options.sizes:
+            problems.append(f"size {record['bytes']} there, sizes {_shown_sizes(self.options.sizes)} here")
+        return problems
+
     def _load_existing(self) -> None:
         if not os.path.exists(self.out):
             return
         for number, record in store.iter_numbered_records(self.out, self.warn):
+            problems = self._identity_problem(record)
+            if problems:
+                raise NcclTuneError(
+                    f"holds the records of another sweep ({'; '.join(problems)}, line {number}): "
+                    "resume only the same sweep (same grid, sizes and options), or choose another "
+                    "--out", path=self.out)
             if self._matches(record):
                 key = _key(record.get("cell"), record.get("round"), record.get("rung"),
                            record.get("bytes"))
                 self._recorded.setdefault(key, record)
-                self._lines.setdefault(key[:3], []).append(number)
+                self._lines.setdefault(key[:3], []).append(store.record_key(record))
                 if record.get("status") in RETRIED_STATUSES:
                     self._retry.add(key[:3])
         if self._retry:
@@ -211,8 +258,8 @@ class SweepEngine:
         if not pairs or (self.launcher is not None and not self.launcher.writes_records
                          and self.options.backend != "sim"):
             return
-        lines = [n for pair in pairs for n in self._lines.get(pair, [])]
-        store.mark_superseded(self.out, lines, retried_by=self.run_id)
+        keys = [k for pair in pairs for k in self._lines.get(pair, [])]
+        store.supersede(self.out, keys, retried_by=self.run_id)
         for pair in pairs:
             self._retry.discard(pair)
             self._lines.pop(pair, None)
@@ -231,6 +278,7 @@ class SweepEngine:
                 if key in self._recorded:
                     continue  # exactly once: a size recorded before an interruption
                 self._recorded[key] = record
+            record["sweep"] = self.identity
             store.append_record(self.out, record)
             self.stats.records_written += 1
             written.append(record)
@@ -480,11 +528,7 @@ class SweepEngine:
              "extra": self._extra(r, len(requests))} for r in requests]}
         if no_cache:
             plan["no_cache"] = list(no_cache)
-        try:
-            with open(plan_path, "w", encoding="utf-8") as handle:
-                json.dump(plan, handle, indent=1)
-        except OSError as exc:
-            raise NcclTuneError(f"cannot write the launch plan: {exc.strerror}", path=plan_path) from None
+        fileio.write_atomic(plan_path, json.dumps(plan, indent=1))  # all of it or none (a full disk)
         process_env = dict(requests[0].cell.split(split)[0])
         if no_cache:  # read once per process by NCCL: it must be there from the start
             process_env["NCCL_NO_CACHE"] = ",".join(no_cache)

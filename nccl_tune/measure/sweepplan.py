@@ -254,3 +254,58 @@ def estimate_seconds(cells: list[Cell], rounds: int, isolation: str, options: Me
     per_cell = CELL_COST_S[backend] + len(options.sizes) * iters * OP_COST_US[backend] * 1e-6
     launches = count_launches(cells, rounds, isolation)
     return launches * LAUNCH_COST_S[backend] + len(cells) * rounds * per_cell
+
+
+# ---------------------------------------------------------------- identity
+
+def grid_digest(cells) -> dict:
+    """What names a grid in a sweep's identity: its cell count and a hash of its cell ids."""
+    import hashlib
+
+    ids = sorted(c.id for c in cells)
+    return {"cells": len(ids), "hash": hashlib.sha1("\n".join(ids).encode()).hexdigest()[:10]}
+
+
+def sweep_identity(options: MeasureOptions, *, world_size: int | None, nnodes: int | None,
+                   cells=None, landscape=None, common_env: dict | None = None) -> dict:
+    """What defines the records of one sweep: every option that changes what a record
+    means (what was measured, how, on what, in which world, or for sim what the model
+    draws). Stored in every record the sweep writes (`sweep`), so a resume into a file
+    of another sweep is refused instead of reusing records that measured something else.
+    Rounds, seed (on real backends), budget, strategy, label and isolation are not in it:
+    they say how many or in what order, not what a record is."""
+    identity = {"backend": options.backend, "op": options.op, "dtype": options.dtype,
+                "sizes": list(options.sizes), "world_size": world_size, "nnodes": nnodes,
+                "mode": options.mode, "iters": options.iters, "warmup": options.warmup,
+                "graph_ops": options.graph_ops}
+    if cells is not None:
+        identity["grid"] = grid_digest(cells)
+    if landscape is not None:  # sim: what the model draws from (its draws are seeded too)
+        identity.update(topology=landscape.topology, landscape=landscape.kind, sim_seed=landscape.seed,
+                        model=landscape.calibrated)
+    if common_env:
+        identity["common_env"] = dict(sorted(common_env.items()))
+    return identity
+
+
+def _shown(key: str, value) -> str:
+    if value is None:
+        return "default" if key in ("mode", "iters", "warmup", "graph_ops") else "none"
+    if key == "grid" and isinstance(value, dict):
+        return f"{value.get('cells')} cells (#{value.get('hash')})"
+    if key == "sizes" and isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def identity_differences(there: dict, here: dict) -> list[str]:
+    """'topology pcie-shm there, pcie-amd-2s here' for each key both identities hold
+    with different values (a key one of them lacks is not compared)."""
+    out = []
+    for key in here:
+        if key in there and there[key] != here[key]:
+            out.append(f"{key.replace('_', ' ')} {_shown(key, there[key])} there, "
+                       f"{_shown(key, here[key])} here")
+    return out

@@ -38,9 +38,10 @@ What NCCL's tables do not give, and this module adds as labelled guesses:
   chosen so that NCCL_P2P_LEVEL=SYS alone gave the 8x PCIe report's 38 us per allreduce;
   the published tables do not support that: on that report's machines the gain comes
   from the protocol NCCL picks, see `pcie-amd-2s`.)
-- per-channel bandwidths by link, a small per-channel launch cost, throughput scaling
-  with a CTA's maximum threads (NCCL_NTHREADS) up to 512, and NCCL_BUFFSIZE limiting
-  the bytes one Simple pipeline slot carries.
+- per-channel bandwidths by link (pci: NCCL's Gen4 x16 figure; shm fitted to public
+  host-memory tables, see `ModelParams.bw_per_channel`), a small per-channel launch
+  cost, throughput scaling with a CTA's maximum threads (NCCL_NTHREADS) up to 512, and
+  NCCL_BUFFSIZE limiting the bytes one Simple pipeline slot carries.
 
 `simulate` can time NCCL's choice with different ("true") parameters from those NCCL
 selects with, which is how the sweep's `sim` backend makes landscapes where a forced
@@ -92,8 +93,12 @@ class ModelParams:
         "shm": _table((1.3, 3.0, 6.7), (1.3, 2.4, 5.0)),
     })
     nvls_lat: float = 25.0  # tuning.cc hwLat[NVLINK][NVLS][Simple]; never wins small messages
-    # GB/s one channel moves over each link (guesses in the range of NCCL's bwIntra).
-    bw_per_channel: dict = field(default_factory=lambda: {"nvlink": 20.0, "pci": 12.0, "shm": 5.0})
+    # GB/s one channel moves over each link. pci: NCCL's own figure for a PCIe Gen4 x16 link
+    # (topo.cc: width x speed / 80; 12 is Gen3). shm: a guess, fitted to public results: the
+    # host-memory tables of 2x and 4x L40S (yumibyte/CS244C-Research) and 4x RTX PRO 6000
+    # (voipmonitor/rtx6kpro, p2pmark) grow from 8 to 64 KB at ~10 GB/s per channel, not the
+    # 5 this model used before (and its 12 for pci made every PCIe curve twice too steep).
+    bw_per_channel: dict = field(default_factory=lambda: {"nvlink": 20.0, "pci": 24.0, "shm": 10.0})
     # Ring bandwidth factor per protocol (tuning.cc: LL x0.5, LL128 x0.92).
     proto_eff: dict = field(default_factory=lambda: {"LL": 0.5, "LL128": 0.92, "Simple": 1.0})
     # Tree bandwidth factor per protocol on one node (tuning.cc: x0.92, then LL /3.8, LL128 x7/9).
@@ -117,6 +122,10 @@ class ModelParams:
     # term (baseLat, hops x hwLat, pipeline steps) and one on each protocol's bandwidth.
     lat_scale: float = 1.0
     bw_scale: dict = field(default_factory=lambda: {"LL": 1.0, "LL128": 1.0, "Simple": 1.0})
+    # Calibration per (algorithm, protocol), keys like "Ring/LL": `model fit` moves only the
+    # pairs NCCL ran in the records; the others stay at 1.0 (uncalibrated).
+    pair_lat_scale: dict = field(default_factory=dict)
+    pair_bw_scale: dict = field(default_factory=dict)
 
     def perturbed(self, **changes) -> "ModelParams":
         """A copy with some fields replaced (for sim landscapes)."""
@@ -324,7 +333,8 @@ def _alg_bandwidth(op: str, nranks: int, algo: str, proto: str, link: str, chann
                    params: ModelParams, per_channel: float | None = None) -> float:
     """Algorithm bandwidth (GB/s) = bus bandwidth x NCCL's algorithm ratio."""
     if per_channel is None:
-        per_channel = params.bw_per_channel[link] * params.bw_scale.get(proto, 1.0)
+        per_channel = (params.bw_per_channel[link] * params.bw_scale.get(proto, 1.0)
+                       * params.pair_bw_scale.get(f"{algo}/{proto}", 1.0))
     if algo == "Tree":
         bus = channels * per_channel * params.tree_eff[proto]
         return (min(bus, params.ll_max_bw) if proto == "LL" else bus) * 0.5
@@ -354,7 +364,8 @@ def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: s
     if nranks <= 1:
         return params.base_lat[("Ring", proto)] if algo != "NVLS" else params.nvls_lat
     pool = max(pool or channels, channels)
-    latency = latency_term_us(op, nranks, algo, proto, link, params, for_time=True) * params.lat_scale
+    lat_scale = params.lat_scale * params.pair_lat_scale.get(f"{algo}/{proto}", 1.0)
+    latency = latency_term_us(op, nranks, algo, proto, link, params, for_time=True) * lat_scale
     thread_scale = 1.0 if proto == "LL128" else min(1.0, nthreads / params.default_nthreads)
     bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, pool, params) * thread_scale
     transfer = nbytes / (bandwidth * 1e3)  # GB/s = 1e3 bytes/us
@@ -364,7 +375,7 @@ def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: s
         slot = max(1, buffsize // STEPS_PER_BUFFER)
         per_step = nbytes / (pool * nranks)
         step_cost = (max(0, math.ceil(per_step / slot) - 1) * params.hw_lat[link][(algo, proto)]
-                     * params.lat_scale)
+                     * lat_scale)
     launch = params.launch_us if mode == "eager" else 0.0
     return launch + latency + transfer + step_cost + params.channel_cost_us * (channels - 1)
 
@@ -473,6 +484,18 @@ def latency_us(nbytes: int, nranks: int, topology_name: str, env: dict[str, str]
     if params is None:
         return choose(op, nbytes, nranks, env or {}, topo, mode=mode).time_us
     return predict(op, nbytes, nranks, env or {}, topo, params, mode=mode).time_us
+
+
+def is_calibrated(params: ModelParams | None, algo: str, proto: str) -> bool:
+    """True when `params` carry a fit (`model fit`) of this algorithm and protocol.
+
+    A fit names what it calibrated in `pair_lat_scale`; an older fit (one latency factor for
+    every pair) calibrates everything; NCCL's own constants calibrate nothing."""
+    if params is None or params == NCCL_PARAMS:
+        return False
+    if params.pair_lat_scale:
+        return f"{algo}/{proto}" in params.pair_lat_scale
+    return True
 
 
 def fastest(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,

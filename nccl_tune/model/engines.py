@@ -105,3 +105,120 @@ def notes(engine: str, kind: str, nranks: int, sizes) -> list[str]:
             f"the allreduces of {sizes_text} on {kind} with {nranks} GPUs ({bypass[0].reason}; "
             f"{SOURCES[engine]}): NCCL settings do not change those allreduces"
             f"{'' if sure else ' where it runs'}; {TO_NCCL[engine]} sends them through NCCL"]
+
+
+# ------------------------------------------------------------ read from the installed engine
+#
+# `report` answers from the installed engine where it can (nccl_tune.model.installed_engine
+# reads vLLM's own tables, switches and dispatch order) and falls back on the cited rules
+# above only when the engine is not importable, saying so.
+
+@dataclass(frozen=True)
+class EngineReport:
+    """Which path carries each decode allreduce, from where the answer was read."""
+
+    engine: str
+    basis: str  # "installed" (read from the engine) | "cited rules" (this module's) | "none"
+    version: str | None
+    read_from: str | None  # the package folder, or the rules' source
+    fallback: str | None  # why the installed engine was not read
+    paths: tuple = ()  # installed_engine.PathAnswer per size (installed basis only)
+    lines: tuple[str, ...] = ()
+
+    @property
+    def nccl_changes_decode(self) -> bool | None:
+        """True when NCCL carries every size, False when none, None when mixed or unknown."""
+        if not self.paths:
+            return None
+        carried = {p.nccl for p in self.paths}
+        return carried.pop() if len(carried) == 1 else None
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (keys: engine, basis, version, read_from, fallback, paths, notes)."""
+        return {"engine": self.engine, "basis": self.basis, "version": self.version,
+                "read_from": self.read_from, "fallback": self.fallback,
+                "paths": [p.to_dict() for p in self.paths],
+                "nccl_changes_decode": self.nccl_changes_decode, "notes": list(self.lines)}
+
+
+def switch_overrides(env: dict[str, str] | None) -> dict[str, bool]:
+    """The engine switches a profile sets (VLLM_ALLREDUCE_USE_*=0/1 and the like): vLLM reads
+    these as integers, non-zero meaning on (vllm/envs.py); anything else is left out."""
+    from nccl_tune.model import installed_engine
+
+    out = {}
+    for name, value in (env or {}).items():
+        if name in installed_engine.SWITCHES and value.strip().lstrip("-").isdigit():
+            out[name] = int(value) != 0
+    return out
+
+
+def _fallback(engine: str, kind: str, nranks: int, sizes, why: str) -> EngineReport:
+    head = f"engine {engine}: {why}; the answer below is the cited rules ({SOURCES[engine]})"
+    return EngineReport(engine, "cited rules", None, SOURCES[engine], why,
+                        lines=(head, *notes(engine, kind, nranks, sizes)))
+
+
+def _sglang_importable() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("sglang") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def report(engine: str, kind: str, nranks: int, sizes, cc: str | None = None,
+           env: dict[str, str] | None = None, read_vllm=None,
+           sglang_importable=_sglang_importable) -> EngineReport:
+    """The engine's path for each decode allreduce size at `nranks` GPUs of compute
+    capability `cc` on a `kind` machine, read from the installed engine when importable.
+
+    `env`: the profile's variables (its engine switches apply). `read_vllm` and
+    `sglang_importable` are the readers (parameters so tests inject them).
+    """
+    from nccl_tune.model import installed_engine, kinds
+
+    sizes = sorted({int(b) for b in sizes})
+    if engine == "none":
+        return EngineReport("none", "none", None, None, None)
+    if engine == "sglang":
+        why = ("reading SGLang's own tables is not implemented" if sglang_importable()
+               else "SGLang is not importable in this Python")
+        return _fallback(engine, kind, nranks, sizes, why)
+    try:
+        tables = (read_vllm or installed_engine.read_vllm)()
+    except installed_engine.EngineUnavailable as exc:
+        return _fallback(engine, kind, nranks, sizes, f"not read from an installed vLLM ({exc})")
+    topo = kinds.TOPOLOGIES.get(kind)
+    machine = installed_engine.Machine(
+        tp=nranks, cc=cc or "unknown", fully_connected=kind in FULL_NVLINK_KINDS,
+        multicast=bool(topo and topo.has_nvls), flashinfer=tables.flashinfer_installed)
+    overrides = switch_overrides(env)
+    paths = tuple(installed_engine.vllm_path(tables, machine, b, overrides) for b in sizes)
+    lines = [f"engine vLLM {tables.version}, read from {tables.root}: TP {nranks}, compute "
+             f"capability {cc or 'unknown'}, {kind}"
+             + (f", profile switches {overrides}" if overrides else "")]
+    verdict = {True: "NCCL carries every one of these decode allreduces: NCCL settings apply",
+               False: "NCCL carries none of these decode allreduces: NCCL settings cannot change "
+                      "decode unless the engine's own paths are switched off (A/B below)",
+               None: "NCCL carries some of these decode allreduces, not all (per size below)"}
+    lines.append(f"  {verdict[EngineReport('vllm', 'installed', None, None, None, paths).nccl_changes_decode]}")
+    if cc is None:
+        lines.append("  compute capability unknown (give --arch, or run where nvidia-smi sees the "
+                     "GPUs): vLLM's per-capability limits were not applied")
+    for p in paths:
+        what = installed_engine.PATHS[p.path][2]
+        if p.nccl:
+            passed = "; ".join(x for x in p.skipped if "ROCm" not in x and "opt-in" not in x)
+            lines.append(f"  {p.nbytes} B: {what}: NCCL settings apply ({passed or p.reason})")
+        else:
+            lines.append(f"  {p.nbytes} B: {what}, not NCCL ({p.reason}): NCCL settings do not change "
+                         f"it; to A/B against NCCL: {', '.join(p.to_nccl)}")
+        if p.uncertain:
+            lines.append(f"    uncertain: {p.uncertain}")
+    if not tables.flashinfer_installed:
+        lines.append("  flashinfer is not installed beside this vLLM: on a server that has it, "
+                     "FlashInfer's allreduce (on by default, VLLM_ALLREDUCE_USE_FLASHINFER) may take "
+                     "these sizes first")
+    return EngineReport("vllm", "installed", tables.version, tables.root, None, paths, tuple(lines))

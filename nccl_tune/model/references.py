@@ -1,16 +1,15 @@
 """Published allreduce latencies of real machines, and the range a kind of machine measured.
 
-The data are not part of the package: they are public measurements (nccl-tests tables,
-p2pmark, benchmark pages) collected with their sources in a `references.json` file
-(machine, GPUs, interconnect, CPU, NCCL version, graph or eager, settings, points in
-bytes and us, source). It is found at $NCCL_TUNE_REFERENCES (a file or the folder
-holding it), else at `shared/fixtures/real/reference_latency/` beside the checkout.
-Without it, ranges are simply not available, and the commands say so.
+The figures ship with the package (nccl_tune/data/references.json, written by the
+project): per table the bytes and microseconds as published, the machine, GPUs, kind,
+host, NCCL version, timer (graph or eager, GPUs per process), settings, what is known of
+the transport (P2P, switches, sockets, NVLS) and the source address. They are facts with
+their sources; nobody's text or tables are copied. $NCCL_TUNE_REFERENCES (a
+references.json, or the folder holding one) adds tables: the project's schema, or the
+older list form, whose kinds `kind_of` reads from the entry's words.
 
-Each reference is assigned one of the cost model's topology kinds (`kind_of`) from what
-the reference says about its machine (interconnect, GPUs, CPU sockets and vendor). A
-kind's range at a size is the span its machines measured there, widened to the spread
-that machines of one kind show (at most RANGE_MAX_RATIO wide in all).
+The range a kind of machine gives a modelled time is built in nccl_tune.model.ranges;
+`attach_published_range` puts it on a modelled recommendation.
 """
 
 from __future__ import annotations
@@ -19,15 +18,18 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.model import costmodel
 
 ENV_VAR = "NCCL_TUNE_REFERENCES"
 FILE_NAME = "references.json"
-RANGE_MAX_RATIO = 3.5  # the widest range_us may be (high / low)
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = "nccl-tune-references/1"
+SHIPPED = "shipped with nccl-tune (nccl_tune/data/references.json)"
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,21 @@ class Reference:
     cpu: str = ""
     source: str = ""
     nccl_version: str = ""
+    machine_id: str = ""  # tables of one machine share it
+    gpus_per_process: int | None = None  # nccl-tests -g N: N; None: not stated
+    p2p: bool | None = None  # P2P between the farthest pairs (False: host memory)
+    pcie_switch: bool | None = None
+    sockets: int | None = None
+    nvls: bool | None = None
+    settings_stated: bool = True  # False: the source does not say which settings ran
+    derived: str | None = None  # "busbw": times computed from published bus bandwidth
+    tool: str = ""
+    origin: str = field(default=SHIPPED, compare=False)
 
     @property
     def machine(self) -> str:
         """The machine this table belongs to (tables of one machine share it)."""
-        return machine_of(self.name)
+        return self.machine_id or machine_of(self.name)
 
     def at(self, nbytes: int) -> float | None:
         """Measured us at `nbytes`: log-log interpolated inside the table; flat below its
@@ -56,6 +68,9 @@ class Reference:
         pts = self.points
         if nbytes <= pts[0][0]:
             return pts[0][1]
+        exact = dict(pts).get(nbytes)
+        if exact is not None:
+            return exact
         for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
             if b0 <= nbytes <= b1:
                 if b0 == b1:
@@ -77,13 +92,13 @@ class Reference:
 
 
 def machine_of(name: str) -> str:
-    """Machine id of a reference name: tables of one machine and setting family share it."""
+    """Machine id of an older-form reference name: tables of one machine share it."""
     cut = re.split(r"-(default|proto-|algo-|p2pmark|graphxml|sglang|p2p-level)", name, maxsplit=1)
     return cut[0]
 
 
 def kind_of(entry: dict) -> str:
-    """The cost model's topology kind for a published machine, from what its entry says."""
+    """The cost model's topology kind for an older-form entry, from what its words say."""
     inter = str(entry.get("interconnect", "")).lower()
     gpus = str(entry.get("gpus", "")).upper()
     cpu = str(entry.get("cpu", ""))
@@ -91,13 +106,13 @@ def kind_of(entry: dict) -> str:
     if "nvlink" in inter or "nvswitch" in inter:
         if re.search(r"V100|P100", gpus):
             return "nvlink-mesh"
-        if re.search(r"H100|H200|H800|B200|B100|GB200|B300", gpus):
+        if re.search(r"H100|H200|H800|H20\b|B200|B100|GB200|B300", gpus):
             return "nvswitch-nvls"
         if "A100" in gpus or "A800" in gpus:
             return "nvswitch"
         return "nvlink"
-    two_sockets = bool(re.search(r"\b2x\b|dual", cpu, re.I)) and not re.search(
-        r"on NUMA 0|single|one socket", cpu, re.I)
+    two_sockets = bool(re.search(r"\b2x\b|dual", cpu, re.IGNORECASE)) and not re.search(
+        r"on NUMA 0|single|one socket", cpu, re.IGNORECASE)
     amd = bool(re.search(r"AMD|EPYC", cpu))
     if two_sockets and amd and n > 2:
         return "pcie-amd-2s"
@@ -114,124 +129,109 @@ def kind_of(entry: dict) -> str:
     return "pcie-direct" if re.search(r"NUMA 0", cpu) else "pcie"
 
 
-def default_path() -> Path | None:
-    """Where references.json is: $NCCL_TUNE_REFERENCES, else beside the checkout; or None."""
-    env = os.environ.get(ENV_VAR)
-    candidates = [Path(env)] if env else []
-    candidates.append(_REPO_ROOT.parent / "shared" / "fixtures" / "real" / "reference_latency")
-    for cand in candidates:
-        path = cand / FILE_NAME if cand.is_dir() else cand
-        if path.is_file():
-            return path
-    return None
-
-
-def load(path: str | Path | None = None) -> list[Reference]:
-    """The published references ([] when no file is found and no path was given)."""
-    where = Path(path) if path else default_path()
-    if where is None:
-        return []
-    if where.is_dir():
-        where = where / FILE_NAME
-    try:
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise NcclTuneError(f"cannot read the reference table: {exc}", path=str(where)) from None
-    if not isinstance(data, list):
-        raise NcclTuneError("the reference table is not a JSON list", path=str(where))
-    out = []
-    machine_kind: dict[str, str] = {}  # a machine's kind is its default table's
-    for entry in data:
-        if isinstance(entry, dict) and not entry.get("env") and "name" in entry:
-            machine_kind.setdefault(machine_of(str(entry["name"])), kind_of(entry))
-    for i, entry in enumerate(data):
-        try:
-            pts = tuple(sorted((int(b), float(t)) for b, t in entry["points"] if float(t) > 0))
-            graph = entry.get("graph_mode")
-            out.append(Reference(
-                name=str(entry["name"]),
-                kind=machine_kind.get(machine_of(str(entry["name"])), kind_of(entry)), n_gpus=int(entry["n_gpus"]),
-                env={str(k): str(v) for k, v in (entry.get("env") or {}).items()},
-                mode=None if graph is None else ("graph" if graph else "eager"), points=pts,
-                gpus=str(entry.get("gpus", "")), cpu=str(entry.get("cpu", "")),
-                source=str(entry.get("source", "")), nccl_version=str(entry.get("nccl_version", ""))))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise NcclTuneError(f"entry {i}: malformed ({type(exc).__name__}: {exc})",
-                                path=str(where)) from None
-        if not out[-1].points:
-            raise NcclTuneError(f"entry {i} ({out[-1].name}): no points", path=str(where))
-    return out
-
-
-# Original kind names cover the finer kinds' references (`nvlink` is any NVLink machine).
-RELATED_KINDS = {"nvlink": ("nvlink", "nvswitch", "nvswitch-nvls", "nvlink-mesh"),
-                 "pcie": ("pcie", "pcie-switch")}
-
-
 def _comparable_env(env: dict) -> dict:
     # NCCL_GRAPH_FILE values name local files: compare whether one is set, not the name.
     return {k: ("set" if k == "NCCL_GRAPH_FILE" else v) for k, v in env.items()}
 
 
-@dataclass(frozen=True)
-class Range:
-    """What published machines of a kind measured at one size, and the range it gives."""
-
-    low: float
-    high: float
-    measured: tuple  # (min, max) the machines measured
-    machines: tuple  # reference names used
-    basis: str  # how the references were chosen
-
-    def covers(self, value: float) -> bool:
-        """True when `value` (us) lies in [low, high]."""
-        return self.low <= value <= self.high
-
-    def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return {"low": round(self.low, 2), "high": round(self.high, 2),
-                "measured": [round(v, 2) for v in self.measured],
-                "machines": list(self.machines), "basis": self.basis}
+def _points(entry: dict) -> tuple:
+    return tuple(sorted((int(b), float(t)) for b, t in entry["points"] if float(t) > 0))
 
 
-def kind_range(refs: list[Reference], kind: str, nranks: int, nbytes: int,
-               env: dict | None = None, exclude_machine: str | None = None) -> Range | None:
-    """The range machines of `kind` with `nranks` GPUs measured at `nbytes` (None: none did).
+def _from_schema(entry: dict, origin: str) -> Reference:
+    mode = entry.get("mode")
+    if mode not in ("graph", "eager", None):
+        raise ValueError(f"mode {mode!r}")
+    return Reference(
+        name=str(entry["name"]), kind=str(entry["kind"]), n_gpus=int(entry["n_gpus"]),
+        env=_comparable_env({str(k): str(v) for k, v in (entry.get("settings") or {}).items()}),
+        mode=mode, points=_points(entry), gpus=str(entry.get("gpus", "")),
+        cpu=str(entry.get("host") or ""), source=str(entry.get("source", "")),
+        nccl_version=str(entry.get("nccl") or ""), machine_id=str(entry["machine"]),
+        gpus_per_process=entry.get("gpus_per_process"), p2p=entry.get("p2p"),
+        pcie_switch=entry.get("pcie_switch"), sockets=entry.get("sockets"), nvls=entry.get("nvls"),
+        settings_stated=bool(entry.get("settings_stated", True)), derived=entry.get("derived"),
+        tool=str(entry.get("tool") or ""), origin=origin)
 
-    References with the same settings as `env` where there are any, else those with
-    NCCL's defaults. The measured span is widened geometrically to RANGE_MAX_RATIO (the
-    spread seen between machines of one kind: switches, sockets, drivers, timers).
-    `exclude_machine` leaves one machine out (to check a range against it).
-    """
-    want = _comparable_env(env or {})
-    kinds = RELATED_KINDS.get(kind, (kind,))
-    pool = [r for r in refs if r.kind in kinds and r.n_gpus == nranks
-            and r.machine != exclude_machine]
-    same = [r for r in pool if _comparable_env(r.env) == want]
-    basis = "same settings" if want else "NCCL's defaults"
-    if not same:
-        same = [r for r in pool if not r.env]
-        basis = "NCCL's defaults (no reference with these settings)" if want else "NCCL's defaults"
-    values = [(r.name, r.at(nbytes)) for r in same]
-    values = [(name, v) for name, v in values if v is not None]
-    if not values:
-        return None
-    lo, hi = min(v for _, v in values), max(v for _, v in values)
-    mid, half = math.sqrt(lo * hi), math.sqrt(RANGE_MAX_RATIO)
-    low, high = mid / half, mid * half
-    if hi / lo >= RANGE_MAX_RATIO:  # cannot widen: the machines themselves span more
-        low, high = lo, lo * RANGE_MAX_RATIO
-    # Rounded inwards, so the printed range is never wider than RANGE_MAX_RATIO.
-    low, high = math.ceil(low * 100) / 100, math.floor(high * 100) / 100
-    return Range(low, high, (lo, hi), tuple(name for name, _ in values), basis)
+
+def _from_list_form(entries: list, origin: str) -> list[Reference]:
+    machine_kind: dict[str, str] = {}  # a machine's kind is its default table's
+    for entry in entries:
+        if isinstance(entry, dict) and not entry.get("env") and "name" in entry:
+            machine_kind.setdefault(machine_of(str(entry["name"])), kind_of(entry))
+    out = []
+    for entry in entries:
+        graph = entry.get("graph_mode")
+        name = str(entry["name"])
+        out.append(Reference(
+            name=name, kind=machine_kind.get(machine_of(name), kind_of(entry)),
+            n_gpus=int(entry["n_gpus"]),
+            env=_comparable_env({str(k): str(v) for k, v in (entry.get("env") or {}).items()}),
+            mode=None if graph is None else ("graph" if graph else "eager"), points=_points(entry),
+            gpus=str(entry.get("gpus", "")), cpu=str(entry.get("cpu", "")),
+            source=str(entry.get("source", "")), nccl_version=str(entry.get("nccl_version", "")),
+            origin=origin))
+    return out
+
+
+def parse(data, origin: str) -> list[Reference]:
+    """References from a parsed references.json (either form); NcclTuneError naming `origin`."""
+    try:
+        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+            out = [_from_schema(e, origin) for e in data["references"]]
+        elif isinstance(data, list):
+            out = _from_list_form(data, origin)
+        else:
+            raise NcclTuneError(f"not a reference table (neither {SCHEMA} nor a JSON list)",
+                                path=origin)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise NcclTuneError(f"malformed reference table ({type(exc).__name__}: {exc})",
+                            path=origin) from None
+    for ref in out:
+        if not ref.points:
+            raise NcclTuneError(f"{ref.name}: no points", path=origin)
+        if ref.kind not in costmodel.TOPOLOGIES:
+            raise NcclTuneError(f"{ref.name}: unknown kind '{ref.kind}'", path=origin)
+    return out
+
+
+REFERENCES_MAX_BYTES = 16 * 1024 * 1024
+REFERENCES_MAX_DEPTH = 6  # list -> entry -> points -> [bytes, us]
+
+
+def _read(path: Path) -> list[Reference]:
+    if path.is_dir():
+        path = path / FILE_NAME
+    data = fileio.load_json(path, what="reference table", max_bytes=REFERENCES_MAX_BYTES,
+                            max_depth=REFERENCES_MAX_DEPTH)
+    return parse(data, str(path))
+
+
+def shipped() -> list[Reference]:
+    """The tables shipped with the package."""
+    text = (resources.files("nccl_tune") / "data" / FILE_NAME).read_text(encoding="utf-8")
+    return parse(json.loads(text), SHIPPED)
+
+
+def load(path: str | Path | None = None) -> list[Reference]:
+    """The published references: `path` alone when given; else the shipped tables plus
+    $NCCL_TUNE_REFERENCES's (a name already shipped keeps the shipped table)."""
+    if path:
+        return _read(Path(path))
+    out = shipped()
+    extra = os.environ.get(ENV_VAR)
+    if extra:
+        names = {r.name for r in out}
+        out += [r for r in _read(Path(extra)) if r.name not in names]
+    return out
 
 
 def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
-                  cell_model_us: float, found: Range) -> tuple[float, float] | None:
+                  cell_model_us: float, found) -> tuple[float, float] | None:
     """tok/s under a cell, low-high, when NCCL's defaults take anywhere in `found`.
 
-    The model's relative saving (1 - cell/default) is applied to the published
-    range of the default latency: the machines differ, the ratio is what the model says.
+    The model's relative saving (1 - cell/default) is applied to the range of the
+    default latency: the machines differ, the ratio is what the model says.
     """
     from nccl_tune.model.per_token import projected_tok_s
 
@@ -247,19 +247,31 @@ def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
     return (min(out), max(out))
 
 
-def attach_published_range(analysis, kind: str, baseline_tok_s: float | None) -> Range | None:
-    """The range reference machines of `kind` measured at a modelled recommendation's
-    decode size; sets each cell's `projected_range` (tok/s low-high) over it. None, with a
-    note on `analysis`, without a reference table or a published machine of this kind."""
+def attach_published_range(analysis, kind: str, baseline_tok_s: float | None, model=None):
+    """Ranges for a modelled recommendation: each row's `latency_range` (the fit's own error
+    where `model`, a calibrate.LoadedModel, calibrated the row's pair; else what published
+    machines of `kind` give the model's time) and, over the range of NCCL's defaults, each
+    cell's `projected_range` (tok/s). Returns the defaults' published range; None, with a
+    note on `analysis`, when no published machine can give one."""
+    from nccl_tune.model import calibrate, ranges
+
     refs = load()
-    found = kind_range(refs, kind, analysis.world_size, analysis.message_bytes)
+    nbytes, nranks = analysis.message_bytes, analysis.world_size
+    found = ranges.kind_range(refs, kind, nranks, nbytes, {}, mode=None)
+    for row in (analysis.baseline, *analysis.cells):
+        eff = row.effective or {}
+        if model is not None and row.calibrated and row.latency_us:
+            err = max(model.pair_error.get(calibrate.pair_name(eff.get("algo"), eff.get("proto")),
+                                           0.0), calibrate.MIN_CALIBRATED_ERROR)
+            row.latency_range = (row.latency_us * math.exp(-err), row.latency_us * math.exp(err))
+        else:
+            cell = ranges.kind_range(refs, kind, nranks, nbytes, row.env, mode=None)
+            row.latency_range = (cell.low, cell.high) if cell else None
     if found is None:
-        analysis.notes.append(
-            f"no published measurement of a {kind} machine with {analysis.world_size} GPUs"
-            + ("" if refs else f" (no reference table: set {ENV_VAR})")
-            + ": the figures are the model's alone")
+        analysis.notes.append("no published measurement to range the model's figures: "
+                              "they are the model's alone")
         return None
-    if baseline_tok_s:
+    if baseline_tok_s and not analysis.baseline.calibrated:
         for row in analysis.cells:
             if row.latency_us is not None:
                 row.projected_range = project_tok_s(baseline_tok_s, analysis.collectives,

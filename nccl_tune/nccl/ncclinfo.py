@@ -17,6 +17,9 @@ import re
 import sys
 from dataclasses import asdict, dataclass, replace
 
+from nccl_tune import fileio
+from nccl_tune.errors import NcclTuneError
+
 _VAR_RE = re.compile(rb"NCCL_[A-Z0-9_]{2,}")
 
 
@@ -166,23 +169,21 @@ def variable_names(path: str, use_cache: bool = True) -> frozenset[str]:
     stat = os.stat(path)
     key = hashlib.sha1(f"{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     cache = os.path.join(_cache_dir(), f"varnames-{key}.json")
-    if use_cache:
-        try:
-            with open(cache, encoding="utf-8") as handle:
-                return frozenset(json.load(handle))
-        except (OSError, ValueError):
-            pass
+    if use_cache and os.path.exists(cache):
+        try:  # a cache of our own, still read by the input policy: a bad one is rebuilt
+            cached = fileio.load_json(cache, what="cache file", max_depth=1)
+        except NcclTuneError:
+            cached = None
+        if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
+            return frozenset(cached)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         names = frozenset(m.group().decode() for m in _VAR_RE.finditer(data))
     if use_cache:
         try:
             os.makedirs(_cache_dir(), exist_ok=True)
-            tmp = cache + f".{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(sorted(names), handle)
-            os.replace(tmp, cache)
-        except OSError:
-            pass
+            fileio.write_atomic(cache, json.dumps(sorted(names)))
+        except (OSError, NcclTuneError):
+            pass  # no cache: the next lint scans again
     return names
 
 
@@ -215,12 +216,19 @@ _PROTO_NAMES = {name.lower(): name for name in PROTO_BY_ID}
 # nccl-tune op name -> NCCL's function name in the log (ncclFuncToString).
 OP_FUNC = {"allreduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter"}
 
-_PREFIX_RE = re.compile(
+# The prefix of a log line, found in linear time (a search for the whole prefix tried
+# every start position and scanned the host name from each: quadratic, 75 s on one
+# 40,000-character line). First the level words, a literal search; then the prefix
+# fields, matched only in the PREFIX_SPAN characters before them, anchored at their end.
+_LEVEL_RE = re.compile(r"NCCL (?P<level>INFO|WARN|TRACE|CALL)\b ?")
+_HEAD_RE = re.compile(
     r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
-    r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?(?:\((?P<func>\S*?)\) )?"
-    r"NCCL (?P<level>INFO|WARN|TRACE|CALL)\b ?(?P<msg>.*)$")
+    r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?(?:\((?P<func>\S*?)\) )?\Z")
+PREFIX_SPAN = 512  # host (at most 255) + pid, tid, device, time, file:line and function
+MAX_LEVEL_TRIES = 4  # "NCCL INFO" words in a line before its prefix is given up
+MAX_LOG_LINE = 64 * 1024  # longer lines are matched on their first 64 KiB only
 _VERSION_RE = re.compile(
-    r"(?P<lib>NCCL|RCCL) version\s*:?\s*(?P<v>\d+\.\d+\.\d+)"
+    r"(?P<lib>NCCL|RCCL) version\s*(?::\s*)?(?P<v>\d+\.\d+\.\d+)"
     r"(?:[+-](?:cuda(?P<cuda>\d+(?:\.\d+)*)|hip(?P<hip>\d+(?:\.\d+)*)|HEAD(?::(?P<git>\w+))?))?")
 _ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<val>.*)$")
 # NCCL_NO_CACHE taking effect for one parameter (2.29.7 src/misc/param.cc; 2.30+ with a
@@ -235,7 +243,8 @@ _TREES_RE = re.compile(r"^Trees? (?P<body>\[\d+\].*)$")
 _CONNECTED_RE = re.compile(r"^Connected all (?P<what>rings|trees)")
 _COLL_CHANNELS_RE = re.compile(r"^(?P<n>\d+) coll channels")
 # RCCL appends the communicator to transport lines: "via P2P/IPC comm 0x2bc1f840 nRanks 02".
-_VIA_COMM_RE = re.compile(r"\s+comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<nranks>\d+)\s*$")
+# (?<!\s): a match starts where a whitespace run starts, so no run is scanned twice.
+_VIA_COMM_RE = re.compile(r"(?<!\s)\s+comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<nranks>\d+)\s*$")
 # The API-call line (NCCL_DEBUG_SUBSYS=COLL), src/enqueue.cc ncclEnqueueCheck, 2.x:
 # "AllReduce: opCount 3 sendbuff 0x.. recvbuff 0x.. count 7168 datatype 9 op 0 root 0 comm 0x.. [nranks=8] stream 0x.."
 _COLL_RE = re.compile(
@@ -243,9 +252,12 @@ _COLL_RE = re.compile(
     r"(?P<dtype>\d+)(?: op (?P<redop>\d+))?(?: root (?P<root>-?\d+))? comm (?P<comm>0x[0-9a-fA-F]+|\(nil\))"
     r"(?: \[nranks=(?P<nranks>\d+)\])?")
 # Tuner plugin lines (src/misc/tuner.cc 2.19-2.23, src/plugin/tuner.cc 2.24+).
+# The name is the rest of the line less a " (vN)" suffix, cut in code: a lazy name
+# before an optional suffix and trailing spaces backtracks over every space (quadratic).
 _TUNER_RE = re.compile(
-    r"^(?:TUNER/Plugin: Using (?!internal)(?:tuner plugin )?(?P<name>.+?)(?: \(v(?P<v>\d+)\))?"
-    r"|Successfully loaded external tuner plugin (?P<path>\S+))\s*$")
+    r"^(?:TUNER/Plugin: Using (?!internal)(?:tuner plugin )?(?P<name>.+)"
+    r"|Successfully loaded external tuner plugin (?P<path>\S+)\s*$)")
+_TUNER_V_RE = re.compile(r" \(v(?P<v>\d+)\)\Z")
 _TUNER_NONE_RE = re.compile(r"^TUNER/Plugin: (?:.*using internal tuner|No plugin found|Could not find)", re.I)
 # Graph search result (NCCL_DEBUG_SUBSYS=GRAPH): intra/inter path types, NVL = NVLink.
 _GRAPH_RE = re.compile(r"^Pattern (?P<pattern>\d+), crossNic \d+, nChannels (?P<n>\d+), bw [\d.]+/[\d.]+, "
@@ -253,13 +265,17 @@ _GRAPH_RE = re.compile(r"^Pattern (?P<pattern>\d+), crossNic \d+, nChannels (?P<
 # "comm 0x5967f7993f30 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0" (init.cc).
 _COMM_RE = re.compile(r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
                       r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
-_INIT_RE = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
-                      r".*- (?P<what>Init START|Init COMPLETE|Destroy COMPLETE)", re.IGNORECASE)
+# "comm 0x.. rank R nranks N ... - Init COMPLETE": the event is looked for in code after
+# the first "comm ... nranks N" (".*- " after each of many candidates is quadratic).
+_INIT_RE = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)",
+                      re.IGNORECASE)
+_INIT_EVENT_RE = re.compile(r"- (?P<what>Init START|Init COMPLETE|Destroy COMPLETE)", re.IGNORECASE)
 _CHOICE_RE = re.compile(
     r"^(?:(?P<func>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>[A-Za-z_]+|\d+) proto "
     r"(?P<proto>[A-Za-z0-9_]+)(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
     r"(?: time (?P<time>-?[\d.]+(?:e[-+]?\d+)?))?")
-_TABLE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][A-Za-z /]*?)\s*\|(?P<cells>.*)$")
+# The label takes its trailing blanks (stripped in code): one greedy class, no overlap.
+_TABLE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][A-Za-z \t/]*)\|(?P<cells>.*)$")
 _CELL_RE = re.compile(r"^\s*(?P<lat>-?[\d.]+)\s*/\s*(?P<bw>-?[\d.]+)\s*$")
 
 
@@ -313,6 +329,15 @@ def _choice(match: re.Match, version: tuple[int, int, int] | None) -> dict:
         "channels": int(hi) - int(lo) + 1 if lo is not None and hi is not None else None,
         "time_us": float(time_us) if time_us is not None else None,
     }
+
+
+def _last_event(text: str, start: int) -> str | None:
+    """The last '- Init START|Init COMPLETE|Destroy COMPLETE' after `start` (what the
+    greedy '.*- ' of a single expression took), in one linear scan."""
+    found = None
+    for found in _INIT_EVENT_RE.finditer(text, start):
+        pass
+    return found["what"] if found else None
 
 
 def _table_row(message: str) -> dict | None:
@@ -401,9 +426,13 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
                         "comm": match.group("comm"),
                         "nranks": int(match.group("nranks")) if match.group("nranks") else None}
     match = _TUNER_RE.match(text)
-    if match:
-        return "tuner", {"loaded": True, "name": match.group("name") or match.group("path"),
-                         "interface": int(match.group("v")) if match.group("v") else None}
+    if match and (match.group("path") or match.group("name").strip()):
+        name = (match.group("name") or "").rstrip()
+        version = _TUNER_V_RE.search(name) if name else None
+        if version:
+            name = name[:version.start()]
+        return "tuner", {"loaded": True, "name": name or match.group("path"),
+                         "interface": int(version["v"]) if version else None}
     if _TUNER_NONE_RE.match(text):
         return "tuner", {"loaded": False, "name": None, "interface": None}
     match = _GRAPH_RE.match(text)
@@ -416,9 +445,10 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
                         "nranks": int(match.group("nranks")), "nnodes": int(match.group("nnodes")),
                         "local_ranks": int(match.group("local"))}
     match = _INIT_RE.search(text)
-    if match:
+    event = _last_event(text, match.end()) if match else None
+    if event:
         return "init", {"comm": match.group("comm"), "rank": int(match.group("rank")),
-                        "nranks": int(match.group("nranks")), "event": match.group("what")}
+                        "nranks": int(match.group("nranks")), "event": event}
     row = _table_row(message)
     if row is not None:
         return "table", row
@@ -432,11 +462,24 @@ def _version_data(match: re.Match) -> dict:
     return data
 
 
-def _warn_data(match: re.Match) -> dict:
-    src = match.group("src")
+def _warn_data(match: dict) -> dict:
+    src = match["src"]
     file, _, line = src.rpartition(":") if src else (None, None, None)
     return {"source": src, "file": file or None, "line": int(line) if line else None,
-            "function": match.group("func") or None}
+            "function": match["func"] or None}
+
+
+def _prefix(line: str) -> dict | None:
+    """The prefix fields (host, pid, tid, dev, ms, src, func), level and message of an
+    NCCL log line, or None: linear in the line's length (see _LEVEL_RE)."""
+    for tries, level in enumerate(_LEVEL_RE.finditer(line)):
+        if tries >= MAX_LEVEL_TRIES:
+            return None
+        start = max(0, level.start() - PREFIX_SPAN)
+        head = _HEAD_RE.search(line, start, level.start())
+        if head is not None:
+            return {**head.groupdict(), "level": level["level"], "msg": line[level.end():]}
+    return None
 
 
 def parse_log_line(raw: str, version: tuple[int, int, int] | None = None) -> LogLine | None:
@@ -446,18 +489,17 @@ def parse_log_line(raw: str, version: tuple[int, int, int] | None = None) -> Log
     """
     if not isinstance(raw, str):
         return None
-    line = raw.rstrip("\r\n")
-    match = _PREFIX_RE.search(line)
+    line = raw[:MAX_LOG_LINE].rstrip("\r\n")
+    match = _prefix(line)
     if match is None:
         version_match = _VERSION_RE.search(line)
         if version_match is None:
             return None
         return LogLine("version", "VERSION", line[version_match.start():],
                        data=_version_data(version_match))
-    level, message = match.group("level"), match.group("msg")
-    common = dict(level=level, message=message, host=match.group("host"),
-                  pid=int(match.group("pid")) if match.group("pid") else None,
-                  dev=int(match.group("dev")))
+    level, message = match["level"], match["msg"]
+    common = dict(level=level, message=message, host=match["host"],
+                  pid=int(match["pid"]) if match["pid"] else None, dev=int(match["dev"]))
     if level == "WARN":
         return LogLine("warn", data=_warn_data(match), **common)
     if level in ("TRACE", "CALL"):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from nccl_tune import fileio
 from nccl_tune.nccl import ncclinfo, settings
 from nccl_tune.errors import NcclTuneError
 
@@ -154,11 +155,10 @@ def read_processes(paths: list[str]) -> list[Process]:
     file or one without a single NCCL line."""
     procs: dict[str, Process] = {}
     for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                entries = ncclinfo.parse_log(handle)
-        except OSError as exc:
-            raise NcclTuneError(f"cannot read: {exc.strerror or exc}", path=path) from None
+        # By the input policy (nccl_tune.fileio): strict UTF-8, streamed, each line cut at
+        # ncclinfo.MAX_LOG_LINE before any expression sees it.
+        entries = ncclinfo.parse_log(text for _, text in fileio.iter_lines(
+            path, what="NCCL log", max_line=ncclinfo.MAX_LOG_LINE, on_long=lambda number, length: None))
         if not entries:
             raise NcclTuneError("no NCCL log line found (was NCCL_DEBUG=INFO set?)", path=path)
         name = os.path.basename(path)

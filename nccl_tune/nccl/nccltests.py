@@ -38,6 +38,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nccl.ncclinfo import decode_version
 
@@ -63,7 +64,10 @@ _NUMBER_RE = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\*?$")
 # A log line printed while a row was half written: "... -1[0] host:pid:tid [0] NCCL INFO ...".
 _GLUED_RE = re.compile(r"(\d)(\[\d+\]|[A-Za-z][\w.-]*:\d+:\d+|[A-Za-z][\w.-]*: Test )")
 _LOG_FRAGMENT_RE = re.compile(r"^(\[\d+\]|[\w.-]+:\d+:\d+|[A-Za-z][\w.-]*:$|NCCL\b)")
-_TIMESTAMP_RE = re.compile(r"\s+\d{4}-\d\d-\d\d\s+\d\d:\d\d:\d\d\s*$")
+_BLANKS_RE = re.compile(r"\s*")
+MAX_LINE = 4096  # characters of a text line that are matched (nccl-tests lines are short)
+JSON_MAX_DEPTH = 8  # a -J file: run -> results -> entry -> block
+_TIMESTAMP_RE = re.compile(r"(?<!\s)\s+\d{4}-\d\d-\d\d\s+\d\d:\d\d:\d\d\s*$")  # one scan per run
 COLUMN_SYNONYMS = {"bytes": "size", "n": "count", "op": "redop", "res": "error",
                    "cputime": "time", "#wrong": "wrong", "error": "error"}
 OPS_BY_TEST = {"all_reduce": "allreduce", "all_gather": "all_gather",
@@ -498,10 +502,13 @@ def _type_size(name: str) -> int:
 
 
 def parse_text(text: str, path: str) -> tuple[list[Run], dict]:
-    """Runs of a text file and file-level facts (versions). NcclTuneError naming the line."""
+    """Runs of a text file and file-level facts (versions). NcclTuneError naming the line.
+
+    Each line is matched on its first MAX_LINE characters only: nccl-tests' own lines are
+    short, and a cap keeps every regular expression here linear in the file's size."""
     parser = _TextParser(path)
     for number, raw in enumerate(text.splitlines(), start=1):
-        parser.feed(number, raw)
+        parser.feed(number, raw[:MAX_LINE])
     parser.close_run()
     runs = []
     for run in parser.runs:
@@ -521,17 +528,22 @@ def parse_text(text: str, path: str) -> tuple[list[Run], dict]:
 # ---------------------------------------------------------------- JSON (-J)
 
 def _json_objects(text: str, path: str) -> list[dict]:
+    depth = fileio.json_depth(text)  # checked without recursion, before the decoder recurses
+    if depth > JSON_MAX_DEPTH:
+        raise NcclTuneError(f"nested {depth} levels deep: nccl-tests JSON nests at most "
+                            f"{JSON_MAX_DEPTH}", path=path)
     decoder = json.JSONDecoder()
     objects, index = [], 0
     while True:
-        while index < len(text) and text[index].isspace():
-            index += 1
+        index = _BLANKS_RE.match(text, index).end()
         if index >= len(text):
             break
         try:
             obj, index = decoder.raw_decode(text, index)
         except json.JSONDecodeError as exc:
             raise NcclTuneError(f"not valid nccl-tests JSON: {exc.msg}", path=path, line=exc.lineno) from None
+        except ValueError as exc:  # an integer of thousands of digits
+            raise NcclTuneError(f"not valid nccl-tests JSON: {exc}", path=path) from None
         if not isinstance(obj, dict) or "results" not in obj:
             line = text.count("\n", 0, index) + 1
             raise NcclTuneError("JSON without a 'results' list: not nccl-tests -J output", path=path, line=line)

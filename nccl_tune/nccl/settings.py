@@ -20,6 +20,7 @@ grid pruning and for comparing what was asked with what NCCL reports it used.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -74,6 +75,13 @@ class Setting:
     aliases: tuple[str, ...] = field(default=())
 
 
+def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
+    """'; did you mean X?' for the closest of `choices` (case-insensitive), else ''."""
+    lookup = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lookup), n=1, cutoff=cutoff)
+    return f"; did you mean {lookup[close[0]]}?" if close else ""
+
+
 # ---------------------------------------------------------------- list grammars
 
 def _parse_name_list(text: str, names: tuple[str, ...], what: str) -> tuple[bool, list[str]]:
@@ -90,7 +98,8 @@ def _parse_name_list(text: str, names: tuple[str, ...], what: str) -> tuple[bool
     for item in items:
         canonical = lookup.get(item.lower())
         if canonical is None:
-            raise SettingError(f"unknown {what} '{item}' (known: {', '.join(names)})")
+            raise SettingError(f"unknown {what} '{item}' (known: {', '.join(names)})"
+                               + did_you_mean(item, names))
         out.append(canonical)
     return exclude, out
 
@@ -233,7 +242,8 @@ def _choices(options: tuple[str, ...], *, case_sensitive: bool = False,
             return [(WARNING, f"'{v}' is in the wrong case: NCCL matches '{v.upper()}' "
                               "case-sensitively and ignores this value")]
         raise SettingError(f"'{v}' is not one of {', '.join(options)}"
-                           + (f" or {integers.start}-{integers.stop - 1}" if integers else ""))
+                           + (f" or {integers.start}-{integers.stop - 1}" if integers else "")
+                           + did_you_mean(v, options))
     return check
 
 
@@ -271,7 +281,8 @@ def _check_path_level(value: str, version=None) -> list[Finding]:
     if v.upper() in P2P_LEVELS:
         return [(WARNING, f"'{v}' is in the wrong case: NCCL compares it case-sensitively with "
                           f"'{v.upper()}', so it ignores this value and picks its own level")]
-    raise SettingError(f"'{v}' is not one of {', '.join(P2P_LEVELS)} (or a legacy integer 0-4)")
+    raise SettingError(f"'{v}' is not one of {', '.join(P2P_LEVELS)} (or a legacy integer 0-4)"
+                       + did_you_mean(v, P2P_LEVELS))
 
 
 def _check_thread_thresholds(value: str, version=None) -> list[Finding]:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 from nccl_tune.errors import NcclTuneError
 
+MAX_PASTE_BYTES = 1024 * 1024  # `nvidia-smi topo -m` of 72 GPUs and NICs is some 30 KB
+MAX_PASTE_LINE = 4096  # characters per line (the widest matrix row is some 600)
 LINK_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _NVLINK_RE = re.compile(r"^NV\d+$")
 _GPU_RE = re.compile(r"^GPU\d+$")
@@ -132,7 +134,7 @@ def _row_cells(line: str, width: int) -> tuple[str, list[str], list[str]]:
     return label, links, extra
 
 
-_PIPE_SEPARATOR_RE = re.compile(r"^\s*\|?[\s:|-]*-[\s:|-]*$")
+_PIPE_SEPARATOR_RE = re.compile(r"^[\s:|-]*$")  # and a "-" (checked apart: no overlapping runs)
 
 
 def _unpipe(lines: list[str]) -> list[str]:
@@ -142,7 +144,7 @@ def _unpipe(lines: list[str]) -> list[str]:
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("|") and stripped.count("|") >= 3:
-            if _PIPE_SEPARATOR_RE.match(stripped):
+            if "-" in stripped and _PIPE_SEPARATOR_RE.match(stripped):
                 continue
             out.append("\t".join(c.strip() for c in stripped.strip("|").split("|")))
         else:
@@ -287,12 +289,34 @@ def _nvlink_ring(gpus: list[str], nv: set[frozenset]) -> bool:
     return extend([first], set(rest))
 
 
+def nvls_support(compute_caps: list[str] | None = None,
+                 gpu_names: list[str] | None = None) -> bool | None:
+    """Whether NCCL can build NVLS (NVLink SHARP) on GPUs that all reach each other over
+    NVLink: compute capability 9.0 or more (Hopper, Blackwell: NVSwitch gen3 multicast) on
+    every GPU; from the names when the capabilities are unknown; None when neither tells."""
+    caps = []
+    for cap in compute_caps or []:
+        try:
+            caps.append(float(cap))
+        except ValueError:
+            return None
+    if caps:
+        return min(caps) >= 9.0
+    names = " ".join(gpu_names or []).upper()
+    if re.search(r"H100|H200|H800|H20\b|B200|B100|GB200|B300|GH200", names):
+        return True
+    if re.search(r"A100|A800|V100", names):
+        return False
+    return None
+
+
 def classify(topo: Topology, cpu_vendor: str | None = None,
-             gpu_names: list[str] | None = None) -> str:
+             gpu_names: list[str] | None = None, compute_caps: list[str] | None = None) -> str:
     """The cost model's topology kind (a key of costmodel.TOPOLOGIES), by what NCCL builds.
 
-    - every GPU pair NV#: `nvswitch-nvls` for Hopper/Blackwell names, `nvswitch` for
-      A100, `nvlink` when `gpu_names` does not tell;
+    - every GPU pair NV#: `nvswitch-nvls` where NCCL can build NVLS (`nvls_support`:
+      compute capability 9.0+, else Hopper/Blackwell names), `nvswitch` where it cannot,
+      `nvlink` when neither the capabilities nor the names tell;
     - some pairs NV# and the others not, but one ring can visit every GPU over NVLink
       (V100/P100 hybrid cube mesh: SYS pairs in the matrix): `nvlink-mesh`, since NCCL's
       search builds its rings from NVLink hops and nothing goes through host memory;
@@ -311,12 +335,8 @@ def classify(topo: Topology, cpu_vendor: str | None = None,
     nv = {p for p, link in pairs.items() if _NVLINK_RE.match(link)}
     other = [link for p, link in pairs.items() if p not in nv]
     if not other:
-        names = " ".join(gpu_names or []).upper()
-        if re.search(r"H100|H200|H800|H20\b|B200|B100|GB200|B300|GH200", names):
-            return "nvswitch-nvls"
-        if re.search(r"A100|A800", names):
-            return "nvswitch"
-        return "nvlink"
+        nvls = nvls_support(compute_caps, gpu_names)
+        return "nvlink" if nvls is None else ("nvswitch-nvls" if nvls else "nvswitch")
     if nv and _nvlink_ring(gpus, nv):
         return "nvlink-mesh"
     if all(p in PCIE_P2P_ENTRIES for p in other):
@@ -340,6 +360,20 @@ def gpu_names(timeout: float = 30.0) -> list[str] | None:
         return None
     names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     return names if done.returncode == 0 and names else None
+
+
+def compute_caps(timeout: float = 30.0) -> list[str] | None:
+    """GPU compute capabilities ('9.0') from `nvidia-smi --query-gpu=compute_cap`, or None."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    caps = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return caps if done.returncode == 0 and caps else None
 
 
 def run_nvidia_smi_topo(timeout: float = 30.0) -> str | None:
@@ -378,6 +412,6 @@ def detect_kind() -> str | None:
         return None
     try:
         return classify(parse_topo(text, source="nvidia-smi topo -m"), local_cpu_vendor(),
-                        gpu_names())
+                        gpu_names(), compute_caps())
     except NcclTuneError:
         return None
