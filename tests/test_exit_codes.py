@@ -270,3 +270,15 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
         cli_module.main()
     assert info.value.code == 130
     assert capsys.readouterr().err == "nccl-tune: interrupted\n"
+
+
+def test_the_exit_code_table_and_the_interrupted_message():
+    from nccl_tune import errors
+
+    # DESIGN.md section 8's codes, each once, each with its words
+    assert sorted(errors.EXIT_CODES) == [0, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE,
+                                         EXIT_NOT_FOUND, 130]
+    assert str(errors.Interrupted()) == "interrupted"
+    assert str(errors.Interrupted("sweep interrupted", resume="nccl-tune sweep --resume")) == (
+        "sweep interrupted; resume with: nccl-tune sweep --resume")
+    assert errors.Interrupted().exit_code == 130

@@ -196,6 +196,7 @@ def test_bootstrap_intervals_of_two_values_by_hand():
     # 1 against (3, 5): differences -2, -3, -4 with the same probabilities.
     assert stats.bootstrap_diff_ci([1.0], [3.0, 5.0]) == (-3.0, -4.0, -2.0)
     assert stats.bootstrap_diff_ci([1.0], [3.0, 5.0], confidence=0.4) == (-3.0, -3.0, -3.0)
+    assert stats.bootstrap_diff_ci([3.0, 5.0], [1.0]) == (3.0, 2.0, 4.0)  # and the other way
     with pytest.raises(ValueError):
         stats.bootstrap_diff_ci([], [1.0, 2.0])
 
