@@ -211,3 +211,16 @@ def test_mann_whitney_with_two_values_a_side():
     # (1, 2) against (3, 4): U = 0, the most extreme of C(4, 2) = 6 equally likely orders;
     # two-sided exact p = 2 / 6
     assert stats.mann_whitney_p([1.0, 2.0], [3.0, 4.0]) == pytest.approx(1 / 3)
+
+
+def test_rate_ci_by_hand():
+    # (100, 110) tok/s: mean 105; logs 4.6052 and 4.7005, sd 0.0674, standard error 0.0477,
+    # half width 12.706 x 0.04766 = 0.6055: exp(4.6528 -+ 0.6055) = 57.24 .. 192.16
+    mean, (lo, hi) = stats.rate_ci([100.0, 110.0])
+    assert mean == 105.0 and lo == pytest.approx(57.24, abs=0.01) and hi == pytest.approx(192.16, abs=0.01)
+    mean, (lo, hi) = stats.rate_ci([0.5, 2.0, 8.0])  # below 1 is still a rate
+    assert mean == 3.5 and lo == pytest.approx(0.0639, abs=1e-4) and hi == pytest.approx(62.6, abs=0.05)
+    assert stats.rate_ci([100.0, None]) == (100.0, None)  # one value: no interval
+    assert stats.rate_ci([0.0, 100.0]) == (50.0, None)  # a zero rate: no log-scale interval
+    assert stats.rate_ci([100.0, float("inf")])[1] is None
+    assert stats.rate_ci([]) == (None, None) and stats.rate_ci([None]) == (None, None)
