@@ -49,6 +49,8 @@ TARGETS: dict[str, list[str]] = {
     "nccl_tune/measure/importers.py": ["tests/test_importers.py"],
     "nccl_tune/errors.py": ["tests/test_exit_codes.py", "tests/test_cli_errors.py"],
     "nccl_tune/live/lint.py": ["tests/test_lint.py"],
+    "nccl_tune/live/grammar.py": ["tests/test_profile.py", "tests/test_lint.py",
+                                  "tests/test_profile_corpus.py"],
 }
 
 _SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from nccl_tune import vocab
 from nccl_tune import fileio
 from nccl_tune.nccl import settings
+from nccl_tune.live import grammar
 from nccl_tune.errors import NcclTuneError
 
 PROG = "microbench.allreduce"
@@ -182,6 +183,10 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
         if not isinstance(item, dict):
             raise NcclTuneError(f"{where} must be an object", path=path)
         env = _str_map(item.get("env", {}), f"{where}.env", path)
+        problems = grammar.env_problems(env)  # cells are profiles: the same grammar
+        if problems:
+            name, why = problems[0]
+            raise NcclTuneError(f"{where}.env: {name}: {why}", path=path)
         comm_env = _str_map(item.get("comm_env", {}), f"{where}.comm_env", path)
         for key in comm_env:
             if not per_comm(key):
@@ -356,6 +361,7 @@ def check_out(path: str | None, inputs=()) -> None:
     so that nothing is measured for a file that cannot be written. Creates nothing."""
     if path:
         fileio.check_output(path, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
+        fileio.check_not_busy(path, option="--out")
 
 
 def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes_out: bool = True):

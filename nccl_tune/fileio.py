@@ -30,7 +30,8 @@ second writer is refused at once with one line naming the file (and the holder's
 when /proc/locks shows it). Waiting would turn two sweeps to one file into one sweep
 measured twice, or leave a command hanging for hours behind another; refusing says what
 is happening. On a file system that cannot lock at all (NFS without lockd) the run
-writes unlocked rather than not at all. Within one process every append goes through the held lock; an append
+writes unlocked rather than not at all. `check_not_busy` asks the same question early,
+for a command whose writer is a process it has yet to start (bench, before torchrun). Within one process every append goes through the held lock; an append
 without a held lock takes the lock for that one line. Readers take no lock: a record is
 one `write` of one line, and a reader that sees a torn last line skips it with a warning.
 
@@ -193,7 +194,7 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
                                 "write to another file")
     try:
         info = os.stat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder check below says which
         info = None
     except OSError as exc:
         raise NcclTuneError(f"{label}: cannot be checked ({exc.strerror})") from None
@@ -206,8 +207,9 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         return Path(target)
     folder = os.path.dirname(resolved) or "."
     if not os.path.isdir(folder):
-        raise NcclTuneError(f"{label}: the folder {os.path.dirname(os.path.abspath(target))} "
-                            "does not exist")
+        shown = os.path.dirname(os.path.abspath(target))
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise NcclTuneError(f"{label}: the folder {shown} {what}")
     if info is not None and appended:
         why = _probe_append(target)
     else:
@@ -215,12 +217,6 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         why = f"the folder {folder} {why}" if why else None
     if why:
         raise NcclTuneError(f"{label}: {why}")
-    if kind is OutputKind.RESULTS and info is not None and (info.st_dev, info.st_ino) not in _HELD:
-        holder = _busy(target)
-        if holder is not None:
-            who = f"another process (pid {holder})" if holder else "another process"
-            raise NcclTuneError(f"{label}: {who} is writing results to this file; wait for it to "
-                                "finish or choose another file")
     if kind is OutputKind.RESULTS and info is not None and info.st_size > 0:
         try:
             problem = results_file_problem(target)
@@ -249,6 +245,25 @@ def check_outputs(outputs: Sequence[tuple[str, Any, OutputKind]], *, inputs: Seq
                                     "give each output its own file")
         checked[option] = target
     return checked
+
+
+def check_not_busy(path, *, option: str | None = None) -> None:
+    """Refuse (NcclTuneError) a results file another process is writing now: for a
+    command that checks before it starts processes that will take the lock themselves
+    (bench: rank 0 of the microbench writes). Commands that write in their own process
+    just take the lock (`ResultsLock`), which refuses the same way."""
+    info = None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if (info.st_dev, info.st_ino) in _HELD:
+        return
+    holder = _busy(str(path))
+    if holder is not None:
+        who = f"another process (pid {holder})" if holder else "another process"
+        raise NcclTuneError(f"{_label(path, option)}: {who} is writing results to this file; wait "
+                            "for it to finish or choose another file")
 
 
 def _busy(path: str) -> int | None:

@@ -108,8 +108,9 @@ def test_conf_files_precedence(tmp_path):
     items = sysinfo.conf_files(env, str(home), nccl_version=(2, 32, 3))
     assert [(i["role"], i["exists"], i["read_by_nccl"]) for i in items] == [
         ("NCCL_CONF_FILE", True, True), ("user", True, False), ("system", Path("/etc/nccl.conf").is_file(), True)]
-    assert items[0]["sets"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5"}
-    assert items[0]["effective"] == {"NCCL_PROTO": "LL", "NCCL_IB_HCA": "mlx5"}  # env wins for ALGO
+    # read as NCCL reads it (src/misc/param.cc setEnvFile): literally, quotes kept
+    assert items[0]["sets"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_IB_HCA": "'mlx5'"}
+    assert items[0]["effective"] == {"NCCL_PROTO": "LL", "NCCL_IB_HCA": "'mlx5'"}  # env wins for ALGO
     assert items[1]["effective"] == {}                                           # not read at all
     assert [f["line"] for f in items[0]["findings"]] == [4]                      # quoted: NCCL keeps quotes
     # Before 2.23 NCCL ignores NCCL_CONF_FILE and reads ~/.nccl.conf.
@@ -136,13 +137,13 @@ def _wheel_site(root: Path, *wheels: str) -> Path:
     return root
 
 
-def test_a_wheels_libnccl_is_named_after_the_wheel_that_installed_it(tmp_path, monkeypatch):
+def test_a_wheels_libnccl_is_named_after_the_wheel_that_installed_it(tmp_path):
     from nccl_tune.nccl import ncclinfo
 
     cu13 = _wheel_site(tmp_path / "a", "nvidia-nccl-cu13")
     both = _wheel_site(tmp_path / "b", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
-    monkeypatch.setattr("sys.path", [str(cu13), str(both)])
-    found = {lib.path: lib.source for lib in ncclinfo.find_libraries(load=False)}
+    found = {lib.path: lib.source
+             for lib in ncclinfo.find_libraries(load=False, search=[str(cu13), str(both)])}
     assert found[str(cu13 / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu13"
     assert found[str(both / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu12+nvidia-nccl-cu13"
 

@@ -167,6 +167,24 @@ def test_bench_refuses_an_unwritable_out(cli_runner, no_torchrun, tmp_path):
     assert not out.exists()
 
 
+def test_bench_refuses_an_out_another_process_is_writing_before_torchrun(cli_runner, no_torchrun,
+                                                                          tmp_path):
+    out = tmp_path / "r.jsonl"
+    hold = ("import sys, time\nfrom nccl_tune import fileio\n"
+            "with fileio.ResultsLock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE, text=True,
+                              env=subprocess_env())
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = cli_runner.invoke(cli, ["bench", "--out", str(out)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert result.output == (f"Error: --out {out}: another process (pid {holder.pid}) is writing "
+                             "results to this file; wait for it to finish or choose another file\n")
+
+
 def test_bench_refuses_an_out_under_sys_before_torchrun(cli_runner, no_torchrun):
     result = cli_runner.invoke(cli, ["bench", "--out", "/sys/foo.jsonl"])
     assert result.exit_code == EXIT_BAD_INPUT, result.output

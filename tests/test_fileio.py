@@ -199,6 +199,8 @@ def test_a_second_writer_is_refused_while_one_holds_the_results(tmp_path):
         text = refusal(fileio.append_line, results, RECORD)
         assert text == (f"{results}: another process (pid {holder.pid}) is writing results to this "
                         "file; wait for it to finish or choose another file")
+        assert refusal(fileio.check_not_busy, results, option="--out") == f"--out {text}"
+        assert fileio.check_output(results, kind=OutputKind.RESULTS) == results  # static checks only
     finally:
         holder.kill()
         holder.wait()

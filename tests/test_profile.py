@@ -13,13 +13,15 @@ from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live.profile import parse_profile, render_profile
 
-SAFE_CHARS = string.ascii_letters + string.digits + "_.,:^%/@+=-"
-keys = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,24}", fullmatch=True)
+SAFE_CHARS = string.ascii_letters + string.digits + "_.,:^%/+-="  # the grammar's, written out
+keys = st.from_regex(r"NCCL_[A-Z0-9_]{1,24}", fullmatch=True).filter(
+    lambda k: not k.endswith("_PLUGIN"))
 values = st.text(alphabet=SAFE_CHARS, max_size=40)
-no_control = st.characters(blacklist_categories=("Cc", "Cs"))
+# Printable text (what a comment line may hold), without a trailing backslash.
+printable = st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Co", "Cn", "Zl", "Zp", "Zs")) | st.just(" ")
 prov_keys = st.from_regex(r"[A-Za-z][A-Za-z0-9 _-]{0,15}", fullmatch=True).map(str.strip).filter(bool)
-prov_values = st.text(alphabet=no_control, max_size=60).map(str.strip)
-notes = st.lists(st.text(alphabet=no_control, max_size=50), max_size=4)
+prov_values = st.text(alphabet=printable, max_size=60).map(lambda t: t.strip().rstrip("\\").strip())
+notes = st.lists(st.text(alphabet=printable, max_size=50).map(lambda t: t.rstrip("\\ ")), max_size=4)
 
 
 @hsettings(max_examples=300, deadline=None)
@@ -43,57 +45,66 @@ def test_arbitrary_text_parses_or_names_the_line(text):
 
 
 @hsettings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["NCCL_PROTO=LL", "# c", "", "export A=1", "B='x y'", "\x0c# ff",
-                                 "C=1\r", "# a\u2028b", "bad line"]), max_size=20))
+@given(st.lists(st.sampled_from(["NCCL_PROTO=LL", "# c", "", "export NCCL_A=1", "NCCL_B='x y'",
+                                 "\x0c# ff", "NCCL_C=1\r", "# a\u2028b", "bad line"]), max_size=20))
 def test_line_numbers_count_newlines_only(lines):
     text = "".join(line + "\n" for line in lines)
-    parsed = profile.parse_lines(text)
+    parsed = profile.grammar.parse_lines(text)
     assert len(parsed) == len(lines)
     for number, raw in enumerate(lines, start=1):
-        assert parsed[number - 1].number == number and parsed[number - 1].raw == raw.rstrip("\r")
+        assert parsed[number - 1].number == number and parsed[number - 1].raw == raw
 
 
 def test_read_forms():
     text = ("# nccl-tune profile\n# source: measured\n# gpus: 8x X\n\nexport NCCL_PROTO=LL\n"
-            "NCCL_ALGO='Ring'\nNCCL_DEBUG=\"INFO\"\r\nNCCL_ALGO=Tree\n")
+            "NCCL_ALGO=Ring\nNCCL_DEBUG=INFO\nNCCL_ALGO=Tree\n  \t\n")
     prof = parse_profile(text, "p.env")
     assert prof.env == {"NCCL_PROTO": "LL", "NCCL_DEBUG": "INFO", "NCCL_ALGO": "Tree"}
     assert prof.lines == {"NCCL_PROTO": 5, "NCCL_DEBUG": 7, "NCCL_ALGO": 8}
     assert prof.provenance == {"source": "measured", "gpus": "8x X"}
-    lines = profile.parse_lines(text)
-    assert lines[4].exported and lines[5].quoted
+    assert profile.grammar.parse_lines(text)[4].exported
 
 
-def test_reader_never_evaluates():
-    prof = parse_profile("A=$(touch /tmp/nccl-tune-should-not-exist)\nB=${HOME}\nC=`id`\n")
-    assert prof.env["A"] == "$(touch /tmp/nccl-tune-should-not-exist)"
-    assert prof.env["B"] == "${HOME}" and prof.env["C"] == "`id`"
-    assert not os.path.exists("/tmp/nccl-tune-should-not-exist")
+def test_reader_refuses_what_would_run_and_never_evaluates(tmp_path):
+    marker = tmp_path / "ran"
+    for line in (f"NCCL_A=$(touch {marker})", "NCCL_B=${HOME}", f"NCCL_C=`touch {marker}`"):
+        with pytest.raises(NcclTuneError) as info:
+            parse_profile(f"# x\n{line}\n", "p.env")
+        assert info.value.line == 2
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("line,why", [
-    ("NCCL_PROTO = LL", "space before '='"),
-    ("NCCL_PROTO= LL", "space after '='"),
-    ("NCCL-PROTO=LL", "not a valid variable name"),
+    ("NCCL_PROTO = LL", "a blank before '='"),
+    ("NCCL_PROTO= LL", "a blank after '='"),
+    ("NCCL-PROTO=LL", "is not a variable name"),
     ("=LL", "missing name"),
-    ("just words", "expected KEY=VALUE"),
-    ("NCCL_PROTO='LL", "unterminated quote"),
-    ("NCCL_PROTO=L\x01L", "control character"),
+    ("just words", "expected NAME=VALUE"),
+    ("NCCL_PROTO='LL", "a quote"),
+    ("NCCL_PROTO='LL'", "a quote"),
+    ("NCCL_PROTO=L\x01L", "a control character (U+0001)"),
+    ("NCCL_PROTO=LL\r", "a carriage return"),
+    ("LD_PRELOAD=/tmp/evil.so", "LD_PRELOAD is not an NCCL variable"),
+    ("NCCL_NET_PLUGIN=/tmp/evil.so", "load a shared library"),
+    (" NCCL_PROTO=LL", "a blank at the start of the line"),
+    ("# trailing \\", "ending in a backslash"),
 ])
 def test_malformed_lines_name_their_line(line, why):
     with pytest.raises(NcclTuneError) as info:
         parse_profile(f"# header\nNCCL_ALGO=Ring\n{line}\n", path="f.env")
     assert info.value.line == 3 and why in str(info.value)
-    assert str(info.value).startswith("f.env:3: ")
+    assert str(info.value).startswith("f.env:3: malformed line: ")
 
 
 def test_provenance_stops_at_separator_and_body():
-    text = render_profile({"A": "1"}, {"source": "x"}, ["note: not provenance"])
+    text = render_profile({"NCCL_A": "1"}, {"source": "x"}, ["note: not provenance"])
     assert parse_profile(text).provenance == {"source": "x"}
-    assert parse_profile("# a: 1\nA=1\n# b: 2\n").provenance == {"a": "1"}
+    assert parse_profile("# a: 1\nNCCL_A=1\n# b: 2\n").provenance == {"a": "1"}
 
 
-@pytest.mark.parametrize("env", [{"A": "x y"}, {"A": "a;b"}, {"A": "$(id)"}, {"A-B": "1"}, {"A": "'q'"}])
+@pytest.mark.parametrize("env", [{"NCCL_A": "x y"}, {"NCCL_A": "a;b"}, {"NCCL_A": "$(id)"},
+                                 {"NCCL_A-B": "1"}, {"NCCL_A": "'q'"}, {"LD_PRELOAD": "/x.so"},
+                                 {"PATH": "/tmp"}, {"NCCL_TUNER_PLUGIN": "x.so"}])
 def test_render_refuses_what_cannot_be_written(env):
     with pytest.raises(NcclTuneError):
         render_profile(env)
@@ -104,6 +115,10 @@ def test_render_refuses_bad_provenance():
         render_profile({}, {"a:b": "c"})
     with pytest.raises(NcclTuneError):
         render_profile({}, {"a": "line\nbreak"})
+    with pytest.raises(NcclTuneError):  # a CR ends the line for systemd: the rest would be read
+        render_profile({}, {"a": "x\rLD_PRELOAD=/x.so"})
+    with pytest.raises(NcclTuneError):  # systemd < v254 would join the next line to the comment
+        render_profile({"NCCL_PROTO": "LL"}, {"a": "x \\"})
 
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
@@ -168,3 +183,48 @@ def test_resolve_profile_errors(tmp_path):
     with pytest.raises(NcclTuneError) as info:
         profile.resolve_profile("no-such-profile")
     assert "pcie-8gpu-decode" in str(info.value)
+
+
+def test_caps_sit_at_their_documented_values():
+    grammar = profile.grammar
+    ok = "".join(f"NCCL_V{i}=1\n" for i in range(256))
+    assert len(parse_profile(ok).env) == 256
+    with pytest.raises(NcclTuneError) as info:
+        parse_profile(ok + "NCCL_V256=1\n", "v.env")
+    assert info.value.line == 257
+    grammar.check_env({f"NCCL_V{i}": "1" for i in range(256)}, "x")
+    with pytest.raises(NcclTuneError):
+        grammar.check_env({f"NCCL_V{i}": "1" for i in range(257)}, "x")
+    # Lines: 4094 bytes and the '\n' fit one 4095-byte fgets read of NCCL's conf reader.
+    assert parse_profile("#" + "x" * 4093 + "\n").env == {}
+    for line in ("#" + "x" * 4094, "#" + "\u00e9" * 2047):  # 4095 bytes (2048 characters)
+        with pytest.raises(NcclTuneError, match="4095 bytes"):
+            parse_profile(line + "\n")
+    with pytest.raises(NcclTuneError, match="at most 4094"):
+        render_profile({}, {"note": "x" * 5000})
+    assert parse_profile("NCCL_DEBUG_FILE=" + "a" * 1023 + "\n").env
+    with pytest.raises(NcclTuneError, match="a value of 1024 characters"):
+        parse_profile("NCCL_DEBUG_FILE=" + "a" * 1024 + "\n")
+
+
+def test_prefixes_need_a_name_after_them_and_the_last_line_needs_no_newline():
+    for line in ("NCCL_=1", "TORCH_NCCL_=1", "VLLM_ALLREDUCE_USE_=1"):
+        with pytest.raises(NcclTuneError, match="not an NCCL variable"):
+            parse_profile(line + "\n")
+    assert parse_profile("# x\nNCCL_PROTO=LL").env == {"NCCL_PROTO": "LL"}
+    assert parse_profile("").env == {} and parse_profile("\n").env == {}
+
+
+def test_line_count_cap_and_messages_name_a_variable_once():
+    grammar = profile.grammar
+    assert parse_profile("\n" * 4095 + "# last, no newline").env == {}  # 4096 lines
+    with pytest.raises(NcclTuneError, match="4097 lines"):
+        parse_profile("\n" * 4096 + "# one too many")
+    assert grammar.render_comment("x" * 4092) == "# " + "x" * 4092  # 4094 bytes: written
+    with pytest.raises(NcclTuneError) as info:
+        grammar.check_env({"LD_PRELOAD": "/x.so"}, "results cell c-1")
+    assert str(info.value).startswith("results cell c-1: LD_PRELOAD is not an NCCL variable")
+    with pytest.raises(NcclTuneError) as info:
+        grammar.check_env({"NCCL_DEBUG_FILE": "a" * 2000}, "exec")
+    assert str(info.value) == ("exec: NCCL_DEBUG_FILE: a value of 2000 characters (at most "
+                               "1023, the longest NCCL reads from a conf file)")

@@ -59,6 +59,9 @@ SMALL_INPUTS = {
     "1 MB line of repeated prefixes": b"h:1:1 [0] NCCL INFO " * (MB // 20) + b"\n",
     "1 MB line of quotes and escapes": b'a="\\"' * (MB // 6) + b"\n",
     "1 MB of server args": b"server_args=ServerArgs(" + b"a='x', " * (MB // 7) + b"\n",
+    # a profile's header at its caps: comment lines of a key and blanks, no colon (the
+    # provenance pattern once backtracked between the key and the blanks: 4 s here)
+    "long header comments": (b"#a" + b" " * 4000 + b"b\n") * 64 + b"NCCL_PROTO=LL\n",
     "wrong JSON types (model)": json.dumps({"schema": "nccl-tune-model/1", "topology": ["pcie"],
                                             "nranks": "8", "params": []}).encode(),
     "wrong JSON types (plan)": json.dumps({"cells": [{"cell": 1, "env": [], "round": "x"}]}).encode(),

@@ -204,9 +204,3 @@ def test_unknown_names_and_validity():
     assert settings.is_valid("NCCL_PROTO", "^LL")          # a warning is still valid
     assert not settings.is_valid("NCCL_PROTO", "Fast")
 
-
-@pytest.mark.parametrize("value,quote", [("LL", False), ("16777216", False), ("^=eth0,eth1", False),
-                                         ("", False), ("a b", True), ("x;y", True), ("$(id)", True),
-                                         ("'q'", True), ("a\tb", True), ("~/x", True)])
-def test_needs_quoting(value, quote):
-    assert settings.needs_quoting(value) is quote

@@ -319,10 +319,12 @@ def test_topology_and_out_are_checked_before_any_launch(cli_runner, profile_file
     res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--topology", "pcie-nvl",
                                   "--model-args", TINY, "--out", str(tmp_path / "o.jsonl")])
     assert res.exit_code == 2 and "--topology" in res.output and "pcie-shm" in res.output
-    for bad in (tmp_path / "missing" / "o.jsonl", tmp_path / "ll-ring.env" / "o.jsonl"):
+    for bad, why in ((tmp_path / "missing" / "o.jsonl", "does not exist"),
+                     (tmp_path / "ll-ring.env" / "o.jsonl", "is not a folder")):
         res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
                                       "--out", str(bad)])
-        assert res.exit_code == 2 and f"Error: Invalid value for '--out': {bad}: " in res.output
+        assert res.exit_code == 2
+        assert res.output == f"Error: Invalid value for '--out': {bad}: the folder {bad.parent} {why}\n"
     ok = tmp_path / "fine.jsonl"
     lib_opts = []
     monkeypatch.setattr(lib, "run", lambda opts, on_config=None: lib_opts.append(opts) or lib.finish(opts, {}))

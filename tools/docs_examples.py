@@ -23,7 +23,8 @@ The format, in a page:
   the checkout into the working folder first; `cwd=repo` runs in the checkout instead
   (for `python bench/...`); `skip=REASON` does not run it (a real output from a machine
   CI does not have: the reason says which); `slow` marks a block the fast suite skips.
-- Every page runs its blocks in order in one fresh working folder, with `nccl-tune`
+- Every page runs its blocks in order in one fresh working folder (holding links to the
+  checkout's tests/, examples/, profiles/, bench/ and tools/), with `nccl-tune`
   (and `python`) on PATH running this checkout, NCCL_* cleared, HOME in the folder,
   TZ=UTC and COLUMNS=120, each command through `bash -c` (the examples are shell).
 """
@@ -45,6 +46,7 @@ WILDCARD = "…"
 OPTIONS_RE = re.compile(r"^<!--\s*example:\s*(.*?)\s*-->\s*$")
 FENCE = "```"
 COMMAND_TIMEOUT_S = 600
+LINKED = ("tests", "examples", "profiles", "bench", "tools")  # checkout folders the examples read
 
 
 @dataclass
@@ -149,7 +151,7 @@ def example_env(workdir: Path, bindir: Path) -> dict[str, str]:
     """The environment every example runs in: this checkout first, no NCCL_*."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_NCCL_"))}
     env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", HOME=str(workdir), TZ="UTC",
-               COLUMNS="120", PYTHONPATH=str(REPO), NCCL_TUNE_DOCS_EXAMPLE="1")
+               COLUMNS="120", PYTHONPATH=str(REPO))
     return env
 
 
@@ -189,6 +191,8 @@ def run_page(page: Path, *, include_slow: bool, write: bool) -> list[tuple[Block
     with tempfile.TemporaryDirectory(prefix="nccl-tune-docs-") as tmp:
         workdir, bindir = Path(tmp) / "work", Path(tmp) / "bin"
         workdir.mkdir()
+        for name in LINKED:  # `tests/fixtures/...`, `python bench/x.py` read as in a checkout
+            (workdir / name).symlink_to(REPO / name)
         make_bin(bindir)
         replacements = []
         for block in parse_page(page):

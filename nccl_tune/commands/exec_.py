@@ -3,8 +3,10 @@
 Runs CMD with the profile applied, by replacing this process (os.execvpe): CMD keeps
 this pid (so `nccl-tune check --pid` sees the server itself), receives signals directly,
 and its exit code is the exit code. argv goes to the kernel as given; no shell is
-involved. A profile with lint errors is refused (exit 2) before anything runs; a command
-that does not exist exits 127, one that is not executable 126 (as shells and env(1)).
+involved. Only what the profile grammar accepts is applied (nccl_tune.live.grammar: NCCL
+variables and a short allow-list, plain values): a profile with any lint error is
+refused (exit 2) before anything runs; a command that does not exist exits 127, one that
+is not executable 126 (as shells and env(1)).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import sys
 import click
 
 from nccl_tune.commands import nccl_target
-from nccl_tune.live import envcheck, lint as linter
+from nccl_tune.live import envcheck, grammar, lint as linter
 from nccl_tune.errors import CannotExecute, NcclTuneError
-from nccl_tune.live.profile import load_profile, read_text, resolve_profile
+from nccl_tune.live.profile import parse_profile, read_text, resolve_profile
 
 
 def check_runnable(name: str, path: str | None) -> None:
@@ -78,13 +80,15 @@ def exec_(profiles: tuple[str, ...], clean: bool, nccl_version: str | None,
     for name in profiles:
         path = str(resolve_profile(name))
         used.append(path)
-        findings = nccl_target.lint_for(read_text(path), path, target)
+        text = read_text(path)
+        findings = nccl_target.lint_for(text, path, target)
         errors = [f for f in findings if f.severity == linter.ERROR]
         if errors:
             raise NcclTuneError(f"refusing a profile with {len(errors)} lint error(s), first: "
                                 f"{errors[0]}")
         warnings += len(findings)
-        applied.update(load_profile(path).env)
+        applied.update(parse_profile(text, path).env)
+    grammar.check_env(applied, "exec")  # what is applied is what the grammar accepts
     env, removed = build_env(dict(os.environ), applied, clean)
     check_runnable(command[0], env.get("PATH"))
     names = ", ".join(os.path.basename(p) for p in used)

@@ -20,7 +20,9 @@ from nccl_tune.live.profile import read_text
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON objects.")
 @nccl_target.nccl_version_option
 def lint(files: tuple[str, ...], as_json: bool, nccl_version: str | None) -> None:
-    """Check .env profiles: values, unknown names, unsafe LL128, quoting.
+    """Check .env profiles: the profile grammar (NCCL_* and a short allow-list of
+    names, plain values that bash, docker and systemd read alike), values, unknown
+    names, unsafe LL128.
 
     Unknown NCCL_* names are checked against the catalogue and the strings of the
     installed libnccl (the NCCL version consulted is named in the message). With

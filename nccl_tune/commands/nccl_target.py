@@ -15,7 +15,8 @@ import click
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import lint as linter
-from nccl_tune.live.profile import parse_lines, parse_provenance
+from nccl_tune.live.grammar import parse_lines
+from nccl_tune.live.profile import parse_provenance
 from nccl_tune.nccl import releases
 
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -399,7 +400,10 @@ def sweep(sets, grid_option, topology_option, allow_unsafe, allow_unknown, sizes
     fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=inputs, option="--out")
     if os.path.exists(out) and resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
-    with fileio.ResultsLock(out, option="--out"):  # one writer for the whole run (fileio)
+    # One writer for the whole run (fileio); a follower node of a multi-node sweep writes
+    # nothing (node 0 does) and may share the file's folder with it.
+    lock = fileio.ResultsLock(out, option="--out") if launcher_writes(launcher, options) else None
+    with lock or contextlib.nullcontext():
         _run(plan, g, spec, options, launcher, isolation, rounds, seed, timeout, sim_landscape,
              keep_env, out, module, as_json, strategy, budget, sim_model)
 

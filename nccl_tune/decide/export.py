@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nccl_tune import fileio, store
 from nccl_tune.model import costmodel
-from nccl_tune.live import profile
+from nccl_tune.live import grammar, profile
 from nccl_tune.nccl import releases, settings, tuner
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.decide.recommendation import (MEASURED, MODELLED, Analysis, CellRow,
@@ -153,6 +153,7 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     row, forced, refusal = export_row(analysis, force)
     if row is None:
         return {"path": path, "written": False, "reason": refusal}
+    grammar.check_env(row.env, f"results cell {row.cell}")  # whatever the results file says
     prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
                       confidence)
     if target is not None:  # right after the measured release's line
@@ -455,6 +456,9 @@ def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: 
     if row is None and analysis.source != MODELLED:
         return {"path": path, "written": False, "reason": refusal}
     env = row.env if row is not None else {}
+    # The rules are chosen under this cell's env: one the profile grammar refuses (a
+    # results file whose env holds LD_PRELOAD) is never exported, in any form.
+    grammar.check_env(env, f"results cell {row.cell if row else store.BASELINE}")
     nranks, nnodes = analysis.world_size or 8, records_nnodes(analysis, row)
     points, notes = tuner_points(analysis, topology_name, row,
                                  forced=bool(forced) and analysis.recommended is None)

@@ -30,6 +30,7 @@ from nccl_tune import stats
 from nccl_tune.vocab import Provenance, provenance_of
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
+from nccl_tune.live import grammar
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model.per_token import (LatencyCurve, OutOfRangeError, SavingEstimate,
                              estimate_saving, projected_tok_s,
@@ -237,12 +238,15 @@ def check_tok_s(analysis: Analysis, baseline_tok_s: float | None) -> str | None:
 
 
 def lint_problems(env: dict[str, str]) -> list[str]:
-    """Findings (errors and warnings) that keep a profile from linting clean."""
-    out = []
+    """Findings (errors and warnings) that keep a profile from linting clean: first what
+    the profile grammar refuses (a cell whose recorded env holds LD_PRELOAD, a value
+    bash would run), then the catalogue's value checks."""
+    refused = grammar.env_problems(env)
+    out = [f"{key}: {why}" if key else why for key, why in refused]
+    bad = {key for key, _ in refused}
     for key, value in env.items():
-        if settings.needs_quoting(str(value)):
-            out.append(f"{key}: value needs quoting")
-        out += [f"{key}: {msg}" for _, msg in settings.check_value(key, str(value))]
+        if key not in bad:
+            out += [f"{key}: {msg}" for _, msg in settings.check_value(key, str(value))]
     return out
 
 

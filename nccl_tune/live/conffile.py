@@ -15,8 +15,12 @@ src/os/linux.cc ncclOsSetEnv; the same since 2.23.4):
   environment is kept. So the ENVIRONMENT WINS over every conf file, NCCL_CONF_FILE /
   ~/.nccl.conf win over /etc/nccl.conf, and within one file the FIRST line of a name wins.
 
-The conf text written here is also a valid nccl-tune profile (the same `KEY=VALUE` lines
-and `#` comments), so `nccl-tune lint` and `profiles show` read it too.
+The conf text written here is rendered by the profile grammar (nccl_tune.live.grammar:
+NCCL_* names only here, plain values, printable comments, lines short enough for NCCL's
+4096-byte reads) and checked to read back through `read_like_nccl` as written, so it is
+also a valid nccl-tune profile that `lint`, `profiles show` and `logs nccl --profile`
+read. `read_like_nccl` is NCCL's reading, not the grammar's: doctor and check use it to
+show what a machine's own conf files really set, whatever is in them.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 The NCCL part of the option vocabulary (nccl_tune.vocab holds the rest): an NCCL_* name
 neither the catalogue nor the installed libnccl knows (lint's rule, with its
-did-you-mean), and a value the catalogue's grammar rejects (settings.check_value, with a
-did-you-mean over the allowed words), are refused the same way wherever they come from:
+did-you-mean), a name or value the profile grammar refuses (nccl_tune.live.grammar: a
+library-loading variable, a value bash would run or another reader would change), and a
+value the catalogue's grammar rejects (settings.check_value, with a did-you-mean over
+the allowed words), are refused the same way wherever they come from:
 `sweep --set`, `sweep --keep-env`, grid files, `model predict --env`,
 `import-nccl-tests --env`. Each is one line naming where, exit 2, before anything runs.
 Warnings (LL128 forced, a P2P level in the wrong case) are not refusals: lint says them.
@@ -22,7 +24,7 @@ import click
 
 from nccl_tune import vocab
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.live import lint, profile
+from nccl_tune.live import grammar, lint, profile
 from nccl_tune.nccl import settings
 
 NAME_RE = re.compile(r"^NCCL_[A-Z0-9_]+$")
@@ -59,7 +61,14 @@ def check_settings(pairs: Iterable[tuple[str, str | None]], where: str, *,
         if problem and not (allow_unknown and well_formed):
             hint = "; --allow-unknown to keep it" if allow_unknown is False and well_formed else ""
             raise NcclTuneError(f"{where}: {name}: {problem}{hint}")
+        if well_formed and grammar.name_problem(name):  # e.g. NCCL_NET_PLUGIN loads a library
+            raise NcclTuneError(f"{where}: {grammar.name_problem(name)}")
         if value is not None:
+            # The profile grammar first: these settings end up in records and exports, and
+            # the value is not echoed in full.
+            problem = grammar.value_problem(value)
+            if problem:
+                raise NcclTuneError(f"{where}: {name}: {problem}")
             problem = value_problem(name, value)
             if problem:
                 raise NcclTuneError(f"{where}: {name}={value}: {problem}")

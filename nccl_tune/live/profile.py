@@ -1,7 +1,8 @@
 """Profiles: `.env` files of NCCL settings with a provenance header.
 
-The format (DESIGN.md section 3) is the common subset of bash `set -a; . f.env`,
-`docker run --env-file`, systemd `EnvironmentFile=` and `nccl-tune exec`:
+The format is the profile grammar (nccl_tune.live.grammar: what it accepts, bash
+`set -a; . f.env`, `docker run --env-file`, systemd `EnvironmentFile=`, NCCL's conf
+reader and `nccl-tune exec` all read the same way, and it runs nothing):
 
     # nccl-tune profile
     # source: measured
@@ -11,17 +12,11 @@ The format (DESIGN.md section 3) is the common subset of bash `set -a; . f.env`,
     NCCL_PROTO=LL
     NCCL_ALGO=Ring
 
-`KEY=VALUE` lines, `#` comments and blank lines; `export KEY=VALUE` is accepted on
-read (the linter warns: docker and systemd do not take it). Reading never evaluates
-anything: no expansion, no substitution. A value in matching quotes is read without
-them (as bash and systemd do); the linter warns, since docker keeps quotes literally.
-Lines that the three consumers would read differently are malformed: spaces around
-`=` (bash would run KEY as a command), a value starting with a space, control
-characters. Writing refuses values that need quoting and replaces the file atomically.
-
-Provenance is the `# key: value` comment lines of the leading comment block, up to a
-lone `#` line (after which free notes follow). Line numbers count `\\n` only, as
-editors and the linter's findings do.
+This module reads and writes whole profiles with it: reading never evaluates anything
+and refuses the first line the grammar refuses (path and line named); writing renders
+only what the grammar accepts (never quoting or escaping) and replaces the file
+atomically. Provenance is the `# key: value` comment lines of the leading comment
+block, up to a lone `#` line (after which free notes follow).
 
 Shipped profiles live in the repository's `profiles/` folder (a source checkout or an
 editable install finds it beside the package; a wheel installs it as data files under
@@ -39,29 +34,14 @@ from pathlib import Path
 
 from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.nccl.settings import needs_quoting
+from nccl_tune.live import grammar
 
-KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_EXPORT_RE = re.compile(r"^export\s+")
-_PROVENANCE_RE = re.compile(r"^#\s?([A-Za-z][A-Za-z0-9 _-]*?)\s*:\s?(.*)$")
+# `# key: value`: the key is everything before the first ':' (one pass, no backtracking
+# between the key and the blanks before the colon), then checked on its own.
+_PROVENANCE_RE = re.compile(r"^#\s?([^:]*):\s?(.*)$")
 _PROVENANCE_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9 _-]*$")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 HEADER_TITLE = "nccl-tune profile"
 NOTES_SEPARATOR = "#"
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of a profile file as read, classified but not judged beyond syntax."""
-
-    number: int  # 1-based
-    raw: str
-    kind: str  # "blank" | "comment" | "assign" | "malformed"
-    key: str | None = None
-    value: str | None = None
-    quoted: bool = False  # the value was written in matching quotes
-    error: str | None = None  # why a malformed line is malformed
-    exported: bool = False  # written as `export KEY=VALUE`
 
 
 @dataclass
@@ -82,127 +62,78 @@ class Profile:
         return base[:-4] if base.endswith(".env") else base
 
 
-def parse_line(number: int, raw: str) -> Line:
-    """Classify one line of a `.env` file (never raises)."""
-    text = raw.strip()
-    if not text:
-        return Line(number, raw, "blank")
-    if text.startswith("#"):
-        return Line(number, raw, "comment")
-    exported = bool(_EXPORT_RE.match(text))
-    body = _EXPORT_RE.sub("", text, count=1) if exported else text
-    if "=" not in body:
-        return Line(number, raw, "malformed", error="expected KEY=VALUE")
-    key, value = body.split("=", 1)
-    if not key:
-        return Line(number, raw, "malformed", error="missing name before '='")
-    if key != key.rstrip():
-        return Line(number, raw, "malformed", key=key.strip() or None,
-                    error="space before '=': bash would run the name as a command")
-    if not KEY_RE.match(key):
-        return Line(number, raw, "malformed", key=key, error=f"'{key}' is not a valid variable name")
-    if value[:1].isspace():
-        return Line(number, raw, "malformed", key=key,
-                    error="space after '=': bash would set an empty value and run the rest")
-    value = value.rstrip()
-    if _CONTROL_RE.search(value):
-        return Line(number, raw, "malformed", key=key, error="control character in the value")
-    quoted = False
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        value, quoted = value[1:-1], True
-    elif value and value[0] in "\"'":
-        return Line(number, raw, "malformed", key=key, error="unterminated quote")
-    return Line(number, raw, "assign", key=key, value=value, quoted=quoted, exported=exported)
-
-
-def split_lines(text: str) -> list[str]:
-    """`text` cut at `\\n` only (a trailing `\\r` dropped), so numbers match an editor's."""
-    pieces = text.split("\n")
-    if pieces and pieces[-1] == "":
-        pieces.pop()
-    return [p[:-1] if p.endswith("\r") else p for p in pieces]
-
-
-def parse_lines(text: str) -> list[Line]:
-    """Every line of `text`, classified; for linting, which reports all problems."""
-    return [parse_line(i, raw) for i, raw in enumerate(split_lines(text), start=1)]
-
-
-def parse_provenance(lines: list[Line]) -> dict[str, str]:
+def parse_provenance(lines: list[grammar.Line]) -> dict[str, str]:
     """The `# key: value` comments of the leading comment block (up to a lone `#`)."""
     out: dict[str, str] = {}
     for line in lines:
-        if line.kind == "blank":
+        if line.kind == grammar.BLANK:
             continue
-        if line.kind != "comment" or line.raw.strip() == NOTES_SEPARATOR:
+        if line.kind != grammar.COMMENT or line.raw.strip() == NOTES_SEPARATOR:
             break
         match = _PROVENANCE_RE.match(line.raw.strip())
-        if match:
-            out[match.group(1).strip()] = match.group(2).strip()
+        key = match.group(1).rstrip() if match else ""
+        if key and _PROVENANCE_KEY_RE.match(key):
+            out[key] = match.group(2).strip()
     return out
 
 
 def parse_profile(text: str, path: str | None = None) -> Profile:
-    """Read profile text; raises NcclTuneError naming the first malformed line."""
-    lines = parse_lines(text)
+    """Read profile text; NcclTuneError naming the first line the grammar refuses."""
+    lines = grammar.parse_lines(text, path)
+    error = grammar.first_error(lines, path)
+    if error:
+        raise error
     env: dict[str, str] = {}
     where: dict[str, int] = {}
     for line in lines:
-        if line.kind == "malformed":
-            raise NcclTuneError(f"malformed line: {line.error}", path=path or "<text>",
-                                line=line.number)
-        if line.kind == "assign":
+        if line.kind == grammar.ASSIGN:
             env.pop(line.key, None)  # a later assignment wins and moves to the end
             env[line.key] = line.value
             where[line.key] = line.number
     return Profile(env=env, provenance=parse_provenance(lines), path=path, lines=where)
 
 
-PROFILE_MAX_BYTES = 1024 * 1024  # a profile is a few dozen lines
-PROFILE_MAX_LINE = 4096  # characters per line: an NCCL value or a provenance note is far shorter
-
-
 def read_text(path: str) -> str:
-    """A profile's text by the input policy (nccl_tune.fileio.read_text: strict UTF-8, a
-    size cap), or NcclTuneError naming the file (and line)."""
-    return fileio.read_text(path, what="profile", max_bytes=PROFILE_MAX_BYTES, max_line=PROFILE_MAX_LINE)
+    """A profile's text by the input policy (nccl_tune.fileio.read_text: strict UTF-8)
+    under the grammar's size cap (grammar.MAX_FILE_BYTES), or NcclTuneError naming the
+    file. Long lines are the grammar's to refuse, line by line."""
+    return fileio.read_text(path, what="profile", max_bytes=grammar.MAX_FILE_BYTES)
 
 
 def load_profile(path: str) -> Profile:
-    """Read a profile file; NcclTuneError when it is unreadable or malformed."""
+    """Read a profile file; NcclTuneError when it is unreadable, too large or malformed."""
     return parse_profile(read_text(path), path=path)
 
 
 def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None,
                    notes: list[str] | None = None) -> str:
-    """The text of a profile: title, provenance, free notes, then KEY=VALUE lines.
+    """The text of a profile: title, provenance, free notes, then NAME=VALUE lines.
 
     Provenance keys and values are written stripped (that is how they read back).
-    Raises NcclTuneError for a name that is not a variable name, a value that would
-    need quoting, or provenance/note text that would break the comment block.
+    NcclTuneError for a variable the grammar refuses (a name off the allow-list, a value
+    outside its characters) or provenance/note text that would not read back as one
+    comment line; the text is checked against the grammar once more before it is
+    returned, so what is written is what every reader reads.
     """
-    out = [f"# {HEADER_TITLE}"]
+    out = [grammar.render_comment(HEADER_TITLE)]
     for key, value in (provenance or {}).items():
         key, value = str(key).strip(), str(value).strip()
-        if not _PROVENANCE_KEY_RE.match(key) or _CONTROL_RE.search(value):
-            raise NcclTuneError(f"provenance entry '{key}' cannot be written as a comment")
-        out.append(f"# {key}: {value}".rstrip())
+        if not _PROVENANCE_KEY_RE.match(key):
+            raise NcclTuneError(f"provenance entry {grammar.shown(key)} cannot be written as a "
+                                "'# key: value' comment")
+        out.append(grammar.render_comment(f"{key}: {value}"))
     if notes:
         out.append(NOTES_SEPARATOR)
         for note in notes:
             for part in note.split("\n"):
-                if _CONTROL_RE.search(part.rstrip("\r")):
-                    raise NcclTuneError("a note holds a control character")
-                out.append(f"# {part.rstrip()}".rstrip())
+                out.append(grammar.render_comment(part.rstrip()))
     out.append("")
-    for key, value in env.items():
-        if not KEY_RE.match(key):
-            raise NcclTuneError(f"'{key}' is not a valid variable name")
-        if needs_quoting(value):
-            raise NcclTuneError(f"{key}={value!r}: the value would need quoting, which a "
-                                ".env file cannot carry safely across bash, docker and systemd")
-        out.append(f"{key}={value}")
-    return "\n".join(out) + "\n"
+    grammar.check_env(env, "cannot write the profile")
+    out.extend(grammar.render_assignment(key, value) for key, value in env.items())
+    text = "\n".join(out) + "\n"
+    if dict(grammar.assignments(text)) != env:  # never reached while the checks above hold
+        raise NcclTuneError("the profile would not read back as written")
+    return text
 
 
 def write_profile(path: str, env: dict[str, str], provenance: dict[str, str] | None = None,

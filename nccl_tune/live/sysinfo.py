@@ -8,15 +8,15 @@ machine without a GPU and says so instead of failing; torch is imported only ins
 NCCL conf files (misc/param.cc initEnv, read once at the first NCCL_* lookup):
 NCCL_CONF_FILE when set (NCCL >= 2.23.4), otherwise ~/.nccl.conf; then /etc/nccl.conf.
 Each line `KEY=VALUE` sets KEY only when nothing set it before, so the environment wins
-over the files and the first file over the second. NCCL reads the files literally (no
-quote removal, no trimming); we read them with profile.parse_lines and lint them, which
-flags lines NCCL would read differently from a shell.
+over the files and the first file over the second. What a file sets is read as NCCL
+reads it (conffile.read_like_nccl: literally, any name, first line wins), so a foreign
+file's LD_PRELOAD line is shown, not hidden; the lint findings (the profile grammar)
+then say which lines a profile could not carry.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,9 +24,9 @@ import sys
 from nccl_tune import fileio
 from nccl_tune.live import conffile, lint as linter
 from nccl_tune.nccl import ncclinfo, topology
-from nccl_tune.live.profile import nccl_env, parse_lines
+from nccl_tune.live.profile import nccl_env
 
-from nccl_tune.live.conffile import CONF_FILE_SINCE  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
+from nccl_tune.live.conffile import CONF_FILE_SINCE, read_like_nccl  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
 
 
 def torch_info() -> dict:
@@ -90,19 +90,9 @@ def gpu_info(timeout: float = 30.0) -> dict:
 
 
 def compute_capability(timeout: float = 30.0) -> str | None:
-    """The first GPU's compute capability ("9.0") from nvidia-smi, or None (no GPU, or a
-    driver whose nvidia-smi lacks the compute_cap field). A query of its own, so an old
-    driver does not cost gpu_info its answer."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = done.stdout.strip().splitlines()[:1] if done.returncode == 0 else []
-    return first[0].strip() if first and re.fullmatch(r"\d+\.\d+", first[0].strip()) else None
+    """The first GPU's compute capability ("9.0"), or None (no GPU, or an old driver)."""
+    caps = topology.compute_caps(timeout)
+    return caps[0] if caps else None
 
 
 def topology_info(topo_file: str | None = None) -> dict:
@@ -178,13 +168,11 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
             try:
                 text = fileio.read_text(local, what="conf file", max_bytes=conffile.MAX_CONF_BYTES,
                                         max_line=conffile.MAX_CONF_LINE)
-            except Exception as exc:  # NcclTuneError: unreadable; report, don't stop
+                item["sets"] = read_like_nccl(text)
+                item["findings"] = [f.to_dict() for f in linter.lint_text(text, path, known)]
+            except Exception as exc:  # NcclTuneError: unreadable or over a cap; report, don't stop
                 item["error"] = str(exc)
             else:
-                for line in parse_lines(text):
-                    if line.kind == "assign" and line.key not in item["sets"]:
-                        item["sets"][line.key] = line.value
-                item["findings"] = [f.to_dict() for f in linter.lint_text(text, path, known)]
                 if read_by_nccl:
                     item["effective"] = {k: v for k, v in item["sets"].items() if k not in taken}
                     taken |= set(item["sets"])

@@ -39,6 +39,7 @@ from nccl_tune import fileio
 from nccl_tune.live import envcheck
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
+from nccl_tune.live import grammar
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.store import BASELINE, cell_id, cell_label
 
@@ -171,6 +172,9 @@ def _check_name(name: str, where: str) -> str:
     name = name.strip()
     if not NAME_RE.match(name):
         raise NcclTuneError(f"{where}: '{name}' is not an NCCL_* variable name")
+    problem = grammar.name_problem(name)  # a cell's env becomes a profile: the same rule
+    if problem:
+        raise NcclTuneError(f"{where}: {problem}")
     if name in INSTRUMENTATION:
         raise NcclTuneError(f"{where}: {name} is instrumentation, not a setting to sweep "
                             "(the microbench sets NCCL's debug output itself)")
@@ -188,6 +192,9 @@ def _value(raw, where: str) -> str | None:
         return None
     if not text:
         raise NcclTuneError(f"{where}: empty value (write '{DEFAULT_WORD}' to leave it unset)")
+    problem = grammar.value_problem(text)
+    if problem:
+        raise NcclTuneError(f"{where}: {problem}")
     return text
 
 

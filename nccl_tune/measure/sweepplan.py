@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass
 
 from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP, conf_conflicts  # torch-free
+from nccl_tune.live import grammar
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.grid import Cell, group_cells
 
@@ -96,8 +97,11 @@ def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
     (timing events, trace buffers, blocking waits, error handling), so a stray one
     inherited from the shell would change the cells as a stray NCCL_* would.
 
-    Returns (env, names of inherited variables removed).
+    Returns (env, names of inherited variables removed). NcclTuneError when
+    `process_env` holds what the profile grammar refuses (the cells come from checked
+    grids; this keeps any other caller to the same rule).
     """
+    grammar.check_env(process_env, "sweep cell environment")
     base = dict(os.environ if base is None else base)
     removed = sorted(k for k in base if k.startswith(CONTROLLED_PREFIXES) and k not in keep)
     env = {k: v for k, v in base.items() if k not in removed}

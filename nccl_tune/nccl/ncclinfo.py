@@ -72,9 +72,9 @@ def nccl_wheels(site: str) -> list[str]:
     return sorted(set(names))
 
 
-def _pip_nccl_paths() -> list[tuple[str, str]]:
+def _pip_nccl_paths(search: list[str]) -> list[tuple[str, str]]:
     found = []
-    for entry in sys.path:
+    for entry in search:
         source = "+".join(nccl_wheels(entry)) or "pip (nvidia/nccl)"
         found += [(path, source) for path in
                   glob.glob(os.path.join(entry, "nvidia", "nccl", "lib", "libnccl.so*"))]
@@ -96,9 +96,9 @@ def mapped_libraries(maps_path: str = "/proc/self/maps") -> list[str]:
     return found
 
 
-def _torch_lib_paths() -> list[str]:
+def _torch_lib_paths(search: list[str]) -> list[str]:
     found = []
-    for entry in sys.path:
+    for entry in search:
         found += glob.glob(os.path.join(entry, "torch", "lib", "libnccl*.so*"))
     return found
 
@@ -121,13 +121,16 @@ def _system_paths() -> list[str]:
     return found
 
 
-def find_libraries(load: bool = True) -> list[NcclLibrary]:
+def find_libraries(load: bool = True, search: list[str] | None = None) -> list[NcclLibrary]:
     """Every libnccl this machine offers, one entry per real file, with its version.
 
     Order: the NCCL wheel's (nvidia-nccl-cu12 or -cu13: what a pip-installed CUDA torch
-    loads), torch's bundled copy, LD_LIBRARY_PATH, then the system folders.
+    loads), torch's bundled copy, LD_LIBRARY_PATH, then the system folders. `search` is
+    the list of site folders to look in (default sys.path).
     """
-    groups = [sorted(_pip_nccl_paths()), [(p, "torch") for p in sorted(_torch_lib_paths())],
+    search = sys.path if search is None else search
+    groups = [sorted(_pip_nccl_paths(search)),
+              [(p, "torch") for p in sorted(_torch_lib_paths(search))],
               [(p, "LD_LIBRARY_PATH") for p in sorted(_ld_paths())],
               [(p, "system") for p in sorted(_system_paths())]]
     seen: set[str] = set()

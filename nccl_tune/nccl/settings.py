@@ -49,11 +49,6 @@ DEBUG_SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "
                 "DESTROY", "ALL")
 CTA_POLICIES = ("DEFAULT", "EFFICIENCY", "ZERO")
 
-# Characters a value may use and still need no quoting in bash, docker --env-file and
-# systemd EnvironmentFile (DESIGN.md section 3). Not ';' (a bash command separator), so
-# per-collective PROTO/ALGO forms cannot go in a profile file.
-SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:^%/@+=-]*$")
-
 Finding = tuple[str, str]  # (severity, message)
 
 
@@ -435,11 +430,6 @@ def check_value(name: str, value: str,
 def is_valid(name: str, value: str) -> bool:
     """True when `check_value` finds no error (warnings allowed)."""
     return all(sev != ERROR for sev, _ in check_value(name, value))
-
-
-def needs_quoting(value: str) -> bool:
-    """True when a value holds characters that bash/docker/systemd would need quoted."""
-    return not SAFE_VALUE.match(value)
 
 
 def split_by_scope(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -348,32 +348,31 @@ def classify(topo: Topology, cpu_vendor: str | None = None,
     return "pcie-direct"
 
 
-def gpu_names(timeout: float = 30.0) -> list[str] | None:
-    """GPU product names from `nvidia-smi --query-gpu=name`, or None when it cannot tell."""
+def query_gpus(field: str, timeout: float = 30.0) -> list[str] | None:
+    """One `nvidia-smi --query-gpu=FIELD` value per GPU, or None when nvidia-smi is
+    absent, fails or lists no GPU (the one place this package asks nvidia-smi per GPU)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"],
+        done = subprocess.run([exe, f"--query-gpu={field}", "--format=csv,noheader,nounits"],
                               capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return names if done.returncode == 0 and names else None
+    values = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return values if done.returncode == 0 and values else None
+
+
+def gpu_names(timeout: float = 30.0) -> list[str] | None:
+    """GPU product names (`--query-gpu=name`), or None when nvidia-smi cannot tell."""
+    return query_gpus("name", timeout)
 
 
 def compute_caps(timeout: float = 30.0) -> list[str] | None:
-    """GPU compute capabilities ('9.0') from `nvidia-smi --query-gpu=compute_cap`, or None."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        done = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    caps = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return caps if done.returncode == 0 and caps else None
+    """GPU compute capabilities ('9.0'), or None (no GPU, or a driver whose nvidia-smi
+    lacks the compute_cap field: its answer is then not of that form)."""
+    caps = query_gpus("compute_cap", timeout)
+    return caps if caps and all(re.fullmatch(r"\d+\.\d+", c) for c in caps) else None
 
 
 def run_nvidia_smi_topo(timeout: float = 30.0) -> str | None:
