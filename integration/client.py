@@ -6,12 +6,15 @@ token budget, greedy) and a little better: warm-up requests not counted, a fixed
 set, `ignore_eos` and `temperature: 0` sent explicitly (so every run generates exactly
 `max_new_tokens`), per-run tokens, seconds and tok/s, the mean with a 95% Student-t
 interval, time to first token when streaming, and the accept length per request from
-`meta_info` (`completion_tokens / spec_verify_ct`, which SGLang adds to a finished
-request when speculative decoding is on).
+`meta_info`, which SGLang fills for a finished request when speculative decoding is on:
+1 + `spec_num_correct_drafts / spec_verify_ct` (accepted tokens per verify, the bonus token
+counted: its log's `accept len`) where it gives the correct drafts (0.5.2x), else
+`completion_tokens / spec_verify_ct` (its own `spec_accept_length`, which also counts the
+first token, made by the prefill).
 
 Request and response fields follow SGLang's http_server (`GenerateReqInput`: `text`,
 `sampling_params`, `stream`; the answer's `text` and `meta_info` with `prompt_tokens`,
-`completion_tokens`, `finish_reason`, `spec_verify_ct`). Streaming answers are
+`completion_tokens`, `finish_reason`, `spec_verify_ct`, `spec_num_correct_drafts`). Streaming answers are
 server-sent events: `data: {json}` lines, each carrying the text so far and its
 `meta_info`, ending with `data: [DONE]`.
 
@@ -69,6 +72,7 @@ class RunResult:
     accept_len: float | None = None
     spec_verify_ct: int | None = None
     finish_reason: str | None = None
+    spec_correct_drafts: int | None = None  # SGLang's spec_num_correct_drafts
 
 
 APIS = ("generate", "openai")
@@ -103,7 +107,9 @@ def _finish(meta: dict, started: float, ended: float, first: float | None, index
     tokens = int(meta.get("completion_tokens") or 0)
     seconds = ended - started
     verify = meta.get("spec_verify_ct")
-    accept = tokens / verify if isinstance(verify, (int, float)) and verify > 0 else None
+    correct = meta.get("spec_num_correct_drafts")
+    correct = int(correct) if isinstance(correct, (int, float)) and not isinstance(correct, bool) else None
+    accept = accept_length(tokens, verify, correct)
     reason = meta.get("finish_reason")
     if isinstance(reason, dict):
         reason = reason.get("type")
@@ -113,7 +119,16 @@ def _finish(meta: dict, started: float, ended: float, first: float | None, index
     return RunResult(index, prompt_index, tokens, seconds, tokens / seconds if seconds > 0 else 0.0,
                      None if first is None else first - started, decode, accept,
                      int(verify) if isinstance(verify, (int, float)) else None,
-                     None if reason is None else str(reason))
+                     None if reason is None else str(reason), correct)
+
+
+def accept_length(tokens: int, verify, correct: int | None) -> float | None:
+    """Accepted tokens per verify (the bonus token counted) of `verify` verify forwards:
+    1 + correct / verify with SGLang's correct-draft count, else tokens / verify (which
+    also counts the prefill's token); None without verifies."""
+    if not isinstance(verify, (int, float)) or isinstance(verify, bool) or verify <= 0:
+        return None
+    return 1.0 + correct / verify if correct is not None else tokens / verify
 
 
 def _call(url: str, method: str, path: str, body: dict | None, timeout: float, read):
@@ -255,8 +270,12 @@ def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
     decode = [r.decode_tok_s for r in runs if r.decode_tok_s is not None]
     out["decode_tok_s_mean"] = statistics.fmean(decode) if decode else None
     verified = [r for r in runs if r.spec_verify_ct]
-    out["accept_len"] = (sum(r.tokens for r in verified) / sum(r.spec_verify_ct for r in verified)
-                         if verified else None)
+    counted = all(r.spec_correct_drafts is not None for r in verified)
+    out["accept_len"] = accept_length(
+        sum(r.tokens for r in verified), sum(r.spec_verify_ct for r in verified),
+        sum(r.spec_correct_drafts for r in verified) if counted else None) if verified else None
+    # what accept_len counts (see accept_length)
+    out["accept_basis"] = None if not verified else "correct drafts" if counted else "completion tokens"
     return out
 
 
@@ -295,6 +314,42 @@ def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream:
         if on_run:
             on_run(result)
     return done
+
+
+def concurrent_round(url: str, model: str, max_tokens: int, concurrency: int, round_index: int = 0,
+                     prompts: tuple[str, ...] = PROMPTS, timeout: float = 600.0
+                     ) -> tuple[list[RunResult], float]:
+    """`concurrency` streaming /v1/completions requests sent together, one thread each (the
+    server batches them): the runs in request order and the round's wall seconds, from
+    before the first send to the last answer. ClientError naming the failed request(s),
+    carrying the runs that finished."""
+    import threading
+
+    results: list[RunResult | None] = [None] * concurrency
+    errors: list[str] = []
+    start = threading.Event()
+
+    def one(i: int) -> None:
+        index = round_index * concurrency + i
+        start.wait()
+        try:
+            results[i] = complete_once(url, model, prompts[index % len(prompts)], max_tokens, True,
+                                       timeout, index, index % len(prompts))
+        except ClientError as exc:
+            errors.append(f"request {i + 1} of {concurrency}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    start.set()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - began
+    done = [r for r in results if r is not None]
+    if errors:
+        raise ClientError("; ".join(errors), done)
+    return done, wall
 
 
 def main(argv: list[str] | None = None) -> int:

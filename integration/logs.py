@@ -40,6 +40,9 @@ READY_TEXT = "The server is fired up and ready to roll"
 # Printed by tests/sglang_cpu/substitutes (its _nccl_tune_substitute.MARKER): a run that used
 # them did not run SGLang's own kernels, and every summary says so.
 SUBSTITUTE_MARKER = "nccl-tune TEST-ONLY SUBSTITUTE"
+# The one of them that runs speculative verify attention (its marker appears at a
+# scheduler's first verify batch; tests/sglang_cpu/substitutes/_nccl_tune_tree_verify.NAME).
+VERIFY_SUBSTITUTE = "torch_native_tree_verify"
 DEFAULT_IDLE_GAP_S = 5.0
 
 _DECODE_RE = re.compile(r"Decode batch(?:\s*\[(?P<iter>\d+)\])?\s*[.,]\s*(?P<body>.*)$")

@@ -15,12 +15,26 @@ vLLM (V1) counts, per engine (label `engine`) and model:
 so over a run the accept length (tokens per verify, the bonus token counted, DESIGN.md
 section 6) is 1 + accepted / drafts and the acceptance at position i is
 accepted_per_pos[i] / drafts, the definitions of vLLM's own dashboard
-(vllm/v1/spec_decode/metrics.py). SGLang (`--enable-metrics`) exports gauges instead:
-`sglang:spec_accept_length` (mean accept length of its last logging interval) and, in
-later releases, `sglang:spec_accept_rate`; a gauge is read as it stands after the run.
-SGLang 0.5.2x exports these gauges, and `sglang:spec_num_draft_tokens`, on every server,
-at 0 when speculative decoding is off (seen on a real 0.5.23 server): an accept length
-below 1 (plain decoding is 1, DESIGN.md section 6) means "none", not a figure.
+(vllm/v1/spec_decode/metrics.py). SGLang (`--enable-metrics`) exports gauges:
+`sglang:spec_accept_length` (mean accept length of its last logging interval, not of a
+run) and, in later releases, `sglang:spec_accept_rate`. SGLang 0.5.2x exports these
+gauges, and `sglang:spec_num_draft_tokens`, on every server, at 0 when speculative
+decoding is off (seen on a real 0.5.23 server): an accept length below 1 (plain decoding
+is 1, DESIGN.md section 6) means "none", not a figure. 0.5.2x also counts, per finished
+request (observe_one_finished_request in sglang/srt/observability/metrics_collector.py),
+all three at once:
+
+    sglang:spec_verify_calls_total      verify forwards
+    sglang:generation_tokens_total      tokens generated
+    sglang:num_requests_total           requests finished
+
+Each request's first token comes from its prefill, every later one from a verify, so over
+a run (generation tokens - requests) / verify calls is the tokens kept per verify: the
+accept length of the run, except that a request's last verify may accept drafts beyond
+`max_new_tokens` that are not kept (seen on 0.5.23; its `meta_info` counts them in
+`spec_num_correct_drafts`, integration/client.py). These counters, when a run verified
+anything, come before the gauge. (SGLang's per-request `spec_accept_length` is completion
+tokens / verify calls, the prefill's token counted.)
 """
 
 from __future__ import annotations
@@ -38,6 +52,10 @@ VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
+SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
+SGLANG_REQUESTS = "sglang:num_requests_total"
+SGLANG_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 
 # A sample line: name, optional {labels}, value, optional timestamp. Split in code after
 # the name (a regex with ".*}" then optional blank-separated parts backtracks over every
@@ -197,9 +215,28 @@ def speculative(sc: Scrape) -> dict | None:
                 "accept_rate": accepted / draft_tokens if draft_tokens > 0 else None,
                 "per_position": [per_pos[p] / drafts for p in positions] if drafts > 0 and per_pos else None,
                 "generation_tokens": sc.total(VLLM_GENERATION_TOKENS)}
+    counted = _sglang_counted(sc)
+    if counted is not None:
+        return counted
     length = _finite(sc.mean(SGLANG_ACCEPT_LENGTH))
     if length is not None and length >= 1.0:
         return {"source": "sglang /metrics (gauge: its last logging interval)",
                 "accept_len": length, "accept_rate": _finite(sc.mean(SGLANG_ACCEPT_RATE)),
                 "per_position": None}
     return None
+
+
+def _sglang_counted(sc: Scrape) -> dict | None:
+    # SGLang's per-request counters (see the module docstring); None when nothing verified
+    verify = sc.total(SGLANG_VERIFY_CALLS)
+    tokens = sc.total(SGLANG_GENERATION_TOKENS)
+    requests = sc.total(SGLANG_REQUESTS)
+    if not verify or verify <= 0 or tokens is None or requests is None:
+        return None
+    length = (tokens - requests) / verify
+    drafts = _finite(sc.mean(SGLANG_DRAFT_TOKENS))  # its draft tokens per verify, root counted
+    # SGLang's accept rate: correct drafts / proposed drafts, (draft tokens - 1) per verify
+    rate = (length - 1.0) / (drafts - 1.0) if drafts is not None and drafts > 1 else None
+    return {"source": "sglang /metrics counters: tokens kept per verify",
+            "accept_len": length, "accept_rate": rate, "per_position": None,
+            "verify_calls": verify, "generation_tokens": tokens, "requests": requests}

@@ -305,9 +305,14 @@ class TPTransformer:
                 start: int) -> torch.Tensor:
         # q: [n, H, d]; keys/values: [T, H, d] with T = start + n; causal by position.
         n, total = q.shape[0], keys.shape[0]
-        scores = torch.einsum("nhd,thd->hnt", q, keys) * (1.0 / math.sqrt(q.shape[-1]))
         query_pos = torch.arange(start, start + n, device=q.device)[:, None]
         allowed = torch.arange(total, device=q.device)[None, :] <= query_pos  # [n, T]
+        return self._attend_masked(q, keys, values, allowed)
+
+    def _attend_masked(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                       allowed: torch.Tensor) -> torch.Tensor:
+        # q: [n, H, d]; keys/values: [T, H, d]; allowed: [n, T], which keys each query sees.
+        scores = torch.einsum("nhd,thd->hnt", q, keys) * (1.0 / math.sqrt(q.shape[-1]))
         if not self.arith.exact:
             probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
             return torch.einsum("hnt,thd->nhd", probs, values)
@@ -353,6 +358,64 @@ class TPTransformer:
             x = self.arith.act(x + down)
         cache.length = start + n
         return self._norm(x) @ self.lm_head.T
+
+    def _batch_mask(self, starts: list[int], lens: list[int]) -> torch.Tensor:
+        """[sum(lens), sum(starts + lens)]: each query sees its own sequence's keys up to its
+        position (the sequences' caches laid end to end)."""
+        rows = []
+        for j, (start, n) in enumerate(zip(starts, lens)):
+            pos = torch.arange(start, start + n, device=self.device)[:, None]
+            blocks = [torch.zeros(n, s2 + n2, dtype=torch.bool, device=self.device)
+                      if j2 != j else torch.arange(s2 + n2, device=self.device)[None, :] <= pos
+                      for j2, (s2, n2) in enumerate(zip(starts, lens))]
+            rows.append(torch.cat(blocks, dim=1))
+        return torch.cat(rows)
+
+    def forward_many(self, token_lists: list[list[int]], caches: list[KVCache]) -> list[torch.Tensor]:
+        """A batch of sequences in one forward: logits [len(tokens_i), vocab] per sequence
+        for its tokens at its cache's positions onwards.
+
+        As a serving engine batches: the embedding, every GEMM and every allreduce run on
+        all sequences' tokens together (sum of len(tokens_i) rows, so one allreduce of that
+        many x hidden per call), and attention is one masked product over the caches laid
+        end to end, each query seeing only its own sequence's keys (so the time grows with
+        tokens and context, not with a loop over sequences). Row by row the arithmetic is
+        `forward`'s (masked keys add exact zeros), so each sequence's logits equal forward's.
+        """
+        lens = [len(t) for t in token_lists]
+        starts = [c.length for c in caches]
+        for cache, start, n in zip(caches, starts, lens):
+            if start + n > cache.max_len:
+                raise ValueError(f"KV cache full: {start + n} positions > {cache.max_len}")
+        total = sum(lens)
+        ids = torch.tensor([t for tokens in token_lists for t in tokens], dtype=torch.long,
+                           device=self.device)
+        x = self.embed(ids)
+        cos_all, sin_all = self._rope(caches[0].max_len)
+        cos = torch.cat([cos_all[s:s + n] for s, n in zip(starts, lens)])
+        sin = torch.cat([sin_all[s:s + n] for s, n in zip(starts, lens)])
+        hd, lh = self.shape.head_dim, self.local_heads
+        allowed = self._batch_mask(starts, lens)
+        for i, layer in enumerate(self.layers):
+            qkv = self._norm(x) @ layer.wqkv.T
+            q, k, v = qkv.view(total, 3, lh, hd).unbind(dim=1)
+            q, k, v = self._rotate(q, cos, sin), self._rotate(k, cos, sin), self.arith.act(v)
+            offset = 0
+            for cache, start, n in zip(caches, starts, lens):
+                cache.k[i, start:start + n] = k[offset:offset + n]
+                cache.v[i, start:start + n] = v[offset:offset + n]
+                offset += n
+            keys = torch.cat([c.k[i, :s + n] for c, s, n in zip(caches, starts, lens)])
+            values = torch.cat([c.v[i, :s + n] for c, s, n in zip(caches, starts, lens)])
+            attn = self._attend_masked(q, keys, values, allowed)
+            out = self.collective.allreduce((attn.reshape(total, lh * hd) @ layer.wo.T).contiguous())
+            x = self.arith.act(x + out)
+            up = torch.relu(self._norm(x) @ layer.w1.T)
+            down = self.collective.allreduce((self.arith.act(up) @ layer.w2.T).contiguous())
+            x = self.arith.act(x + down)
+        for cache, start, n in zip(caches, starts, lens):
+            cache.length = start + n
+        return list(torch.split(self._norm(x) @ self.lm_head.T, lens))
 
 
 def build_models(shape: ModelShape, draft_layers: int, draft_noise: float, seed: int,

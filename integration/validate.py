@@ -231,9 +231,13 @@ def engine_of(name: str):
 
 def _spec_figures(engine: str, steps: int, spec: dict | None, summary: dict,
                   log_summary: dict) -> tuple[float | None, str | None]:
-    # accept length and where it came from: /metrics deltas, then the client, then the log
+    # accept length and where it came from: SGLang's per-request correct-draft counts of the
+    # timed runs (accepted tokens per verify, exactly), then /metrics deltas (vLLM's
+    # counters; SGLang's tokens kept per verify, or its gauge), the client, the log
     if steps == 0:
         return 1.0, "plain decoding"
+    if summary.get("accept_basis") == "correct drafts":
+        return summary["accept_len"], "sglang /generate meta_info: 1 + correct drafts / verifies"
     if spec and spec.get("accept_len") is not None:
         return spec["accept_len"], spec["source"]
     if summary["accept_len"] is not None:
@@ -352,6 +356,10 @@ class Curves:
     measured: bool
     extrapolated: set = field(default_factory=set)  # sizes predicted outside the measured range
     kind: str = "measured"  # measured | simulated | modelled
+    # Modelled curves: per size, the defaults' row of calibrate.predict_rows (its range and
+    # whether it is calibrated), and whether the profile's time there is calibrated.
+    ranges: dict = field(default_factory=dict)
+    profile_calibrated: dict = field(default_factory=dict)
 
 
 def curves_from_results(path: str, profile_env: dict[str, str], world: int | None,
@@ -408,10 +416,12 @@ def curves_from_results(path: str, profile_env: dict[str, str], world: int | Non
 def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str,
                           sizes: list[int], model_file: str | None = None) -> Curves:
     """Modelled curves at the given sizes (nccl_tune.model.costmodel; not a measurement);
-    `model_file`: a `model fit` file whose fitted constants time NCCL's choice."""
-    from nccl_tune.model import calibrate, costmodel
+    `model_file`: a `model fit` file whose fitted constants time NCCL's choice. Each size
+    carries the defaults' range and whether the times are calibrated, as `model predict`
+    gives them (nccl_tune.model.calibrate.predict_rows)."""
+    from nccl_tune.model import calibrate, references
 
-    params, fitted = None, ""
+    params, fitted, loaded = None, "", None
     if model_file:
         loaded = calibrate.load(model_file)
         params, topology = loaded.params, loaded.topology
@@ -422,10 +432,13 @@ def curves_from_costmodel(profile_env: dict[str, str], world: int, topology: str
                 for b in sizes]
     except ValueError as exc:
         raise NcclTuneError(f"cost model: {exc}") from None
+    rows = calibrate.predict_rows(topology, world, sizes, {}, None, loaded, references.load())
+    prof_rows = calibrate.predict_rows(topology, world, sizes, profile_env, None, loaded)
     return Curves(model.LatencyCurve.from_points(base, "baseline"),
                   model.LatencyCurve.from_points(prof, "profile"),
                   f"modelled: nccl_tune.model.costmodel{fitted}, topology {topology}, {world} ranks", False,
-                  kind="modelled")
+                  kind="modelled", ranges={r["bytes"]: r for r in rows},
+                  profile_calibrated={r["bytes"]: r["calibrated"] for r in prof_rows})
 
 
 def forward_saving_ms(curves: Curves, tokens: int, layers: int, hidden: int, dtype: str) -> float:
@@ -444,6 +457,42 @@ def predicted_ms_per_token(curves: Curves, steps: int, accept_len: float, layers
     if steps:
         cycle += steps * forward_saving_ms(curves, 1, draft_layers, hidden, dtype)
     return cycle / max(accept_len, 1.0)
+
+
+def _forward_range_ms(curves: Curves, tokens: int, layers: int, hidden: int,
+                      dtype: str) -> tuple[tuple[float, float] | None, bool]:
+    """(low, high) ms one forward of `tokens` tokens saves when NCCL's defaults take
+    anywhere in their range at its size (references.saving_range_ms, the rule recommend's
+    tok/s ranges use), and whether both times there are calibrated."""
+    from nccl_tune.model import references
+
+    nbytes = model.message_bytes(tokens, hidden, dtype)
+    row = curves.ranges.get(nbytes) or {}
+    calibrated = bool(row.get("calibrated")) and bool(curves.profile_calibrated.get(nbytes))
+    if not row.get("range_us"):
+        return None, calibrated
+    saved = references.saving_range_ms(
+        model.collectives_per_forward(layers), curves.baseline.at(nbytes, True),
+        curves.profile.at(nbytes, True), *row["range_us"])
+    return saved, calibrated
+
+
+def predicted_range(curves: Curves, steps: int, accept_len: float, layers: int, hidden: int,
+                    dtype: str, draft_layers: int) -> tuple[list[float] | None, bool | None]:
+    """A modelled prediction's range (ms per token, low-high) and whether it is calibrated
+    (every time it rests on); (None, None) for measured curves."""
+    if not curves.ranges:
+        return None, None
+    target, cal = _forward_range_ms(curves, steps + 1, layers, hidden, dtype)
+    parts, calibrated = [target], cal
+    if steps:
+        draft, cal = _forward_range_ms(curves, 1, draft_layers, hidden, dtype)
+        parts.append(None if draft is None else (steps * draft[0], steps * draft[1]))
+        calibrated = calibrated and cal
+    if any(p is None for p in parts):
+        return None, calibrated
+    accept = max(accept_len, 1.0)
+    return [sum(p[0] for p in parts) / accept, sum(p[1] for p in parts) / accept], calibrated
 
 
 def needed_sizes(hidden: int, dtype: str, max_steps: int) -> list[int]:
@@ -484,7 +533,8 @@ def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: 
                    "verify_ms": m.get("verify_ms"), "env_ok": m.get("env_ok"),
                    "nccl_check": m.get("nccl_check"),
                    "speedup": None, "diff_ci": None, "verdict": None, "measured_saving_ms": None,
-                   "predicted_saving_ms": None, "prediction_error_ms": None}
+                   "predicted_saving_ms": None, "prediction_error_ms": None,
+                   "predicted_saving_range_ms": None, "prediction_calibrated": None}
             base_mean, _ = _ci(base.get("runs_tok_s") or [])
             # a speedup and a verdict only between two finished configurations
             finished = m.get("status") == "ok" and base.get("status") == "ok"
@@ -498,6 +548,9 @@ def build_rows(measured: dict[tuple[str, int], dict], steps: list[int], curves: 
                         curves, k, accept, sizes["layers"], sizes["hidden"], sizes["dtype"],
                         sizes["draft_layers"])
                     row["prediction_error_ms"] = row["measured_saving_ms"] - row["predicted_saving_ms"]
+                    row["predicted_saving_range_ms"], row["prediction_calibrated"] = predicted_range(
+                        curves, k, accept, sizes["layers"], sizes["hidden"], sizes["dtype"],
+                        sizes["draft_layers"])
             rows.append(row)
     return rows
 
@@ -568,6 +621,8 @@ def run(opts: Options, on_config: Callable[[str, int, dict], None] | None = None
 
 def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
     """Rows, best step counts, prediction and verdict from what was measured."""
+    from integration import logs
+
     notes: list[str] = []
     sizes = None
     model_info = next((m.get("model") for m in measured.values() if m.get("model")), None)
@@ -613,6 +668,13 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
         notes.append("the server loaded TEST-ONLY substitutes (" + ", ".join(substitutes)
                      + ", tests/sglang_cpu): it did not run SGLang's own kernels, so its "
                      "figures say nothing about SGLang's speed")
+    verified = sorted({k for (_, k), m in measured.items()
+                       if logs.VERIFY_SUBSTITUTE in (m.get("substitutes") or [])})
+    if verified:
+        notes.append("speculative verify at steps " + ",".join(map(str, verified))
+                     + f" ran through a TEST-ONLY tree attention ({logs.VERIFY_SUBSTITUTE}, "
+                     "tests/sglang_cpu), not SGLang's attention kernels: accept lengths are "
+                     "SGLang's own counts, its speed is not SGLang's")
     bad_env = [m for m in measured.values() if m.get("env_ok") is False]
     if bad_env:
         notes.append(f"{len(bad_env)} launch(es) did not carry the intended NCCL environment "
@@ -636,6 +698,7 @@ def finish(opts: Options, measured: dict[tuple[str, int], dict]) -> dict:
             "model": sizes, "prediction_source": curves.source if curves else None,
             "prediction_measured": curves.measured if curves else None,
             "prediction_kind": curves.kind if curves else None,
+            "prediction_ranges": list(curves.ranges.values()) if curves and curves.ranges else None,
             "rows": rows, "best_steps": best, "verdict": verdict, "verdict_detail": detail,
             "plan": planned or None, "notes": notes}
 
@@ -667,10 +730,11 @@ def plan_steps_from_runs(measured: dict[tuple[str, int], dict], steps: list[int]
         measured_best = best.get(label)
         inside = measured_best in result["candidates"] if measured_best is not None else None
         out[label] = {"best_k": result["best_k"], "candidates": result["candidates"],
+                      "speculate": result["speculate"], "decision": result["decision"],
                       "predicted_tok_s": {str(p["k"]): p["tok_s"] for p in result["plans"]},
                       "measured_best_k": measured_best, "measured_best_in_candidates": inside,
                       "note": f"planner on the {label} runs' own timings and acceptance (as "
-                              f"spec-plan): best k {result['best_k']}, candidates "
+                              f"spec-plan): {result['decision']}; candidates "
                               f"{', '.join(map(str, result['candidates']))}; measured best "
                               f"{measured_best}" + ("" if inside is None else
                                                     " (a candidate)" if inside else

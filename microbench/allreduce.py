@@ -44,7 +44,7 @@ import warnings
 
 from nccl_tune import fileio, stats, store
 from nccl_tune.model import costmodel
-from nccl_tune.nccl import ncclinfo, settings
+from nccl_tune.nccl import debuglog, settings
 from nccl_tune.errors import NcclTuneError
 from microbench import check, nccllib, nccllog, options, output, teardown, timing
 
@@ -436,9 +436,9 @@ class Bench:
         checked = self.args.check
         effective = None
         if self.capture:
-            observed = ncclinfo.summarize_log(ncclinfo.parse_log(self.capture.read_since(snapshot)))
+            observed = debuglog.summarize_log(debuglog.parse_log(self.capture.read_since(snapshot)))
             self.log_version = observed.get("version") or self.log_version
-            effective = ncclinfo.confirm_effective(cell.env, observed, self.args.op, nbytes, self.world)
+            effective = debuglog.confirm_effective(cell.env, observed, self.args.op, nbytes, self.world)
             effective = self._confirm_no_cache(cell, observed, effective)
             if effective is not None and not self.capture.per_collective:
                 effective["detail"] += ("; per-collective lines were off for the whole run (this "
@@ -480,9 +480,9 @@ class Bench:
             return effective
         self.no_cache_seen.update(observed.get("no_cache") or [])
         if not set(names) <= self.no_cache_seen:  # logged once per process: look back
-            whole = ncclinfo.summarize_log(ncclinfo.parse_log(self.capture.read_since({})))
+            whole = debuglog.summarize_log(debuglog.parse_log(self.capture.read_since({})))
             self.no_cache_seen.update(whole.get("no_cache") or [])
-        reread = ncclinfo.confirm_reread(cell.env, observed, names, self.no_cache_seen)
+        reread = debuglog.confirm_reread(cell.env, observed, names, self.no_cache_seen)
         listed = [n for n in os.environ.get("NCCL_NO_CACHE", "").split(",") if n]
         if reread is not None and not set(names) <= set(listed) and "ALL" not in listed:
             reread = {"confirmed": False, "detail": f"NCCL_NO_CACHE={','.join(listed) or '(unset)'} "

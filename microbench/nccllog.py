@@ -31,7 +31,7 @@ stderr, so a launcher that reads the ranks' output never sees them. `warnings()`
 them back from the files (ours, or the user's NCCL_DEBUG_FILE pattern expanded as NCCL
 does) so a failing rank can put them in its error line. NCCL 2.30.7 writes
 `[dev] file:line (func) NCCL WARN ...`; `warn_messages` reads both that form and the
-older `[dev] file:line NCCL WARN ...` through nccl_tune.nccl.ncclinfo.parse_log_line.
+older `[dev] file:line NCCL WARN ...` through nccl_tune.nccl.debuglog.parse_log_line.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ def find_reset_function():
 
 def warn_messages(lines) -> list[str]:
     """The messages of NCCL WARN lines among `lines` (every NCCL release's form)."""
-    from nccl_tune.nccl import ncclinfo
+    from nccl_tune.nccl import debuglog
 
     out = []
     for raw in lines:
-        entry = ncclinfo.parse_log_line(raw)
+        entry = debuglog.parse_log_line(raw)
         if entry is not None and entry.kind == "warn":
             out.append(entry.message.strip())
     return [m for m in out if m]

@@ -128,6 +128,20 @@ def t_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, floa
     return mean, mean - half, mean + half
 
 
+def wilson_ci(successes: float, trials: float, confidence: float = 0.95) -> tuple[float, float, float]:
+    """A proportion and its Wilson score interval (sound near 0 and 1 and for few trials,
+    where the normal approximation leaves [0, 1]): (p, lo, hi)."""
+    from scipy.stats import norm
+
+    if trials <= 0:
+        raise ValueError("no trials")
+    p = successes / trials
+    z = float(norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * float(np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))) / (1 + z * z / trials)
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
 def positive_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """Interval for a positive quantity (a latency, a throughput) from a few round values:
     Student's t on the log scale, mapped back: (geometric mean, lo, hi) with 0 < lo <= hi.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import factories
 import pytest
 
-import factories
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import calibrate, ranges, references
 from nccl_tune.model import costmodel as cm

@@ -111,3 +111,21 @@ def test_command_line_json(serve, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["error"] is None and len(out["runs"]) == 2
     assert out["summary"]["accept_len"] == pytest.approx(8 / 2)
+
+
+def test_accept_length_counts_accepted_tokens_per_verify_from_sglangs_correct_drafts():
+    from integration.client import RunResult, accept_length, summarize_runs
+
+    # a real SGLang 0.5.23 NGRAM answer (4 draft tokens, 32 tokens): spec_verify_ct 13,
+    # spec_correct_drafts_histogram [6, 1, 1, 5] -> 0*6 + 1*1 + 2*1 + 3*5 = 18 correct drafts,
+    # spec_num_correct_drafts 18, and its own spec_accept_length 32 / 13 = 2.4615...
+    assert accept_length(32, 13, 18) == pytest.approx(1 + 18 / 13)
+    # 13 verifies made 13 + 18 = 31 tokens; the 32nd came from the prefill
+    assert 13 * accept_length(32, 13, 18) == pytest.approx(32 - 1)
+    assert accept_length(32, 13, None) == pytest.approx(32 / 13)  # releases without the count
+    assert accept_length(32, 0, 0) is None and accept_length(1, None, None) is None
+    runs = [RunResult(0, 0, 32, 1.0, 32.0, accept_len=None, spec_verify_ct=13, spec_correct_drafts=18),
+            RunResult(1, 1, 32, 1.0, 32.0, accept_len=None, spec_verify_ct=17, spec_correct_drafts=14)]
+    assert summarize_runs(runs)["accept_len"] == pytest.approx(1 + 32 / 30)
+    runs[1].spec_correct_drafts = None  # one run without the count: tokens / verifies for all
+    assert summarize_runs(runs)["accept_len"] == pytest.approx(64 / 30)

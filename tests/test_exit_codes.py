@@ -14,12 +14,12 @@ import pytest
 
 from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
+from conftest import subprocess_env
+from unwritable import drop_overrides, unwritable_folder
+
 # The published codes (DESIGN.md section 8, shells and env(1) for 126/127), written out
 # rather than imported from nccl_tune.errors: a changed constant there must fail here.
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 2, 126, 127
-
-from conftest import subprocess_env
-from unwritable import drop_overrides, unwritable_folder
 
 try:
     import torch

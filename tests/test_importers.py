@@ -345,7 +345,7 @@ def test_zero_byte_rows_are_left_out_and_said(tmp_path, cli_runner):
 
 def test_an_absurd_size_is_refused_naming_it_cut_after_30_digits(tmp_path):
     for size, shown in ((10 ** 29, str(10 ** 29)), (10 ** 30, str(10 ** 30)[:30] + "...")):
-        path = _json_variant(tmp_path, lambda d: d["results"][0].update(size=size))
+        path = _json_variant(tmp_path, lambda d, size=size: d["results"][0].update(size=size))
         with pytest.raises(NcclTuneError) as info:
             importers.import_file(str(path))
         assert str(info.value) == (f"{path}: a size of {shown} bytes is more than one GPU holds "

@@ -100,3 +100,18 @@ def test_sglang_0523_exports_its_spec_gauges_at_zero_without_speculation():
             "# TYPE sglang:spec_accept_rate gauge\n"
             'sglang:spec_accept_rate{engine_type="unified",tp_rank="0"} 0.0\n')
     assert metrics.speculative(metrics.parse(text)) is None  # plain decoding is 1, never 0
+
+
+def test_sglang_0523_counters_give_the_runs_kept_tokens_per_verify():
+    # a real 0.5.23 NGRAM server (fixtures README): three requests of 24 tokens, 18 verifies
+    spec = metrics.speculative(metrics.delta(_read("sglang_0523_ngram_before.prom"),
+                                             _read("sglang_0523_ngram_after.prom")))
+    assert (spec["verify_calls"], spec["generation_tokens"], spec["requests"]) == (18, 72, 3)
+    assert spec["accept_len"] == pytest.approx((72 - 3) / 18)  # each first token is the prefill's
+    assert spec["accept_rate"] == pytest.approx(((72 - 3) / 18 - 1) / 3)  # 3 drafts a verify
+    assert spec["source"].startswith("sglang /metrics counters")
+    # its gauge (the last logging interval) says 4.0; the run's own meta_info 1 + 53/18
+    assert _read("sglang_0523_ngram_after.prom").mean(metrics.SGLANG_ACCEPT_LENGTH) == 4.0
+    # without a verify in the interval the counters give nothing and the gauge is read
+    same = _read("sglang_0523_ngram_after.prom")
+    assert metrics.speculative(metrics.delta(same, same))["accept_len"] == 4.0

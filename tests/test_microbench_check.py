@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from microbench import check, nccllog, timing
-from nccl_tune.nccl import ncclinfo
+from nccl_tune.nccl import debuglog
 
 
 # ---------------------------------------------------------------- correctness check
@@ -140,7 +140,7 @@ def test_capture_install_and_offsets(tmp_path):
         handle.write("h:1:1 [0] NCCL INFO partial line still being writ")
     (tmp_path / "nccl.0001.host.1.log").write_text("h:1:1 [0] NCCL INFO Connected all rings\n")
     lines = cap.read_since(snap)
-    assert [e.kind for e in ncclinfo.parse_log(lines)] == ["choice", "connected"]
+    assert [e.kind for e in debuglog.parse_log(lines)] == ["choice", "connected"]
     assert len(cap.read_since({})) == 3
     cap.cleanup()
     assert not tmp_path.exists()

@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
+import factories
 import pytest
 
-import factories
 from nccl_tune import store
 from tests.conftest import REPO_ROOT, subprocess_env
 

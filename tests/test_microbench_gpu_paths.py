@@ -15,7 +15,7 @@ import pytest
 
 from microbench import allreduce, nccllib, nccllog, options, timing
 from nccl_tune.measure import launch, sweepplan
-from nccl_tune.nccl import ncclinfo
+from nccl_tune.nccl import debuglog, ncclinfo
 from nccl_tune.cli import cli
 from tests.conftest import REPO_ROOT, subprocess_env
 
@@ -177,7 +177,7 @@ def test_version_record_trusts_the_loaded_library_and_says_when_versions_differ(
 
 def test_log_version_line_reaches_the_version_record():
     log = ["NCCL version 2.26.2+cuda12.2", "host:1:1 [0] NCCL INFO Init COMPLETE"]
-    version = ncclinfo.summarize_log(ncclinfo.parse_log(log))["version"]
+    version = debuglog.summarize_log(debuglog.parse_log(log))["version"]
     record = nccllib.version_record("2.26.2", {"version": "2.26.2", "path": "/l", "mapped": ["/l"]}, version)
     assert record["nccl_log"] == "2.26.2" and "nccl_note" not in record
 

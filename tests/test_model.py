@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import factories
 import numpy as np
 import pytest
 
-import factories
 from nccl_tune import store
 from nccl_tune.model import per_token as model
 

@@ -1,39 +1,39 @@
-"""The NCCL log parser (nccl_tune.nccl.ncclinfo) and the requested-vs-observed comparison."""
+"""The NCCL log parser (nccl_tune.nccl.debuglog) and the requested-vs-observed comparison."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from nccl_tune.nccl import ncclinfo
+from nccl_tune.nccl import debuglog
 from tests.conftest import OWN_FIXTURES
 
 LOGS = OWN_FIXTURES / "nccl_log"
 
 
 def _summary(path):
-    return ncclinfo.summarize_log(ncclinfo.parse_log(path.read_text()))
+    return debuglog.summarize_log(debuglog.parse_log(path.read_text()))
 
 
 # ---------------------------------------------------------------- single lines
 
 def test_info_line_with_prefix_fields():
-    entry = ncclinfo.parse_log_line("lab:1425048:1425050 [3] NCCL INFO Connected all rings")
+    entry = debuglog.parse_log_line("lab:1425048:1425050 [3] NCCL INFO Connected all rings")
     assert (entry.kind, entry.level, entry.host, entry.pid, entry.dev) == ("connected", "INFO", "lab", 1425048, 3)
     assert entry.data == {"what": "rings"}
 
 
 def test_version_line_bare_and_as_info():
-    bare = ncclinfo.parse_log_line("NCCL version 2.12.7+cuda11.4")
-    info = ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO NCCL version 2.29.7+cuda12.9")
+    bare = debuglog.parse_log_line("NCCL version 2.12.7+cuda11.4")
+    info = debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL version 2.29.7+cuda12.9")
     assert bare.kind == info.kind == "version"
     assert bare.data == {"version": "2.12.7", "cuda": "11.4"}
     assert info.data == {"version": "2.29.7", "cuda": "12.9"}
 
 
 def test_set_by_environment_strips_the_sentence_dot_of_integers_only():
-    assert ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO NCCL_SHM_DISABLE set by environment to 0.").data == \
+    assert debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL_SHM_DISABLE set by environment to 0.").data == \
         {"var": "NCCL_SHM_DISABLE", "value": "0"}
-    assert ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS").data == \
+    assert debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS").data == \
         {"var": "NCCL_P2P_LEVEL", "value": "SYS"}
 
 
@@ -47,20 +47,20 @@ def test_transport_lines_of_every_kind():
         "Ring 00 : 12[41000] -> 11[2d000] via P2P/IPC": "P2P/IPC",
     }
     for message, transport in cases.items():
-        entry = ncclinfo.parse_log_line(f"h:1:2 [0] NCCL INFO {message}")
+        entry = debuglog.parse_log_line(f"h:1:2 [0] NCCL INFO {message}")
         assert entry.kind == "transport", message
         assert entry.data["transport"] == transport
 
 
 def test_ring_and_trees_lines():
-    ring = ncclinfo.parse_log_line("h:1:2 [0] NCCL INFO Channel 05/16 :    0   7   6   5")
+    ring = debuglog.parse_log_line("h:1:2 [0] NCCL INFO Channel 05/16 :    0   7   6   5")
     assert ring.kind == "ring" and ring.data == {"channel": 5, "of": 16, "ranks": [0, 7, 6, 5]}
-    trees = ncclinfo.parse_log_line("h:1:2 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1")
+    trees = debuglog.parse_log_line("h:1:2 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1")
     assert trees.kind == "trees" and [t for _, t in trees.data["trees"]] == ["1/-1/-1->0->-1", "-1/-1/-1->0->1"]
 
 
 def test_per_collective_choice_named_form():
-    entry = ncclinfo.parse_log_line(
+    entry = debuglog.parse_log_line(
         "h:1:1 [0] NCCL INFO AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}")
     d = entry.data
     assert entry.kind == "choice"
@@ -69,19 +69,19 @@ def test_per_collective_choice_named_form():
 
 def test_per_collective_choice_numeric_form_uses_nccl_enum_order():
     # NCCL_ALGO_TREE 0, RING 1, ..., PAT 6; NCCL_PROTO_LL 0, LL128 1, SIMPLE 2.
-    entry = ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO 14336 Bytes -> Algo 1 proto 0 time 12.300000")
+    entry = debuglog.parse_log_line("h:1:1 [0] NCCL INFO 14336 Bytes -> Algo 1 proto 0 time 12.300000")
     assert (entry.data["algo"], entry.data["proto"], entry.data["time_us"]) == ("Ring", "LL", 12.3)
     assert entry.data["func"] is None
-    pat = ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO 64 Bytes -> Algo 6 proto 2 time 3.0")
+    pat = debuglog.parse_log_line("h:1:1 [0] NCCL INFO 64 Bytes -> Algo 6 proto 2 time 3.0")
     assert (pat.data["algo"], pat.data["proto"]) == ("PAT", "Simple")
-    old = ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO 64 Bytes -> Algo 2 proto 1 time 3.0", version=(2, 12, 7))
+    old = debuglog.parse_log_line("h:1:1 [0] NCCL INFO 64 Bytes -> Algo 2 proto 1 time 3.0", version=(2, 12, 7))
     assert old.data["algo"] == "CollNetDirect" and old.data["proto"] == "LL128"
-    unknown = ncclinfo.parse_log_line("h:1:1 [0] NCCL INFO 64 Bytes -> Algo 9 proto 7 time 3.0")
+    unknown = debuglog.parse_log_line("h:1:1 [0] NCCL INFO 64 Bytes -> Algo 9 proto 7 time 3.0")
     assert unknown.data["algo"] is None and unknown.data["proto"] is None
 
 
 def test_warn_line_keeps_source_and_message():
-    entry = ncclinfo.parse_log_line("[2025-04-08 08:39:46] dev:589012:591652 [0] transport/nvls.cc:254 "
+    entry = debuglog.parse_log_line("[2025-04-08 08:39:46] dev:589012:591652 [0] transport/nvls.cc:254 "
                                     "NCCL WARN Cuda failure 1 'invalid argument'")
     assert entry.kind == "warn" and entry.data["source"] == "transport/nvls.cc:254"
     assert entry.message == "Cuda failure 1 'invalid argument'"
@@ -89,21 +89,21 @@ def test_warn_line_keeps_source_and_message():
 
 def test_launcher_prefixes_are_skipped():
     for prefix in ("[1,0]<stdout>:", "[0] ", "[rank3]:", "(worker pid=5) 2024-01-01 00:00:00.1 ", "node-1: "):
-        entry = ncclinfo.parse_log_line(prefix + "h:1:1 [0] NCCL INFO Connected all rings")
+        entry = debuglog.parse_log_line(prefix + "h:1:1 [0] NCCL INFO Connected all rings")
         assert entry is not None and entry.kind == "connected", prefix
 
 
 def test_non_nccl_lines_are_none():
     for line in ("", "#  Rank  0 Group  0 Pid 1 on lab device 0", "hello [0] world", "NCCL INFO without a device"):
-        assert ncclinfo.parse_log_line(line) is None
+        assert debuglog.parse_log_line(line) is None
 
 
 @given(st.text(max_size=300))
 @hsettings(max_examples=300, deadline=None)
 def test_random_text_never_raises(text):
-    entries = ncclinfo.parse_log(text)
-    summary = ncclinfo.summarize_log(entries)
-    ncclinfo.confirm_effective({"NCCL_PROTO": "LL"}, summary, "allreduce", 14336, 2)
+    entries = debuglog.parse_log(text)
+    summary = debuglog.summarize_log(entries)
+    debuglog.confirm_effective({"NCCL_PROTO": "LL"}, summary, "allreduce", 14336, 2)
 
 
 @given(st.lists(st.sampled_from([
@@ -113,7 +113,7 @@ def test_random_text_never_raises(text):
 @hsettings(max_examples=300, deadline=None)
 def test_fragments_of_real_lines_never_raise(parts):
     text = "".join(parts)
-    ncclinfo.summarize_log(ncclinfo.parse_log([text, "h:1:1 [0] NCCL INFO " + text]))
+    debuglog.summarize_log(debuglog.parse_log([text, "h:1:1 [0] NCCL INFO " + text]))
 
 
 # ---------------------------------------------------------------- real fixtures
@@ -130,8 +130,8 @@ def test_real_2_12_interleaved_mpi_log(real_fixtures):
 
 
 def test_real_2_29_single_gpu_init(real_fixtures):
-    entries = ncclinfo.parse_log((real_fixtures / "nccl_debug" / "nccl2.29.7_single_gpu_init_first50.txt").read_text())
-    s = ncclinfo.summarize_log(entries)
+    entries = debuglog.parse_log((real_fixtures / "nccl_debug" / "nccl2.29.7_single_gpu_init_first50.txt").read_text())
+    s = debuglog.summarize_log(entries)
     assert s["version"] == "2.29.7"
     assert s["channels"] == 64  # from "Channel 22/64 : 0"
     assert len(s["rings"]) == 23
@@ -150,7 +150,7 @@ def test_real_2_29_tuning_table_and_choices(real_fixtures):
     first = s["choices"][0]
     assert (first["func"], first["bytes"], first["algo"], first["proto"], first["channels"]) == \
         ("Broadcast", 1024, "Ring", "LL", 1)
-    big = ncclinfo.choices_for({"choices": s["choices"]}, "broadcast", 131072)
+    big = debuglog.choices_for({"choices": s["choices"]}, "broadcast", 131072)
     assert {(c["proto"], c["channels"]) for c in big} == {("Simple", 4)}
 
 
@@ -181,10 +181,10 @@ def test_own_2_24_named_form_behind_ray_prefix():
     assert s["version"] == "2.24.3" and s["channels"] == 4
     assert s["transports"] == ["NET/IB", "SHM/direct"]
     assert s["env"]["NCCL_MAX_NCHANNELS"] == "4"
-    assert len(ncclinfo.choices_for(s, "allreduce", 14336)) == 2
+    assert len(debuglog.choices_for(s, "allreduce", 14336)) == 2
     # all_gather / reduce_scatter: NCCL 2.24+ logs bytes per rank.
-    assert len(ncclinfo.choices_for(s, "all_gather", 14336, world=2)) == 1
-    assert ncclinfo.choices_for(s, "all_gather", 14336, world=1) == []
+    assert len(debuglog.choices_for(s, "all_gather", 14336, world=2)) == 1
+    assert debuglog.choices_for(s, "all_gather", 14336, world=1) == []
 
 
 # ---------------------------------------------------------------- requested vs observed
@@ -192,7 +192,7 @@ def test_own_2_24_named_form_behind_ray_prefix():
 def test_confirm_effective_obeyed():
     s = _summary(LOGS / "nccl2.24_named_choice_ray_prefix.txt")
     env = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "4"}
-    eff = ncclinfo.confirm_effective(env, s, "allreduce", 14336, 2)
+    eff = debuglog.confirm_effective(env, s, "allreduce", 14336, 2)
     assert eff["confirmed"] is True
     assert (eff["algo"], eff["proto"], eff["channels"]) == ("Ring", "LL", 1)
     assert "NCCL 2.24.3" in eff["detail"] and "obeyed" in eff["detail"]
@@ -200,7 +200,7 @@ def test_confirm_effective_obeyed():
 
 def test_confirm_effective_contradiction_on_protocol():
     s = _summary(LOGS / "nccl2.24_named_choice_ray_prefix.txt")
-    eff = ncclinfo.confirm_effective({"NCCL_PROTO": "LL"}, s, "reduce_scatter", 14336, 2)
+    eff = debuglog.confirm_effective({"NCCL_PROTO": "LL"}, s, "reduce_scatter", 14336, 2)
     assert eff["confirmed"] is False and eff["proto"] == "Simple"
     assert "contradicted" in eff["detail"] and "protocol Simple" in eff["detail"]
 
@@ -208,33 +208,33 @@ def test_confirm_effective_contradiction_on_protocol():
 def test_confirm_effective_exclusion_and_per_collective_syntax():
     # The fixture's env lines say NCCL_PROTO=LL; drop them so only the choices are compared.
     s = dict(_summary(LOGS / "nccl2.24_named_choice_ray_prefix.txt"), env={})
-    assert ncclinfo.confirm_effective({"NCCL_PROTO": "^Simple"}, s, "allreduce", 14336, 2)["confirmed"] is True
-    assert ncclinfo.confirm_effective({"NCCL_PROTO": "^LL"}, s, "allreduce", 14336, 2)["confirmed"] is False
+    assert debuglog.confirm_effective({"NCCL_PROTO": "^Simple"}, s, "allreduce", 14336, 2)["confirmed"] is True
+    assert debuglog.confirm_effective({"NCCL_PROTO": "^LL"}, s, "allreduce", 14336, 2)["confirmed"] is False
     per_coll = {"NCCL_PROTO": "Simple;allreduce:LL"}
-    assert ncclinfo.confirm_effective(per_coll, s, "allreduce", 14336, 2)["confirmed"] is True
+    assert debuglog.confirm_effective(per_coll, s, "allreduce", 14336, 2)["confirmed"] is True
 
 
 def test_confirm_effective_channel_bound_and_env_read():
     s = _summary(LOGS / "nccl2.24_named_choice_ray_prefix.txt")
-    eff = ncclinfo.confirm_effective({"NCCL_MAX_NCHANNELS": "2"}, s, "allreduce", 14336, 2)
+    eff = debuglog.confirm_effective({"NCCL_MAX_NCHANNELS": "2"}, s, "allreduce", 14336, 2)
     assert eff["confirmed"] is False  # NCCL reports reading 4 and built 4 channels
     assert "NCCL_MAX_NCHANNELS" in eff["detail"]
     # 57344 bytes ran on 2 channels: within a bound of 4, beyond a bound of 1
-    assert ncclinfo.confirm_effective({"NCCL_MAX_NCHANNELS": "4"}, s, "allreduce", 57344, 2)["confirmed"] is True
+    assert debuglog.confirm_effective({"NCCL_MAX_NCHANNELS": "4"}, s, "allreduce", 57344, 2)["confirmed"] is True
 
 
 def test_confirm_effective_baseline_and_unknowns():
     s = _summary(LOGS / "nccl2.21_numeric_choice_mpi_prefix.txt")
-    eff = ncclinfo.confirm_effective({}, s, "allreduce", 57344, 2)
+    eff = debuglog.confirm_effective({}, s, "allreduce", 57344, 2)
     assert eff["confirmed"] is True and (eff["algo"], eff["proto"]) == ("Tree", "Simple")
     assert "nothing requested" in eff["detail"]
-    none_seen = ncclinfo.confirm_effective({"NCCL_PROTO": "LL"}, s, "allreduce", 1024, 2)
+    none_seen = debuglog.confirm_effective({"NCCL_PROTO": "LL"}, s, "allreduce", 1024, 2)
     assert none_seen["confirmed"] is None and none_seen["algo"] is None and none_seen["channels"] == 2
-    assert ncclinfo.confirm_effective({"NCCL_PROTO": "LL"}, None) is None
-    assert ncclinfo.confirm_effective({}, ncclinfo.summarize_log([])) is None
+    assert debuglog.confirm_effective({"NCCL_PROTO": "LL"}, None) is None
+    assert debuglog.confirm_effective({}, debuglog.summarize_log([])) is None
 
 
 def test_confirm_effective_env_mismatch_without_choice_is_a_contradiction():
     s = _summary(LOGS / "nccl2.21_numeric_choice_mpi_prefix.txt")
-    eff = ncclinfo.confirm_effective({"NCCL_P2P_LEVEL": "PIX"}, s, "allreduce", 1024, 2)
+    eff = debuglog.confirm_effective({"NCCL_P2P_LEVEL": "PIX"}, s, "allreduce", 1024, 2)
     assert eff["confirmed"] is False and "NCCL_P2P_LEVEL=SYS" in eff["detail"]

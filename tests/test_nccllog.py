@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from conftest import OWN_FIXTURES
-from nccl_tune.nccl import ncclinfo, nccllog
+from nccl_tune.nccl import debuglog, nccllog
 from nccl_tune.cli import cli
 
 LOGS = OWN_FIXTURES / "nccl_log"
@@ -16,48 +16,48 @@ PROFILE = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
 # ---------------------------------------------------------------- line forms
 
 def test_warn_line_with_function_2_30():
-    e = ncclinfo.parse_log_line("h:1:2 [3] transport/net.cc:812 (sendConnect) NCCL WARN NET/IB : x")
+    e = debuglog.parse_log_line("h:1:2 [3] transport/net.cc:812 (sendConnect) NCCL WARN NET/IB : x")
     assert (e.kind, e.dev, e.message) == ("warn", 3, "NET/IB : x")
     assert e.data == {"source": "transport/net.cc:812", "file": "transport/net.cc", "line": 812,
                       "function": "sendConnect"}
-    lam = ncclinfo.parse_log_line("h:1:2 [0] init.cc:99 (operator()) NCCL WARN boom")
+    lam = debuglog.parse_log_line("h:1:2 [0] init.cc:99 (operator()) NCCL WARN boom")
     assert lam.data["function"] == "operator()" and lam.message == "boom"
-    old = ncclinfo.parse_log_line("h:1:2 [0] misc/cudawrap.cc:36 NCCL WARN Cuda failure 3")
+    old = debuglog.parse_log_line("h:1:2 [0] misc/cudawrap.cc:36 NCCL WARN Cuda failure 3")
     assert old.data["source"] == "misc/cudawrap.cc:36" and old.data["function"] is None
 
 
 def test_rccl_banner_and_via_comm_suffix():
-    banner = ncclinfo.parse_log_line("RCCL version : 2.27.7-HEAD:5e3c2a1")
+    banner = debuglog.parse_log_line("RCCL version : 2.27.7-HEAD:5e3c2a1")
     assert banner.kind == "version"
     assert banner.data == {"version": "2.27.7", "cuda": None, "library": "RCCL", "hip": None,
                            "git": "5e3c2a1"}
-    assert ncclinfo.parse_log_line("RCCL version 2.6.4+hip3.5").data["hip"] == "3.5"
-    assert "library" not in ncclinfo.parse_log_line("NCCL version 2.21.5+cuda12.4").data
-    t = ncclinfo.parse_log_line("g:1:6 [3] NCCL INFO Channel 00/0 : 7[ce000] -> 5[c6000] via "
+    assert debuglog.parse_log_line("RCCL version 2.6.4+hip3.5").data["hip"] == "3.5"
+    assert "library" not in debuglog.parse_log_line("NCCL version 2.21.5+cuda12.4").data
+    t = debuglog.parse_log_line("g:1:6 [3] NCCL INFO Channel 00/0 : 7[ce000] -> 5[c6000] via "
                                 "P2P/IPC comm 0x2bc1f840 nRanks 02")
     assert (t.data["transport"], t.data["via"], t.data["comm"], t.data["nranks"]) == (
         "P2P/IPC", "P2P/IPC", "0x2bc1f840", 2)
-    n = ncclinfo.parse_log_line("g:1:6 [1] NCCL INFO Channel 02/0 : 1[c6000] -> 4[c1000] "
+    n = debuglog.parse_log_line("g:1:6 [1] NCCL INFO Channel 02/0 : 1[c6000] -> 4[c1000] "
                                 "[receive] via NET/Socket/1 comm 0x95cdeb0 nRanks 08")
     assert n.data["transport"] == "NET/Socket" and n.data["direction"] == "receive"
 
 
 def test_numeric_trace_choice_takes_the_collective_of_its_api_call_line():
-    entries = ncclinfo.parse_log((LOGS / "nccl2.21_trace_broadcast_after_allreduce.txt").read_text())
+    entries = debuglog.parse_log((LOGS / "nccl2.21_trace_broadcast_after_allreduce.txt").read_text())
     choices = [(e.pid, e.data["func"], e.data["bytes"], e.data["proto"])
                for e in entries if e.kind == "choice"]
     assert choices == [(7001, "AllReduce", 14336, "LL"), (7001, "AllReduce", 14336, "LL"),
                        (7001, "Broadcast", 16384, "Simple"), (7002, "Broadcast", 16384, "Simple"),
                        (7001, None, 999, "LL")]  # 999 B fits no call: left unnamed
-    summary = ncclinfo.summarize_log(entries)
+    summary = debuglog.summarize_log(entries)
     # The Broadcast's Simple is no longer read as a contradicted AllReduce.
-    assert ncclinfo.confirm_effective({"NCCL_PROTO": "LL"}, summary, "allreduce", 14336)["confirmed"]
-    assert all(c["func"] == "AllReduce" for c in ncclinfo.choices_for(summary, "allreduce", 14336))
-    assert ncclinfo.choices_for(summary, "allreduce", 16384) == []
+    assert debuglog.confirm_effective({"NCCL_PROTO": "LL"}, summary, "allreduce", 14336)["confirmed"]
+    assert all(c["func"] == "AllReduce" for c in debuglog.choices_for(summary, "allreduce", 14336))
+    assert debuglog.choices_for(summary, "allreduce", 16384) == []
 
 
 def test_tuner_graph_and_comm_lines():
-    kinds = {m: ncclinfo.parse_log_line(f"h:1:2 [0] NCCL INFO {m}") for m in (
+    kinds = {m: debuglog.parse_log_line(f"h:1:2 [0] NCCL INFO {m}") for m in (
         "TUNER/Plugin: Using Example (v6)", "TUNER/Plugin: Using tuner plugin Example",
         "TUNER/Plugin: Failed to find ncclTunerPlugin_v2, using internal tuner instead.",
         "Pattern 4, crossNic 0, nChannels 16, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1",

@@ -17,7 +17,7 @@ from microbench import options
 from nccl_tune.measure import grid as gridlib
 from nccl_tune import store
 from nccl_tune.measure import launch
-from nccl_tune.nccl import ncclinfo, settings
+from nccl_tune.nccl import debuglog, settings
 from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
@@ -215,7 +215,7 @@ def test_apply_comm_env_sets_and_unsets_listed_variables():
 # ---------------------------------------------------------------- confirmation from NCCL's log
 
 def _observed(*messages):
-    return ncclinfo.summarize_log(ncclinfo.parse_log([PREFIX + m for m in messages]))
+    return debuglog.summarize_log(debuglog.parse_log([PREFIX + m for m in messages]))
 
 
 def test_parser_reads_no_cache_lines_of_2_29_and_2_30():
@@ -245,13 +245,13 @@ NAMES = ("NCCL_NTHREADS", "NCCL_BUFFSIZE")
     ({}, ["NCCL_NTHREADS set by environment to 512."], NAMES, False, "the cell leaves it unset"),
 ])
 def test_confirm_reread(env, lines, disabled, expected, phrase):
-    result = ncclinfo.confirm_reread(env, _observed(*lines), NAMES, disabled)
+    result = debuglog.confirm_reread(env, _observed(*lines), NAMES, disabled)
     assert result["confirmed"] is expected and phrase in result["detail"]
 
 
 def test_confirm_reread_without_log_or_names():
-    assert ncclinfo.confirm_reread({}, None, NAMES) is None
-    assert ncclinfo.confirm_reread({}, _observed("NCCL_NTHREADS set by environment to 1."), ()) is None
+    assert debuglog.confirm_reread({}, None, NAMES) is None
+    assert debuglog.confirm_reread({}, _observed("NCCL_NTHREADS set by environment to 1."), ()) is None
 
 
 def test_microbench_folds_the_reread_check_into_confirmed(tmp_path):
@@ -271,16 +271,16 @@ def test_microbench_folds_the_reread_check_into_confirmed(tmp_path):
     snapshot = capture.snapshot()
     with log.open("a") as handle:  # the second cell's communicator: nothing logged for it
         handle.write(PREFIX + "AllReduce: 1024 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}\n")
-    observed = ncclinfo.summarize_log(ncclinfo.parse_log(capture.read_since(snapshot)))
+    observed = debuglog.summarize_log(debuglog.parse_log(capture.read_since(snapshot)))
     cell = options.Cell("baseline", {}, {})
     os.environ["NCCL_NO_CACHE"] = "NCCL_NTHREADS"
     try:
-        effective = ncclinfo.confirm_effective({}, observed, "allreduce", 1024, 2)
+        effective = debuglog.confirm_effective({}, observed, "allreduce", 1024, 2)
         effective = bench._confirm_no_cache(cell, observed, effective)
         assert effective["confirmed"] is True and effective["reread"]["confirmed"] is True
         assert "NCCL_NTHREADS unset (re-read)" in effective["detail"]
         os.environ["NCCL_NO_CACHE"] = "NCCL_BUFFSIZE"  # the launcher forgot the variable
-        effective = bench._confirm_no_cache(cell, observed, ncclinfo.confirm_effective(
+        effective = bench._confirm_no_cache(cell, observed, debuglog.confirm_effective(
             {}, observed, "allreduce", 1024, 2))
         assert effective["confirmed"] is False and "lacks NCCL_NTHREADS" in effective["detail"]
     finally:

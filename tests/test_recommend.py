@@ -10,7 +10,7 @@ import pytest
 import factories
 from conftest import python_cmd, subprocess_env
 from nccl_tune import stats, store
-from nccl_tune.decide import export, recommendation
+from nccl_tune.decide import export, recommendation, tuner_rows
 from nccl_tune.live import profile
 from nccl_tune.nccl import tuner
 from nccl_tune.cli import cli
@@ -302,7 +302,7 @@ def test_spec_steps_plan_under_baseline_and_recommended(tmp_path, cli_runner):
     assert plain["k"] == 0 and plain["tok_s"] == pytest.approx(62.9, rel=1e-6)
     text = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
                "--spec-steps", "1-10", "--accept-len", "2.9@4").output
-    assert "best k:" in text and "ASSUMED" in text  # draft step assumed without --draft-ms
+    assert "decision under the baseline: speculate with k =" in text and "ASSUMED" in text  # draft assumed
 
 
 def test_spec_steps_on_the_model_and_size_limits(tmp_path, cli_runner):
@@ -537,7 +537,7 @@ def test_tuner_rules_come_from_the_exported_cell_at_the_family_wise_level(tmp_pa
     a = analyze(records)
     row = a.recommended
     a.cell_confidence = 1 - 1e-12  # an interval so wide nothing excludes zero
-    points, notes = export.tuner_points(a, "pcie-shm", row)
+    points, notes = tuner_rows.tuner_points(a, "pcie-shm", row)
     measured = [p for p in points if p.measured]
     assert measured and all(p.origin.startswith("not faster") for p in measured)
 

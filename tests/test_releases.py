@@ -16,7 +16,6 @@ import json
 import pytest
 
 from nccl_tune.cli import cli
-from nccl_tune.commands import nccl_target
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nccl import releases
 from nccl_tune.nccl.ncclinfo import NcclLibrary
@@ -105,10 +104,10 @@ def test_profiles_convert_refuses_and_names_target(tmp_path, cli_runner):
 
 def test_check_export_refuses_and_returns_warnings():
     with pytest.raises(NcclTuneError, match="not exported: NCCL 2.28.9 does not read NCCL_NO_CACHE"):
-        nccl_target.check_export({"NCCL_NO_CACHE": "ALL"}, "2.30.7",
-                                 releases.Target("2.28.9", "--nccl-version"))
-    notes = nccl_target.check_export({"NCCL_ALGO": "allreduce:ring"}, "2.30.7",
-                                     releases.Target("2.31.2", "--nccl-version"))
+        releases.check_export({"NCCL_NO_CACHE": "ALL"}, "2.30.7",
+                              releases.Target("2.28.9", "--nccl-version"))
+    notes = releases.check_export({"NCCL_ALGO": "allreduce:ring"}, "2.30.7",
+                                  releases.Target("2.31.2", "--nccl-version"))
     assert len(notes) == 1 and notes[0].startswith("NCCL_ALGO: " + ALGO_2_31)
 
 

@@ -85,7 +85,7 @@ def test_observation_flags():
     contradicted = [_record({"NCCL_PROTO": "LL"}, r, 48.0, confirmed=False) for r in (1, 2, 3)]
     confirmed = [_record({"NCCL_PROTO": "Simple"}, r, 60.0, confirmed=True) for r in (1, 2, 3)]
     rows = {s.cell: s for s in report.summarize(base + unverified + contradicted + confirmed)}
-    from nccl_tune.commands.report import observation_flag
+    from nccl_tune.decide.report import observation_flag
 
     assert observation_flag(rows[store.BASELINE]) is None
     assert observation_flag(rows[store.cell_id({"NCCL_ALGO": "Tree"})]).startswith("unverified")

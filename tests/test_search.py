@@ -234,9 +234,9 @@ def test_score_noise_matches_the_p50_standard_error():
 
 
 def test_cli_refuses_nccl_without_gpus(cli_runner, tmp_path, monkeypatch):
-    from nccl_tune.commands import sweep as sweep_command
+    from nccl_tune.measure import sweep_request
 
-    monkeypatch.setattr(sweep_command, "gpu_count", lambda: 0)
+    monkeypatch.setattr(sweep_request, "gpu_count", lambda: 0)
     result = cli_runner.invoke(cli, ["sweep", "--backend", "nccl", "--set", "NCCL_PROTO=LL",
                                      "--nproc", "2", "--out", str(tmp_path / "n.jsonl")])
     assert result.exit_code == 2

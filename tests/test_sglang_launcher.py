@@ -1,6 +1,6 @@
 """The SGLang launcher with a STAND-IN server script (tests/sglang_standin.py), for what a real
-server (tests/test_sglang_real.py, SGLang 0.5.23 on CPU) cannot show here: speculative
-decoding (EAGLE3 needs a draft model; NGRAM does not decode on CPU, see
+server (tests/test_sglang_real.py, SGLang 0.5.23 on CPU) cannot show here: EAGLE3 (it needs
+a draft model; the real server runs NGRAM, with the test-only verify attention of
 tests/sglang_cpu/substitutes/README.md), a server that never becomes healthy or exits
 early, and Ctrl-C inside the block. The fast tests need no server at all."""
 

@@ -115,3 +115,87 @@ def test_verify_tree_greedy_walks_children_then_siblings(sk, targets, accepted, 
     assert out_num.tolist() == [accepted]
     assert out_index.tolist() == [accept_index]
     assert out_predicts.tolist() == predicts
+
+
+# The tree-mask verify attention (_nccl_tune_tree_verify): each draft query's output must be
+# plain softmax attention over the committed prefix plus its own path in the tree (its
+# ancestors and itself), worked out below by a direct formula on the listed keys.
+PATHS = {0: [0], 1: [0, 1], 2: [0, 2], 3: [0, 1, 3]}  # TREE's rows as node lists
+
+
+@pytest.fixture(scope="module")
+def tv():
+    sys.path.insert(0, str(SUBSTITUTES))
+    try:
+        import _nccl_tune_tree_verify
+
+        yield _nccl_tune_tree_verify
+    finally:
+        sys.path.remove(str(SUBSTITUTES))
+        for name in ("_nccl_tune_tree_verify", "_nccl_tune_substitute"):
+            sys.modules.pop(name, None)
+
+
+def direct(q, keys, values, scale):
+    """softmax(q . k * scale) @ v for one query head over the listed keys."""
+    weights = torch.softmax(torch.stack([q @ k for k in keys]) * scale, dim=0)
+    return sum(w * v for w, v in zip(weights, values))
+
+
+def _cache(slots, kv_heads, dim, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(slots, kv_heads, dim, generator=g, dtype=torch.float64),
+            torch.randn(slots, kv_heads, dim, generator=g, dtype=torch.float64))
+
+
+def test_tree_verify_attention_sees_the_prefix_and_each_drafts_own_path(tv):
+    n, scale = 4, 0.5
+    # two requests in pool rows 2 and 0, prefixes 3 and 1; GQA: 4 query heads on 2 kv heads
+    req_to_token = torch.tensor([[11, 12, 13, 14, 15, 0, 0, 0], [0] * 8,
+                                 [1, 2, 3, 4, 5, 6, 7, 0]], dtype=torch.int32)
+    rows, prefixes = [2, 0], [3, 1]
+    k_cache, v_cache = _cache(16, 2, 8, 0)
+    query = torch.randn(2 * n, 4, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    masks = [torch.tensor(TREE, dtype=torch.bool)] * 2
+    out = tv.tree_verify_attention(query, k_cache, v_cache, req_to_token, rows, prefixes, masks, n,
+                                   scale, enable_gqa=True)
+    for b, (row, prefix) in enumerate(zip(rows, prefixes)):
+        slots = req_to_token[row].tolist()
+        for i in range(n):
+            seen = slots[:prefix] + [slots[prefix + j] for j in PATHS[i]]
+            for h in range(4):
+                kv = h // 2  # query heads 0,1 -> kv head 0; 2,3 -> 1
+                want = direct(query[b * n + i, h], [k_cache[s, kv] for s in seen],
+                              [v_cache[s, kv] for s in seen], scale)
+                assert torch.allclose(out[b * n + i, h], want, atol=1e-12), (b, i, h)
+
+
+def test_a_chain_of_drafts_is_plain_causal_attention(tv):
+    # a chain (each draft the child of the one before) attends exactly like causal decoding
+    n, prefix = 3, 2
+    chain = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    k_cache, v_cache = _cache(n + prefix, 1, 4, 2)
+    query = torch.randn(n, 1, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    req_to_token = torch.arange(n + prefix).view(1, -1)
+    out = tv.tree_verify_attention(query, k_cache, v_cache, req_to_token, [0], [prefix], [chain], n,
+                                   None, enable_gqa=False)
+    for i in range(n):
+        seen = range(prefix + i + 1)
+        want = direct(query[i, 0], [k_cache[s, 0] for s in seen], [v_cache[s, 0] for s in seen], 0.5)
+        assert torch.allclose(out[i, 0], want, atol=1e-12), i  # default scale 1/sqrt(4)
+
+
+def test_split_mask_reads_both_of_sglangs_layouts_and_refuses_others(tv):
+    tree = torch.tensor(TREE, dtype=torch.bool)
+    draft_only = torch.stack([tree, ~tree]).flatten()
+    assert [m.tolist() for m in tv.split_mask(draft_only, [3, 1], 4)] == [TREE, (~tree).int().tolist()]
+    # full layout: per request [n, prefix + n], the prefix columns true
+    full = torch.cat([torch.cat([torch.ones(4, 3, dtype=torch.bool), tree], 1).flatten(),
+                      torch.cat([torch.ones(4, 1, dtype=torch.bool), ~tree], 1).flatten()])
+    assert [m.int().tolist() for m in tv.split_mask(full, [3, 1], 4)] == [TREE, (~tree).int().tolist()]
+    hidden = full.clone()
+    hidden[0] = False  # draft 0 of request 0 would not see prefix token 0
+    with pytest.raises(ValueError, match="hides part of the committed prefix"):
+        tv.split_mask(hidden, [3, 1], 4)
+    with pytest.raises(ValueError, match="neither draft-only"):
+        tv.split_mask(draft_only[:-1], [3, 1], 4)

@@ -113,6 +113,19 @@ def _fake_sweep_cmd(out, pidfile_env=True):
 
 
 @pytest.mark.slow
+def test_warnings_during_the_run_are_printed_not_dropped(tmp_path):
+    out = tmp_path / "r.jsonl"
+    done = subprocess.run(_fake_sweep_cmd(out), env=subprocess_env(FAKE_GARBAGE="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    skipped = [line for line in done.stderr.splitlines() if line.startswith("warning: ")
+               and line.endswith("skipped: not JSON")]
+    # one line that is not a record before each cell's records, each cell in each round:
+    # 3 x 2 cells (with the baseline) x 2 rounds
+    assert len(skipped) == 12, done.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_half_way_then_resume_records_each_pair_once(tmp_path, sig):
     out, pidfile = tmp_path / "r.jsonl", tmp_path / "pids"

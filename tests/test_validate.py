@@ -238,6 +238,26 @@ def test_rows_and_verdicts_from_measurements():
     assert verdict == "no significant difference" and "steps 2" in detail
 
 
+def test_notes_name_the_test_only_substitutes_and_the_steps_their_verify_path_ran():
+    plain = ["sgl_kernel", "torchvision"]
+    verify = ["sgl_kernel", "torch_native_tree_verify", "torchvision"]  # a speculative run's log
+    measured = {(label, k): {"status": "ok", "runs_tok_s": [10.0, 11.0], "backend": "gloo",
+                             "accept_len": 1.0 if k == 0 else 2.5,
+                             "substitutes": plain if k == 0 else verify}
+                for label in ("baseline", "profile") for k in (0, 2)}
+    opts = lib.Options(profile_env=PROFILE_ENV, profile_name="p", engine="sglang", steps=[0, 2])
+    notes = lib.finish(opts, measured)["notes"]
+    assert ("the server loaded TEST-ONLY substitutes (sgl_kernel, torch_native_tree_verify, "
+            "torchvision, tests/sglang_cpu): it did not run SGLang's own kernels, so its figures "
+            "say nothing about SGLang's speed") in notes
+    assert ("speculative verify at steps 2 ran through a TEST-ONLY tree attention "
+            "(torch_native_tree_verify, tests/sglang_cpu), not SGLang's attention kernels: accept "
+            "lengths are SGLang's own counts, its speed is not SGLang's") in notes
+    for m in measured.values():
+        m["substitutes"] = plain
+    assert not any("tree attention" in n for n in lib.finish(opts, measured)["notes"])
+
+
 def test_results_without_the_profile_cell_are_refused_before_any_launch(cli_runner, profile_file,
                                                                         tmp_path, monkeypatch):
     path = tmp_path / "lat.jsonl"

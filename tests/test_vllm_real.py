@@ -3,7 +3,8 @@ TP = 2, ngram speculation. Skipped where vllm is not installed (./install.sh --v
 
 Servers are expensive on 2 cores (a launch takes 40 s to minutes), so one module-wide
 server serves the check and metrics tests; validate starts its own four (baseline and
-profile at steps 0 and 2), and the kill test one more. Every server is stopped by a
+profile at steps 0 and 2), validate --schedule two (a static k and the schedule), and
+the kill test one more. Every server is stopped by a
 finalizer (the whole process group), and each test ends by checking that no server
 process is left.
 """
@@ -17,9 +18,9 @@ import shlex
 import signal
 import time
 
+import factories
 import pytest
 
-import factories
 from nccl_tune.cli import cli
 from tests.conftest import subprocess_env
 
@@ -175,6 +176,44 @@ def test_validate_end_to_end_baseline_and_profile_at_steps_0_and_2(model_dir, tm
     assert all(r["accept_len"] == 1.0 for r in records if r["steps"] == 0)
     # the Welch interval of the best rows, recomputed from their runs (tests/factories.py)
     assert data["verdict"] == factories.validate_verdict(data)[0], data["verdict_detail"]
+    assert not leftovers(model_dir)
+
+
+def test_spec_plan_schedule_runs_under_validate_concurrency(model_dir, tmp_path, cli_runner):
+    # spec-plan's per-batch schedule (test_spec_decisions' saturation case: flat 10 ms verify,
+    # free drafts, iid 0.9, compute-bound from 8 tokens -> k = 3 at batch 1, k = 1 at batch 4)
+    spec = tmp_path / "spec.json"
+    base = {k: v for k, v in NGRAM.items() if k != "num_speculative_tokens"}
+    plan = cli_runner.invoke(cli, [
+        "spec-plan", "--decode-ms", "10", "--verify-ms", "10@2", "--draft-ms", "0", "--accept-rate",
+        "0.9", "--steps", "1-3", "--batch", "1,4", "--saturation-tokens", "8", "--extrapolate",
+        "--export-vllm", str(spec), "--speculative-config-base", json.dumps(base), "--json"])
+    assert plan.exit_code == 0, plan.output
+    assert json.loads(spec.read_text())["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4, 1]]
+    out_file = tmp_path / "v.jsonl"
+    result = cli_runner.invoke(cli, [
+        "validate", "--engine", "vllm", "--schedule", str(spec), "--concurrency", "1,4",
+        "--steps", "1", "--runs", "2", "--warmup", "1", "--max-tokens", "24",
+        "--server-args", shlex.join(server_args(model_dir)), "--health-timeout", str(HEALTH_TIMEOUT),
+        "--out", str(out_file), "--json"], env=CPU_ENV)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [(c["label"], c["status"]) for c in data["configurations"]] == [("k=1", "ok"), ("schedule", "ok")]
+    for conf in data["configurations"]:
+        for c in ("1", "4"):
+            s = conf["by_concurrency"][c]
+            assert s["aggregate_tok_s"] > 0 and s["requests"] == 2 * int(c) and s["ttft_s"] > 0
+            assert s["accept_len"] > 1.0 and s["per_position"]
+    dyn = data["dynamic"]
+    # the log echoes the schedule; at concurrency 4 the server drafted 1 token per draft, not 3
+    assert dyn["log"] is True and dyn["active"] is True, dyn
+    assert dyn["by_concurrency"]["4"]["schedule_k"] == 1 and dyn["by_concurrency"]["4"]["follows_schedule"]
+    assert data["configurations"][1]["by_concurrency"]["1"]["draft_tokens_per_draft"] > 2.0
+    assert set(data["verdicts"]) == {"1", "4"} and all(v["best_static"] == "k=1"
+                                                       for v in data["verdicts"].values())
+    records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert [(r["label"], r["concurrency"]) for r in records] == [("k=1", 1), ("k=1", 4),
+                                                                 ("schedule", 1), ("schedule", 4)]
     assert not leftovers(model_dir)
 
 

@@ -19,10 +19,16 @@ The format, in a page:
 - `…` in an expected line matches any run of characters in that line (timings, dates,
   paths); a line that is only `…` matches any number of lines. `--write` keeps an
   expected line that still matches, so the placeholders survive regeneration.
+- What differs between machines or runs whatever the page says is normalised on both
+  sides before comparing: site-packages and interpreter paths, the working folder,
+  timestamps and run ids (MACHINE_PATTERNS).
 - The HTML comment before a block sets its options: `files=A,B` copies those paths of
   the checkout into the working folder first; `cwd=repo` runs in the checkout instead
-  (for `python bench/...`); `skip=REASON` does not run it (a real output from a machine
-  CI does not have: the reason says which); `slow` marks a block the fast suite skips.
+  (for `python bench/...`); `vary=numbers` compares every number as "a number" (a
+  measurement on this machine: the words, columns and line count are still checked);
+  `elide=H,T` keeps the first H and last T lines of a long output with a `…` line
+  between; `skip=REASON` does not run it (a real output from a machine CI does not
+  have: the reason says which); `slow` marks a block the fast suite skips.
 - Every page runs its blocks in order in one fresh working folder (holding links to the
   checkout's tests/, examples/, profiles/, bench/ and tools/), with `nccl-tune`
   (and `python`) on PATH running this checkout, NCCL_* cleared, HOME in the folder,
@@ -65,6 +71,7 @@ class Block:
     line: int  # 1-based line of the opening fence
     end: int  # 1-based line of the closing fence
     options: dict[str, str] = field(default_factory=dict)
+    indent: str = ""  # the fence's indentation, taken off every line and put back on write
     commands: list[Command] = field(default_factory=list)
 
     @property
@@ -101,15 +108,16 @@ def parse_page(page: Path) -> list[Block]:
             options = {}
             if i > 0 and (m := OPTIONS_RE.match(lines[i - 1].strip())):
                 options = parse_options(m.group(1))
-            block = Block(page=page, line=i + 1, end=i + 1, options=options)
+            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]  # a block in a list item
+            block = Block(page=page, line=i + 1, end=i + 1, options=options, indent=indent)
             i += 1
             while i < len(lines) and lines[i].strip() != FENCE:
-                line = lines[i]
+                line = lines[i][len(indent):] if lines[i].startswith(indent) else lines[i]
                 if line.startswith("$ "):
                     text = line[2:]
                     while text.endswith("\\") and i + 1 < len(lines):
                         i += 1
-                        text = text + "\n" + lines[i]  # bash reads `\\` + newline as one line
+                        text = text + "\n" + lines[i][len(indent):]  # `\\` + newline: one line
                     block.commands.append(Command(text=text, expected=[]))
                 elif block.commands:
                     block.commands[-1].expected.append(line)
@@ -120,31 +128,60 @@ def parse_page(page: Path) -> list[Block]:
     return blocks
 
 
-def line_matches(expected: str, actual: str) -> bool:
+# What differs between two machines (or two runs) of the same command: normalised on both
+# sides, so a page can show this machine's real output.
+MACHINE_PATTERNS = [
+    (re.compile(r"[^\s'\"(]*/site-packages/"), "<site-packages>/"),
+    (re.compile(r"/tmp/nccl-tune-docs-[^/\s]+/work"), "<work>"),
+    (re.compile(r"[^\s'\"(]*/bin/python3(?:\.\d+)?\b"), "<python>"),
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b\d{8}T\d{6}-\d+\b"), "<run-id>"),
+    (re.compile(r"\bETA \d+ s\b"), "ETA <s>"),  # a sweep's progress lines
+]
+NUMBER_RE = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+def normalise(line: str, vary_numbers: bool = False) -> str:
+    """A line as compared: machine-specific parts replaced, numbers too with `vary`."""
+    line = line.rstrip()
+    for pattern, replacement in MACHINE_PATTERNS:
+        line = pattern.sub(replacement, line)
+    return NUMBER_RE.sub("#", line) if vary_numbers else line
+
+
+def line_matches(expected: str, actual: str, vary: bool = False) -> bool:
     """An expected line with `…` placeholders against one actual line."""
+    expected, actual = normalise(expected, vary), normalise(actual, vary)
     if WILDCARD not in expected:
-        return expected.rstrip() == actual.rstrip()
-    pattern = ".*?".join(re.escape(part) for part in expected.rstrip().split(WILDCARD))
-    return re.fullmatch(pattern, actual.rstrip()) is not None
+        return expected == actual
+    pattern = ".*?".join(re.escape(part) for part in expected.split(WILDCARD))
+    return re.fullmatch(pattern, actual) is not None
 
 
-def output_matches(expected: list[str], actual: list[str]) -> bool:
+def output_matches(expected: list[str], actual: list[str], vary: bool = False) -> bool:
     """Expected lines (with `…` lines matching any number of lines) against the output."""
     def match(e: int, a: int) -> bool:
         if e == len(expected):
             return a == len(actual)
         if expected[e].strip() == WILDCARD:
             return any(match(e + 1, k) for k in range(a, len(actual) + 1))
-        return a < len(actual) and line_matches(expected[e], actual[a]) and match(e + 1, a + 1)
+        return (a < len(actual) and line_matches(expected[e], actual[a], vary)
+                and match(e + 1, a + 1))
     return match(0, 0)
 
 
-def regenerate(expected: list[str], actual: list[str]) -> list[str]:
-    """The lines to write: the expected line where it still matches, else the actual one."""
-    if output_matches(expected, actual):
+def regenerate(expected: list[str], actual: list[str], vary: bool = False,
+               elide: tuple[int, int] | None = None) -> list[str]:
+    """The lines to write: the page's own where they still match (placeholders kept),
+    else the real output, cut to its first and last lines with `elide`."""
+    if output_matches(expected, actual, vary):
         return expected
-    return [e if i < len(expected) and line_matches(e, a) else a
-            for i, (e, a) in enumerate(zip(expected + [""] * len(actual), actual))]
+    lines = [e if i < len(expected) and line_matches(e, a, vary) else a
+             for i, (e, a) in enumerate(zip(expected + [""] * len(actual), actual))]
+    if elide and len(lines) > sum(elide) + 1:
+        head, tail = elide
+        lines = lines[:head] + [WILDCARD] + (lines[-tail:] if tail else [])
+    return lines
 
 
 def example_env(workdir: Path, bindir: Path) -> dict[str, str]:
@@ -196,16 +233,22 @@ def run_page(page: Path, *, include_slow: bool, write: bool) -> list[tuple[Block
         make_bin(bindir)
         replacements = []
         for block in parse_page(page):
-            if "skip" in block.options or ("slow" in block.options and not include_slow):
+            if not block.commands or "skip" in block.options or (
+                    "slow" in block.options and not include_slow):
                 continue
             outputs = run_block(block, workdir, bindir)
+            vary = block.options.get("vary") == "numbers"
+            elide = (tuple(int(n) for n in block.options["elide"].split(","))
+                     if "elide" in block.options else None)
             new_body = []
             for n, (command, actual) in enumerate(zip(block.commands, outputs)):
-                if not output_matches(command.expected, actual):
+                if not output_matches(command.expected, actual, vary):
                     failures.append((block, n, actual))
                 first, *more = command.text.split("\n")
-                new_body += ["$ " + first, *more, *regenerate(command.expected, actual)]
-            replacements.append((block.line, block.end, new_body))
+                new_body += ["$ " + first, *more,
+                             *regenerate(command.expected, actual, vary, elide)]
+            replacements.append((block.line, block.end,
+                                 [block.indent + line if line else line for line in new_body]))
     if write and failures:
         for start, end, body in reversed(replacements):
             lines[start:end - 1] = body

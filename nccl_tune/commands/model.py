@@ -10,9 +10,10 @@ import click
 from tabulate import tabulate
 
 from nccl_tune import fileio, store, vocab
+from nccl_tune.commands.ranges_render import range_notes, range_text
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import envcheck
 from nccl_tune.model import calibrate, costmodel, references
-from nccl_tune.errors import NcclTuneError
 
 MODELLED_NOTE = ("MODELLED, not measured: NCCL's cost tables plus this project's labelled "
                  "guesses and constants fitted to public tables (nccl_tune/model/costmodel.py)")
@@ -72,42 +73,12 @@ def predict(topology, nranks, sizes, env_text, mode, model_path, as_json):
     click.echo(f"topology {topology}: {costmodel.topology(topology).description}; {nranks} ranks; "
                f"mode {mode}; settings: {store.cell_label(env) if env else 'NCCL defaults'}")
     table = [[r["bytes"], f"{r['time_us']:.2f}", r["algo"], r["proto"], r["channels"], r["transport"],
-              "yes" if r["calibrated"] else "no", _range_text(r["range_us"])] for r in rows]
+              "yes" if r["calibrated"] else "no", range_text(r["range_us"])] for r in rows]
     click.echo(tabulate(table, headers=["bytes", "model us", "algo", "proto", "channels",
                                         "transport", "calibrated", "range us"],
                         tablefmt="simple", disable_numparse=True))
     for line in range_notes(rows):
         click.echo(line)
-
-
-def _range_text(range_us) -> str:
-    return "-" if not range_us else f"{range_us[0]:.1f}-{range_us[1]:.1f}"
-
-
-def range_notes(rows: list[dict]) -> list[str]:
-    """What the ranges of `predict_rows` rest on: one line per distinct basis, and the
-    question that splits a kind's machines where they differ by more than 3x."""
-    out, seen = [], set()
-    for row in rows:
-        found = row.get("range") or {}
-        key = (found.get("basis"), tuple(found.get("machines") or ()), found.get("question"))
-        if not found or key in seen:
-            continue
-        seen.add(key)
-        if found.get("calibrated"):
-            out.append(f"range (calibrated rows): {found['basis']}")
-            continue
-        out.append(f"range (uncalibrated rows): the model's time x where {len(found['machines'])} "
-                   f"{found['basis']} fall from the model (90% prediction interval for a machine "
-                   f"not among them): {', '.join(found['machines'])}"
-                   + ("; cut to 4x" if found.get("capped") else ""))
-        if found.get("question"):
-            out.append(f"these machines differ by {found['machines_differ_by']:.1f}x; the question "
-                       f"that splits them: {found['question']}")
-    if not out:
-        out.append("range: no published measurement to range these figures: they are the "
-                   "model's alone")
-    return out
 
 
 @model.command("fit")

@@ -13,7 +13,6 @@ import re
 
 import click
 
-from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import lint as linter
 from nccl_tune.live.grammar import parse_lines
 from nccl_tune.live.profile import parse_provenance
@@ -96,17 +95,3 @@ def describe(tgt: releases.Target, known: linter.KnownNames) -> str:
     if known.path == CATALOGUE_WORDS:
         return f"{tgt.describe()}, names from {CATALOGUE_WORDS}"
     return tgt.describe() if known.version == tgt.version else f"{tgt.describe()}, {known.describe()}"
-
-
-def check_export(env: dict[str, str] | None, measured: str | None,
-                 tgt: releases.Target) -> tuple[str, ...]:
-    """The release check of a profile about to be exported: NcclTuneError (nothing
-    written) when the target does not read one of its variables, else the warnings."""
-    if not env:
-        return ()
-    found = releases.check([(None, k, v) for k, v in env.items()], tgt, measured)
-    errors = [f for f in found if f.severity is releases.Severity.ERROR]
-    if errors:
-        raise NcclTuneError(f"not exported: {errors[0].message} (pass --nccl-version for another "
-                            "release, or drop the variable)")
-    return tuple(f"{f.variable}: {f.message}" for f in found)

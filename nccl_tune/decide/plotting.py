@@ -1,9 +1,11 @@
-"""matplotlib for the `--plot` options: imported on demand, drawn off-screen, saved safely."""
+"""matplotlib for the `--plot` options: imported on demand, drawn off-screen, saved safely;
+and report's latency plot (`plot_latency`)."""
 
 from __future__ import annotations
 
 from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.store import BASELINE
 
 
 def pyplot():
@@ -92,3 +94,66 @@ def wrap(label: str, width: int = 40) -> str:
 def caption(fig, text: str) -> None:
     """A line of small text under the plot (what the figures are: gloo noise, modelled)."""
     fig.text(0.01, 0.005, text, fontsize=8, ha="left", va="bottom", color="dimgray", wrap=True)
+
+
+def plot_latency(summaries, path: str, title: str | None = None) -> int:
+    """Latency against size (log-log), one line per cell, the baseline emphasised.
+
+    Returns the number of lines drawn. Needs matplotlib (the `plot` extra).
+    """
+    plt = pyplot()
+    curves: dict[tuple, list] = {}
+    for s in summaries:
+        if s.status == "ok" and s.final and s.p50_us and s.bytes > 0:
+            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend, s.machine, s.mode,
+                               s.dtype), []).append(s)
+    if not curves:
+        raise NcclTuneError("--plot: no successful final measurements to plot")
+    contexts = {k[2:] for k in curves}
+    if len(contexts) > 1:  # several machines or set-ups: say which line is which
+        curves = {(k[0], f"{k[1]} [{k[5]}, {k[6]}, {k[7]}, world {k[3]}]", *k[2:]): v
+                  for k, v in curves.items()}
+    ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
+    labelled = set(ranked[:8]) | {k for k in curves if k[0] == BASELINE}
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    all_p50 = []
+    for key in ranked:
+        points = sorted(curves[key], key=lambda x: x.bytes)
+        xs, ys = [p.bytes for p in points], [p.p50_us for p in points]
+        all_p50 += ys + [v for p in points if p.ci_us for v in p.ci_us]
+        baseline = key[0] == BASELINE
+        shown = baseline or key in labelled
+        line, = ax.plot(xs, ys, marker="o", color="black" if baseline else None,
+                        linewidth=3.0 if baseline else 1.0, alpha=1.0 if shown else 0.35,
+                        zorder=3 if baseline else 2,
+                        label=wrap(key[1], 45) if key in labelled else None)
+        if shown and any(p.ci_us for p in points):  # the interval of each p50
+            # the interval is of the geometric mean over rounds, the point the median: the
+            # median can sit just outside it, so the bar is clipped at the point
+            err = [[max(0.0, p.p50_us - p.ci_us[0]) if p.ci_us else 0 for p in points],
+                   [max(0.0, p.ci_us[1] - p.p50_us) if p.ci_us else 0 for p in points]]
+            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=line.get_color(), elinewidth=1.0,
+                        capsize=3, alpha=0.8, zorder=line.get_zorder())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    sizes = sorted({p.bytes for v in curves.values() for p in v})
+    byte_axis(ax.xaxis, sizes)
+    if len(sizes) == 1:  # one size: a readable span around it, not matplotlib's default
+        ax.set_xlim(sizes[0] / 2, sizes[0] * 2)
+    plain_axis(ax.yaxis, all_p50)
+    ax.set_xlabel("message size (bytes; K = 1024)")
+    ax.set_ylabel("p50 latency (us); bars: intervals")
+    simulated = any(k[4] == "sim" for k in curves)
+    ax.set_title((title or "allreduce latency by NCCL settings") + (" (SIMULATED)" if simulated else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    notes = []
+    if any(k[4] == "gloo" for k in curves):
+        notes.append("gloo: NCCL settings do not affect gloo; differences between lines are noise")
+    if simulated:
+        notes.append("simulated: drawn from the cost model, not measured")
+    if notes:
+        caption(fig, "; ".join(notes))
+    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
+    save(fig, path, dpi=120)
+    return len(curves)

@@ -219,6 +219,11 @@ def trust_words(row: CellRow) -> str:
     return words.get(row.trust, row.trust)
 
 
+def short_label(label: str) -> str:
+    """A cell's label without the NCCL_ prefixes (tables and plots)."""
+    return " ".join(part[5:] if part.startswith("NCCL_") else part for part in label.split(" "))
+
+
 def check_tok_s(analysis: Analysis, baseline_tok_s: float | None) -> str | None:
     """A note when the baseline's collectives alone take longer per token than the whole
     token does at --baseline-tok-s: the latencies (or the layer count, world, message
@@ -248,6 +253,42 @@ def lint_problems(env: dict[str, str]) -> list[str]:
         if key not in bad:
             out += [f"{key}: {msg}" for _, msg in settings.check_value(key, str(value))]
     return out
+
+
+def ci_words(analysis: Analysis, confidence: float = 0.95) -> str:
+    """'98.33% CI': the per-cell level the intervals were computed at (Bonferroni-widened
+    when several cells were compared with the baseline), else the requested level."""
+    level = analysis.cell_confidence if analysis.cell_confidence is not None else confidence
+    return f"{100 * level:.4g}% CI"
+
+
+def family_words(analysis: Analysis, confidence: float = 0.95) -> str:
+    """' (family-wise 95%, Bonferroni over k cells)' when k > 1 cells were compared, else ''."""
+    if analysis.family_size > 1 and analysis.cell_confidence is not None:
+        return (f" (family-wise {100 * confidence:.4g}%, Bonferroni over {analysis.family_size} "
+                "cells)")
+    return ""
+
+
+def export_row(analysis: Analysis, force: bool) -> tuple[CellRow | None, str | None, str | None]:
+    """(row to write, why it is forced, why nothing is written)."""
+    rec = analysis.recommended
+    if rec is not None and analysis.source == MEASURED:
+        return rec, None, None
+    if rec is not None:
+        if not force:
+            return None, None, (f"not written: the recommendation is {analysis.source}, not measured "
+                                "(pass --force to write it anyway; its header says so)")
+        return rec, f"{analysis.source} figures, written with --force", None
+    if not force:
+        return None, None, ("not written: no recommendation (keep NCCL's defaults; --force writes "
+                            "the best cell)")
+    candidates = [r for r in analysis.cells if r.status == "ok" and r.final and r.confirmed is not False
+                  and r.saving is not None and r.saving.saving_ms > 0 and not lint_problems(r.env)]
+    if not candidates:
+        return None, None, "not written: no cell saves time, even without a significant interval"
+    best = max(candidates, key=lambda r: r.saving.saving_ms)
+    return best, "--force: this cell's saving is NOT significant (its interval includes zero)", None
 
 
 def _fill_projection(row: CellRow, baseline_tok_s: float | None) -> None:

@@ -48,6 +48,7 @@ from nccl_tune.vocab import Provenance, provenance_of
 MIN_ROUNDS_FOR_ROUND_CI = stats.MIN_ROUNDS
 # What every reader of gloo results says (report, recommend, their exports).
 GLOO_NOTE = "gloo results: NCCL settings do not affect gloo; differences between cells are noise"
+SIMULATED_BANNER = "SIMULATED: these results come from the cost model (backend sim), not from a measurement"
 MAX_POOLED_SAMPLES = 4000  # bootstrap cost bound; a deterministic subsample beyond it
 
 
@@ -326,6 +327,35 @@ def adjust_p(pvalues: list[float], method: str = "bh") -> list[float]:
         running = min(running, pvalues[index] * count / rank)
         adjusted[index] = running
     return adjusted
+
+
+def observation_flag(summary) -> str | None:
+    """Why a cell's requested settings cannot be trusted to have run, or None.
+
+    NCCL records (and imports) whose log did not confirm the requested settings are
+    flagged; the baseline requests nothing; gloo and sim observe nothing by nature (their
+    provenance says so) and say so elsewhere.
+    """
+    if not summary.env or (summary.provenance is not None and not summary.provenance.observes_nccl):
+        return None
+    if summary.confirmed is False:
+        return "contradicted: NCCL's log shows other settings than requested"
+    if summary.confirmed is None:
+        return "unverified: the requested settings were not seen in NCCL's log"
+    return None
+
+
+def report_notes(summaries: list[CellSizeSummary]) -> list[str]:
+    """The lines a report starts with: simulated results, gloo's noise, a missing baseline."""
+    backends = {s.backend for s in summaries}
+    notes = []
+    if "sim" in backends:
+        notes.append(SIMULATED_BANNER)
+    if "gloo" in backends:
+        notes.append(GLOO_NOTE)
+    if not any(s.cell == BASELINE for s in summaries):
+        notes.append("no baseline records: no differences or verdicts can be given")
+    return notes
 
 
 VALIDATE_OP = "spec_decode"  # integration.validate's records: decode tok/s, not latencies

@@ -35,7 +35,7 @@ How a batch runs (DESIGN.md sections 4-5):
   sizes, world, mode, iterations, the grid's hash, and for sim the topology, landscape,
   seed and model; sweepplan.sweep_identity). Resuming into a file that holds another
   sweep's records is refused, naming what differs, before anything is measured.
-- One writer: the sweep command holds the results file's exclusive lock for the whole
+- One writer: run_sweep (nccl_tune.measure.sweep_run) holds the results file's exclusive lock for the whole
   run (nccl_tune.fileio.ResultsLock), so a second sweep to the same file is refused.
 - The `sim` backend draws records from nccl_tune.measure.simbackend instead of launching.
 

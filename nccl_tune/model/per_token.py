@@ -54,6 +54,22 @@ def collectives_per_forward(layers: int, per_layer: int = 2, extra: int = 1) -> 
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The served model's sizes and the batch sizes to plan."""
+
+    layers: int | None = None
+    hidden: int | None = 7168
+    dtype: str = "bf16"
+    tp: int | None = None
+    batches: tuple[int, ...] = (1,)
+
+    @property
+    def batch(self) -> int:
+        """The first (or only) batch size."""
+        return self.batches[0]
+
+
+@dataclass(frozen=True)
 class LatencyCurve:
     """Latency (us) against message bytes, from measured (or modelled) points."""
 

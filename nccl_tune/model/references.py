@@ -226,22 +226,32 @@ def load(path: str | Path | None = None) -> list[Reference]:
     return out
 
 
-def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
-                  cell_model_us: float, found) -> tuple[float, float] | None:
-    """tok/s under a cell, low-high, when NCCL's defaults take anywhere in `found`.
-
-    The model's relative saving (1 - cell/default) is applied to the range of the
-    default latency: the machines differ, the ratio is what the model says.
-    """
-    from nccl_tune.model.per_token import projected_tok_s
-
+def saving_range_ms(collectives: int, base_model_us: float, cell_model_us: float,
+                    low_us: float, high_us: float) -> tuple[float, float] | None:
+    """ms a cell saves over `collectives` allreduces, low-high, when NCCL's defaults take
+    anywhere in [low_us, high_us]: the model's relative saving (1 - cell/default) applied
+    to the range of the default latency (the machines differ; the ratio is what the model
+    says). None when the model's default time is not positive."""
     if base_model_us <= 0:
         return None
     keep = cell_model_us / base_model_us
+    saved = [collectives * lat * (1 - keep) / 1000.0 for lat in (low_us, high_us)]
+    return (min(saved), max(saved))
+
+
+def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
+                  cell_model_us: float, found) -> tuple[float, float] | None:
+    """tok/s under a cell, low-high, when NCCL's defaults take anywhere in `found`
+    (the saving's range, `saving_range_ms`, applied to the baseline's tok/s)."""
+    from nccl_tune.model.per_token import projected_tok_s
+
+    saved = saving_range_ms(collectives, base_model_us, cell_model_us, found.low, found.high)
+    if saved is None:
+        return None
     out = []
-    for lat in (found.low, found.high):
+    for ms in saved:
         try:
-            out.append(projected_tok_s(baseline_tok_s, collectives * lat * (1 - keep) / 1000.0))
+            out.append(projected_tok_s(baseline_tok_s, ms))
         except ValueError:
             return None
     return (min(out), max(out))

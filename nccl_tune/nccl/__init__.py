@@ -1,5 +1,5 @@
 """What NCCL is and what it says: the variable catalogue and its grammar per variable
-(settings), the installed libnccl and its debug log (ncclinfo, nccllog), the tuner-plugin
+(settings), the installed libnccl (ncclinfo) and its debug log (debuglog, nccllog), the tuner-plugin
 CSV format (tuner), `nvidia-smi topo -m` pastes (topology) and nccl-tests output
 (nccltests).
 

@@ -1,7 +1,7 @@
 """NCCL's own log as the proof: per rank and communicator, what NCCL read and what it did.
 
 Input: NCCL_DEBUG=INFO output, one file per process (NCCL_DEBUG_FILE=path.%h.%p) or one
-server log with many processes interleaved. Lines are parsed by nccl_tune.nccl.ncclinfo
+server log with many processes interleaved. Lines are parsed by nccl_tune.nccl.debuglog
 (parse_log); this module groups them by process (host:pid) and communicator, and checks
 a profile against what each process logged.
 
@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 
 from nccl_tune import fileio
-from nccl_tune.nccl import ncclinfo, settings
+from nccl_tune.nccl import debuglog, settings
 from nccl_tune.errors import NcclTuneError
 
 # Read by NCCL without a "set by environment" line (debug.cc, param.cc) or by a plugin.
@@ -86,13 +86,13 @@ class Process:
         return self.comms[comm_id]
 
 
-def _process_key(entry: ncclinfo.LogLine, name: str) -> str:
+def _process_key(entry: debuglog.LogLine, name: str) -> str:
     if entry.pid is not None:
         return f"{entry.host or '?'}:{entry.pid}"
     return f"{name}[{entry.dev}]" if entry.dev is not None else name
 
 
-def _fold(proc: Process, entry: ncclinfo.LogLine) -> None:
+def _fold(proc: Process, entry: debuglog.LogLine) -> None:
     """Add one parsed line to its process."""
     data = entry.data or {}
     kind = entry.kind
@@ -156,9 +156,9 @@ def read_processes(paths: list[str]) -> list[Process]:
     procs: dict[str, Process] = {}
     for path in paths:
         # By the input policy (nccl_tune.fileio): strict UTF-8, streamed, each line cut at
-        # ncclinfo.MAX_LOG_LINE before any expression sees it.
-        entries = ncclinfo.parse_log(text for _, text in fileio.iter_lines(
-            path, what="NCCL log", max_line=ncclinfo.MAX_LOG_LINE, on_long=lambda number, length: None))
+        # debuglog.MAX_LOG_LINE before any expression sees it.
+        entries = debuglog.parse_log(text for _, text in fileio.iter_lines(
+            path, what="NCCL log", max_line=debuglog.MAX_LOG_LINE, on_long=lambda number, length: None))
         if not entries:
             raise NcclTuneError("no NCCL log line found (was NCCL_DEBUG=INFO set?)", path=path)
         name = os.path.basename(path)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
 
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.nccl import ncclinfo
 
 Version = tuple[int, int, int]
@@ -269,3 +270,17 @@ def tuner_header(target: Target, catalogue: Catalogue | None = None) -> str:
     return (f"NCCL {target.version} loads tuner plugins of interface {names} "
             f"(ncclTunerPlugin_v{max(versions)} first); the plugin reading this file must "
             "export one of them")
+
+
+def check_export(env: dict[str, str] | None, measured: str | None,
+                 tgt: Target) -> tuple[str, ...]:
+    """The release check of a profile about to be exported: NcclTuneError (nothing
+    written) when the target does not read one of its variables, else the warnings."""
+    if not env:
+        return ()
+    found = check([(None, k, v) for k, v in env.items()], tgt, measured)
+    errors = [f for f in found if f.severity is Severity.ERROR]
+    if errors:
+        raise NcclTuneError(f"not exported: {errors[0].message} (pass --nccl-version for another "
+                            "release, or drop the variable)")
+    return tuple(f"{f.variable}: {f.message}" for f in found)

@@ -76,24 +76,51 @@ def plan_steps(steps: Sequence[int], tau: Callable[[int], float], draft_step_ms:
 
 
 def best_step(plans: Sequence[StepPlan]) -> StepPlan:
-    """The plan with the highest tok/s (fewer steps on a tie)."""
+    """The plan with the highest tok/s (fewer steps on a tie). Plain decoding (k = 0) is
+    a plan like any other: when it is the best, the answer is "do not speculate"."""
     if not plans:
         raise ValueError("no step counts to choose from")
     return max(plans, key=lambda p: (round(p.tok_s, 9), -p.k))
 
 
+def decision(plans: Sequence[StepPlan]) -> dict:
+    """Whether to speculate, in words and as JSON: the best plan against plain decoding.
+
+    `speculate` is False when plain decoding (k = 0) is the best plan, True when a k >= 1
+    beats it, None when plain decoding was not priced (no decode time given): then
+    `break_even_decode_ms` says how slow plain decoding must be for the best k to win.
+    """
+    best = best_step(plans)
+    plain = next((p for p in plans if p.k == 0), None)
+    if plain is None:
+        return {"speculate": None, "best_k": best.k, "break_even_decode_ms": 1000.0 / best.tok_s,
+                "words": (f"speculate with k = {best.k} only if plain decoding takes more than "
+                          f"{1000.0 / best.tok_s:.3f} ms per token (below {best.tok_s:.1f} tok/s): "
+                          "plain decoding was not given (--decode-ms decides)")}
+    if best.k == 0:
+        spec = [p for p in plans if p.k >= 1]
+        runner = ""
+        if spec:
+            second = best_step(spec)
+            runner = f"; the best speculative k = {second.k} gives {second.tok_s / plain.tok_s:.2f}x"
+        return {"speculate": False, "best_k": 0, "break_even_decode_ms": None,
+                "words": f"do not speculate: plain decoding is fastest ({plain.tok_s:.1f} tok/s{runner})"}
+    return {"speculate": True, "best_k": best.k, "break_even_decode_ms": None,
+            "words": (f"speculate with k = {best.k} draft steps: {best.tok_s:.1f} tok/s, "
+                      f"{best.tok_s / plain.tok_s:.2f}x plain decoding")}
+
+
 def candidate_steps(plans: Sequence[StepPlan], rel_error: float = DEFAULT_REL_ERROR,
                     intervals: dict[int, tuple[float, float]] | None = None) -> list[int]:
-    """Every step count whose predicted tok/s is within the uncertainty of the best k >= 1.
+    """Every step count whose predicted tok/s is within the uncertainty of the best plan,
+    plain decoding (k = 0) included.
 
     With `intervals` (k -> (low, high) tok/s from the inputs' intervals): each k whose
     high end reaches the best's low end. Otherwise each k within `rel_error` of the best.
-    Plain decoding (k = 0) is a candidate too when it is that close.
     """
-    spec = [p for p in plans if p.k >= 1]
-    if not spec:
+    if not plans:
         return []
-    best = best_step(spec)
+    best = best_step(plans)
     if intervals and all(p.k in intervals for p in plans):
         floor = intervals[best.k][0]
         return sorted(p.k for p in plans if intervals[p.k][1] >= floor)

@@ -188,6 +188,34 @@ class AcceptanceInput:
         return acc
 
 
+@dataclass(frozen=True)
+class Timings:
+    """The timing options: plain decoding, verify, draft step and other, with intervals."""
+
+    decode_ms: float | None = None  # batch 1
+    decode_points: tuple[tuple[int, float], ...] = ()  # (batch > 1, ms)
+    verify_points: tuple[tuple[int, float], ...] = ()  # (tokens, ms)
+    verify_flat: bool = False
+    draft_ms: float | None = None
+    other_ms: float = 0.0
+    half_widths: tuple[tuple[str, float], ...] = ()  # decode_ms, draft_ms, other_ms: +-H
+    verify_halves: tuple[tuple[int, float], ...] = ()  # tokens -> +-H
+    decode_halves: tuple[tuple[int, float], ...] = ()  # batch > 1 -> +-H
+
+    def halves(self) -> dict:
+        """The planner's `halves` (nccl_tune.spec.planner.PlanRequest)."""
+        return {**dict(self.half_widths), "verify": dict(self.verify_halves),
+                "decode_points": dict(self.decode_halves)}
+
+
+@dataclass(frozen=True)
+class SpecInputs:
+    """What the speculative options said."""
+
+    acceptance: AcceptanceInput
+    timings: Timings
+
+
 def _many(value) -> tuple[str, ...]:
     if value is None:
         return ()

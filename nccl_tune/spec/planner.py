@@ -1,19 +1,25 @@
-"""The step planner: plans per batch size, reconciliation, --fit, candidates.
+"""The step planner: plans per batch size, reconciliation, --fit, candidates, decisions.
 
-Inputs (all optional but the acceptance and a plain decode time): measured verify times
-at some token counts, a verify model (interp | moe | dense), draft step and per-cycle
-other time, measured tok/s at some step counts. The planner
+Inputs (all optional but the acceptance): plain decoding's own time (at batch 1, and at
+other batch sizes), measured verify times at some token counts, a verify model (interp |
+moe | dense), draft step and per-cycle other time, measured tok/s at some step counts.
+The planner
 
-1. builds the verify curve (spec_verify; the plain decode time is its 1-token point);
-2. builds the acceptance (spec_accept), preferring, where figures at the same K
+1. builds the verify curve (nccl_tune.spec.verify; plain decoding's times are its points
+   at batch-size tokens) with the saturation term (nccl_tune.spec.saturation);
+2. builds the acceptance (nccl_tune.spec.accept), preferring, where figures at the same K
    disagree, the one a measured tok/s at that K supports;
 3. predicts every measured point from the inputs and reports each disagreement beyond
-   the tolerance, naming the input that would have to change and to what;
+   the tolerance (nccl_tune.spec.reconcile);
 4. with --fit, fits the free parameters to the measured points and says so: the
    acceptance when none was given, else the verify curve's shape; with no verify or
-   draft timings at all, the cycle time's growth with k (linear through the points);
-5. plans every k (per batch size), picks the best and the candidates (every k within
-   the uncertainty of the best) and the validate command that measures them.
+   draft timings at all, the cycle time's growth with k (nccl_tune.spec.cyclefit: two
+   points fix it; one point leaves a range, and the plan spans it);
+5. plans every k (per batch size), plain decoding (k = 0) among them, picks the best and
+   the candidates (every k within the uncertainty of the best) and the validate command.
+
+Plain decoding's own time is asked for only where the answer depends on it: without it
+the plan ranks k >= 1 and says how slow plain decoding must be for the best k to win.
 """
 
 from __future__ import annotations
@@ -23,13 +29,20 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from nccl_tune.spec import accept as sa
+from nccl_tune.spec import cyclefit
+from nccl_tune.spec import reconcile
+from nccl_tune.spec import saturation
 from nccl_tune.spec import verify as sv
+from nccl_tune.spec.cycle import (DEFAULT_REL_ERROR, StepPlan, best_step, candidate_steps, decision,
+                                  plan_steps, validate_command)
 from nccl_tune.spec.options import AcceptanceInput
-from nccl_tune.spec.cycle import (DEFAULT_REL_ERROR, StepPlan, best_step, candidate_steps, plan_steps,
-                               validate_command)
 
 OTHER_NOTE = ("--other-ms is charged to speculative cycles only (draft re-extend, tree and "
               "acceptance work); plain decoding is priced by its own decode time")
+BATCH_NOTE = ("at batch B a draft step is taken to cost --draft-ms x (a target forward of B "
+              "sequences) / (one of 1): the draft runs on the same hardware, its time grows with "
+              "the batch as the target's does (ASSUMED); --other-ms the same as at batch 1; tok/s "
+              "is per sequence")
 
 
 @dataclass
@@ -56,19 +69,26 @@ class PlanRequest:
     batches: list[int] = field(default_factory=lambda: [1])
     profile: str | None = None  # named in the validate command
     # half-widths of the inputs' intervals (+-H): decode_ms, draft_ms, other_ms, and
-    # verify: {tokens: half}; accept lengths carry theirs (AcceptancePoint.half)
+    # verify: {tokens: half}, decode_points: {batch: half}; accept lengths carry theirs
+    # (AcceptancePoint.half)
     halves: dict = field(default_factory=dict)
+    decode_points: list[tuple[int, float]] = field(default_factory=list)  # (batch > 1, ms)
+    saturation_tokens: float | None = None  # given; else fitted or the default
+    # no verify points: verify(n) = plain decoding's compute + this x (n - 1) + comm(n)
+    compute_per_token_ms: float | None = None
+    saving: Callable[[int], float] | None = None  # ms a profile saves on a forward of n tokens
 
     def uncertain(self) -> bool:
         """True when some input was given with an interval."""
-        return (any(v for k, v in self.halves.items() if k != "verify")
+        return (any(v for k, v in self.halves.items() if k not in ("verify", "decode_points"))
                 or any(self.halves.get("verify", {}).values())
+                or any(self.halves.get("decode_points", {}).values())
                 or any(p.half for p in self.acceptance.points))
 
 
 @dataclass
 class BatchPlan:
-    """Plans for one batch size."""
+    """Plans for one batch size (plain decoding first when it was priced)."""
 
     batch: int
     plans: list[StepPlan]
@@ -77,20 +97,38 @@ class BatchPlan:
     left_out: list[int]
     validate: str
     intervals: dict | None = None  # k -> (low, high) tok/s from the inputs' intervals
+    span: dict | None = None  # one measured point: the range of explanations (cyclefit)
+
+    @property
+    def plain(self) -> StepPlan | None:
+        """Plain decoding's row, or None where it was not priced."""
+        return next((p for p in self.plans if p.k == 0), None)
+
+    @property
+    def decision(self) -> dict:
+        """Speculate or not, in words (nccl_tune.spec.cycle.decision)."""
+        return decision(self.plans)
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        plain = self.plans[0]
-        return {"batch": self.batch, "best_k": self.best.k, "best_tok_s": self.best.tok_s,
-                "best_extrapolated": self.best.extrapolated, "candidates": self.candidates,
-                "plain_tok_s": plain.tok_s, "speedup": self.best.tok_s / plain.tok_s,
-                "plans": [asdict(p) for p in self.plans], "left_out_steps": self.left_out,
-                "validate_command": self.validate,
-                "tok_s_intervals": ({str(k): list(v) for k, v in self.intervals.items()}
-                                    if self.intervals else None),
-                "uncertainty": ("the inputs' intervals (95% of 400 draws, uniform within each "
-                                "+-H; inputs without one taken as exact)" if self.intervals
-                                else "stated relative error")}
+        plain = self.plain
+        out = {"batch": self.batch, "best_k": self.best.k, "best_tok_s": self.best.tok_s,
+               "best_extrapolated": self.best.extrapolated, "candidates": self.candidates,
+               "speculate": self.decision["speculate"], "decision": self.decision["words"],
+               "break_even_decode_ms": self.decision["break_even_decode_ms"],
+               "plain_tok_s": plain.tok_s if plain else None,
+               "speedup": self.best.tok_s / plain.tok_s if plain else None,
+               "plans": [asdict(p) for p in self.plans], "left_out_steps": self.left_out,
+               "validate_command": self.validate,
+               "tok_s_intervals": ({str(k): list(v) for k, v in self.intervals.items()}
+                                   if self.intervals else None),
+               "uncertainty": ("the range one measured point allows (every split of the cycle "
+                               "into fixed and per-step cost)" if self.span else
+                               "the inputs' intervals (95% of 400 draws, uniform within each "
+                               "+-H; inputs without one taken as exact)" if self.intervals
+                               else "stated relative error"),
+               "one_point_span": self.span}
+        return out
 
 
 @dataclass
@@ -109,17 +147,16 @@ class PlanResult:
     def to_dict(self) -> dict:
         """The stable JSON: the first batch size's keys at the top, every one under batches."""
         first = self.batches[0].to_dict()
-        out = {"best_k": first["best_k"], "candidates": first["candidates"],
-               "plain_tok_s": first["plain_tok_s"], "plans": first["plans"],
-               "best_tok_s": first["best_tok_s"], "speedup": first["speedup"],
-               "best_extrapolated": first["best_extrapolated"],
-               "left_out_steps": first["left_out_steps"], "validate_command": first["validate_command"],
-               "tok_s_intervals": first["tok_s_intervals"], "uncertainty": first["uncertainty"],
-               "verify_model": self.verify_model, "acceptance": self.acceptance.to_dict(),
-               "consistency": self.consistency, "fit": self.fit, "notes": self.notes,
-               "rel_error": self.rel_error, "tolerance": self.tolerance,
-               "decides": "the measured sweep decides: run the validate command",
-               "conventions": sa.conventions_at(self.batches[0].best.tau, self.batches[0].best.k)}
+        out = {key: first[key] for key in (
+            "best_k", "candidates", "speculate", "decision", "break_even_decode_ms", "plain_tok_s",
+            "plans", "best_tok_s", "speedup", "best_extrapolated", "left_out_steps",
+            "validate_command", "tok_s_intervals", "uncertainty", "one_point_span")}
+        out.update({"verify_model": self.verify_model, "acceptance": self.acceptance.to_dict(),
+                    "consistency": self.consistency, "fit": self.fit, "notes": self.notes,
+                    "rel_error": self.rel_error, "tolerance": self.tolerance,
+                    "decides": "the measured sweep decides: run the validate command",
+                    "conventions": sa.conventions_at(self.batches[0].best.tau,
+                                                     self.batches[0].best.k)})
         if len(self.batches) > 1:
             out["batches"] = [b.to_dict() for b in self.batches]
         return out
@@ -129,17 +166,21 @@ class PlanError(ValueError):
     """Inputs the planner cannot plan from (the message says what to give)."""
 
 
-def _verify_curve(req: PlanRequest, extra: list[tuple[int, float]] = (), extra_note: str = ""
-                  ) -> sv.VerifyCurve:
+def _points(req: PlanRequest, decode: float | None) -> tuple[dict[int, float], list[str]]:
     points = dict(req.verify_points)
     sources = [f"--verify-ms at {', '.join(str(t) for t in sorted(points))} tokens"] if points else []
-    if req.decode_ms is not None and 1 not in points and not req.verify_flat:
-        points[1] = req.decode_ms
-        sources.append("--decode-ms as the 1-token point")
+    if decode is not None and 1 not in points and not req.verify_flat:
+        points[1] = decode
+        sources.append("plain decoding's time as the 1-token point")
+    return points, sources
+
+
+def _build_curve(req: PlanRequest, points: dict[int, float], sources: list[str],
+                 extra: list[tuple[int, float]] = (), extra_note: str = "") -> sv.VerifyCurve:
     for t, m in extra:
         points.setdefault(t, m)
     if extra:
-        sources.append(extra_note)
+        sources = [*sources, extra_note]
     kind = req.verify_model
     if kind == "auto":
         kind = sv.MOE if req.experts else sv.INTERP
@@ -156,7 +197,50 @@ def _verify_curve(req: PlanRequest, extra: list[tuple[int, float]] = (), extra_n
         raise PlanError(str(exc)) from None
 
 
-def _decode_ms(req: PlanRequest) -> tuple[float, str]:
+def _flat_compute_curve(req: PlanRequest, decode: float | None) -> sv.VerifyCurve:
+    if decode is None:
+        raise PlanError("without --verify-ms the verify is modelled from plain decoding's time: "
+                        "give --decode-ms (or --baseline-tok-s)")
+    comm = req.comm or (lambda n: 0.0)
+    slope = req.compute_per_token_ms
+    return sv.VerifyCurve(sv.DENSE, ((1, decode),), fixed_ms=decode - comm(1) - slope,
+                          slope_ms=slope, comm=comm, comm_note=req.comm_note, covers_all=True,
+                          sources=["plain decoding's compute, flat in tokens" if not slope else
+                                   f"plain decoding's compute + {slope:g} ms per extra token"])
+
+
+def _verify_curve(req: PlanRequest, decode: float | None, extra=(), extra_note: str = ""
+                  ) -> sv.VerifyCurve:
+    """The verify curve with its saturation term (its note says how the constant was found)."""
+    if not req.verify_points and req.compute_per_token_ms is not None:
+        curve = _flat_compute_curve(req, decode)
+    else:
+        points, sources = _points(req, decode)
+        curve = _build_curve(req, points, sources, extra, extra_note)
+    t1 = decode if decode is not None else curve.base(curve.points[0][0])
+    n_sat, note = req.saturation_tokens, "--saturation-tokens"
+    if req.decode_points:
+        # plain decoding at batch sizes: each sequence's own cost, and a knee if they show one
+        extended = curve
+        if curve.kind == sv.INTERP and not curve.flat:
+            extended = sv.measured_curve(list(curve.points), True, curve.sources)
+        batch_times = ([(1, decode)] if decode is not None else []) + list(req.decode_points)
+        try:
+            curve.per_seq_ms, knee, fitted = saturation.fit(batch_times, extended.base, t1)
+        except ValueError as exc:
+            raise PlanError(f"--decode-ms: {exc}") from None
+        if not n_sat:
+            n_sat, note = knee, fitted
+        else:
+            note += f"; {fitted}"
+    if not n_sat:
+        n_sat = saturation.DEFAULT_TOKENS
+        note = (f"{note}; " if req.decode_points else "") + saturation.DEFAULT_SOURCE
+    curve.sat_tokens, curve.sat_t1_ms, curve.sat_note = n_sat, t1, note
+    return curve
+
+
+def _decode_ms(req: PlanRequest) -> tuple[float | None, str | None]:
     if req.decode_ms is not None:
         return req.decode_ms, f"--decode-ms {req.decode_ms:g}"
     one = dict(req.verify_points).get(1)
@@ -166,16 +250,19 @@ def _decode_ms(req: PlanRequest) -> tuple[float, str]:
     measured = dict(req.measured).get(0)
     if measured:
         return 1000.0 / measured, f"--measured-tok-s {measured:g}@0"
-    raise PlanError("plain decoding needs a decode time of its own: --decode-ms D (ms per token "
-                    "without speculation), a --verify-ms point at 1 token, or --measured-tok-s X@0")
+    return None, None
 
 
-def _cycle_parts(k, batch, acc, curve, req, cycle_fit):
-    """(tau, cycle ms, verify ms at k) for k >= 1."""
-    if cycle_fit is not None:
-        return acc.tau(k), cycle_fit[0] + cycle_fit[1] * k, None
-    verify = curve(batch * (k + 1))
-    return acc.tau(k), k * req.draft_ms + verify + req.other_ms, verify
+def _check(req: PlanRequest, measured: dict, timings: bool) -> None:
+    if len(measured) != len(req.measured):
+        raise PlanError("--measured-tok-s: give one figure per step count")
+    if not timings and not req.fit:
+        raise PlanError("give the verify time (--verify-ms V@T, T = k + 1 tokens), or tok/s "
+                        "measured at two step counts with --measured-tok-s X@K and --fit")
+    if timings and req.draft_ms is None:
+        raise PlanError("--verify-ms needs --draft-ms (one draft step's time; 0 if negligible)")
+    if not timings and (max(req.batches) > 1 or req.decode_points):
+        raise PlanError("--batch needs verify timings (--verify-ms): tokens per verify grow with it")
 
 
 def plan(req: PlanRequest) -> PlanResult:
@@ -183,20 +270,11 @@ def plan(req: PlanRequest) -> PlanResult:
     notes = [OTHER_NOTE] if req.other_ms else []
     decode, decode_how = _decode_ms(req)
     measured = dict(req.measured)
-    if len(measured) != len(req.measured):
-        raise PlanError("--measured-tok-s: give one figure per step count")
     max_k = max([*req.steps, *measured, 1])
-    timings = bool(req.verify_points)
-    if not timings and not req.fit:
-        raise PlanError("give the verify time (--verify-ms V@T, T = k + 1 tokens), or tok/s "
-                        "measured at two step counts with --measured-tok-s X@K and --fit")
-    if timings and req.draft_ms is None:
-        raise PlanError("--verify-ms needs --draft-ms (one draft step's time; 0 if negligible)")
-    if not timings and max(req.batches) > 1:
-        raise PlanError("--batch needs verify timings (--verify-ms): tokens per verify grow with it")
-    curve = _verify_curve(req) if timings else None
+    timings = bool(req.verify_points) or req.compute_per_token_ms is not None
+    _check(req, measured, timings)
+    curve = _verify_curve(req, decode) if timings else None
     fit_info = None
-    # acceptance: given (preferring, at a disputed K, what a measured tok/s supports), or fitted
     implied_tau = {}
     if timings:
         for k, x in measured.items():
@@ -218,34 +296,29 @@ def plan(req: PlanRequest) -> PlanResult:
     if acc.max_k is not None and max(req.steps) > acc.max_k:
         raise PlanError(f"--accept-per-pos gives {acc.max_k} positions; --steps goes to "
                         f"{max(req.steps)}")
-    consistency = list(req.acceptance.checks)
-    consistency += _acceptance_rows(acc)
-    cycle_fit = None
+    consistency = list(req.acceptance.checks) + reconcile.acceptance_rows(acc)
+    fits, span = [None], None
     if not timings:
-        cycle_fit, fit_info = _fit_cycle(measured, acc, decode)
+        fits, span, fit_info = _cycle_fits(measured, acc, decode, req.draft_ms)
         notes.append(fit_info["note"])
-    consistency += _measured_rows(req, measured, acc, curve, decode, cycle_fit, fit_info)
+    consistency += reconcile.measured_rows(req, measured, acc, curve, decode, fits[len(fits) // 2])
     if req.fit and timings and fit_info is None:
-        extra = []
-        for k, x in measured.items():
-            if k >= 1:
-                v = 1000.0 * acc.tau(k) / x - k * req.draft_ms - req.other_ms
-                if v > 0:
-                    extra.append((k + 1, v))
-        if extra:
-            curve = _verify_curve(req, extra, "verify times implied by --measured-tok-s (FITTED, --fit)")
-            fit_info = {"fitted": "verify curve", "implied_points": [list(p) for p in extra],
-                        "note": "FITTED: the verify curve includes the verify times the measured "
-                                "tok/s imply with the given acceptance, draft and other times"}
-            notes.append(fit_info["note"])
+        curve, fit_info = _fit_verify(req, measured, acc, decode, curve, notes)
     if req.fit and fit_info is None:
         notes.append("--fit: nothing was fitted (give --measured-tok-s X@K at some K >= 1)")
-    intervals = _intervals(req) if req.uncertain() else {}
-    batches = [_plan_batch(b, req, acc, curve, decode, cycle_fit, intervals.get(b))
+    if decode is None:
+        notes.append("plain decoding was not given: the plan ranks k >= 1; whether speculation "
+                     "beats plain decoding depends on its time (--decode-ms decides; the decision "
+                     "line says the break-even)")
+    if timings and max(req.batches) > 1:
+        notes.append(BATCH_NOTE)
+    intervals = _intervals(req) if req.uncertain() and span is None else {}
+    batches = [_plan_batch(b, req, acc, curve, decode, fits, span, intervals.get(b))
                for b in req.batches]
     verify_model = (curve.to_dict() if curve is not None else
                     {"kind": "cycle-fit", "description": fit_info["note"], "points": None})
-    verify_model["plain_decoding"] = f"{decode:.4g} ms per token from {decode_how}"
+    verify_model["plain_decoding"] = (f"{decode:.4g} ms per token from {decode_how}" if decode
+                                      else "not given (--decode-ms)")
     return PlanResult(batches, verify_model, acc, consistency, notes + acc.notes, fit_info,
                       req.rel_error, req.tolerance)
 
@@ -257,92 +330,159 @@ def _build(inputs: AcceptanceInput, max_k: int, prefer: dict[int, float]) -> sa.
         raise PlanError(str(exc)) from None
 
 
-def _acceptance_rows(acc: sa.Acceptance) -> list[dict]:
-    rows = []
-    for other in acc.alternatives:
-        used = acc.at(other.k)
-        rows.append({"input": other.source, "predicted": used.accept_len if used else None,
-                     "measured": other.accept_len, "agrees": False,
-                     "note": f"accept length at k = {other.k}: {used.source} gives "
-                             f"{used.accept_len:.3f}, this gives {other.accept_len:.3f}"})
-    return rows
+def _fit_verify(req, measured, acc, decode, curve, notes):
+    extra = []
+    for k, x in measured.items():
+        if k >= 1:
+            v = 1000.0 * acc.tau(k) / x - k * req.draft_ms - req.other_ms
+            if v > 0:
+                extra.append((k + 1, v))
+    if not extra:
+        return curve, None
+    curve = _verify_curve(req, decode, extra, "verify times implied by --measured-tok-s (FITTED, --fit)")
+    info = {"fitted": "verify curve", "implied_points": [list(p) for p in extra],
+            "note": "FITTED: the verify curve includes the verify times the measured tok/s imply "
+                    "with the given acceptance, draft and other times"}
+    notes.append(info["note"])
+    return curve, info
 
 
-def _fit_cycle(measured: dict[int, float], acc: sa.Acceptance, decode: float):
-    """cycle(k) = a + b k through the cycles that measured tok/s imply (no timings given)."""
-    pts = sorted((k, 1000.0 * acc.tau(k) / x) for k, x in measured.items() if k >= 1)
+def _cycle_fits(measured, acc, decode, draft_ms):
+    """([CycleFit, ...] from steepest to flattest, span or None, fit info)."""
+    pts = cyclefit.implied_cycles(measured, acc.tau)
     if not pts:
         raise PlanError("--fit without timings needs --measured-tok-s X@K at some K >= 1")
-    if len(pts) == 1:
-        (k1, c1), = pts
-        a, b = decode, (c1 - decode) / k1
-        how = (f"through the plain decode time at k = 0 and the measured cycle at k = {k1} "
-               "(one speculative point: no fixed per-cycle overhead assumed)")
-    else:
-        n = len(pts)
-        mx, my = sum(k for k, _ in pts) / n, sum(c for _, c in pts) / n
-        sxx = sum((k - mx) ** 2 for k, _ in pts)
-        b = sum((k - mx) * (c - my) for k, c in pts) / sxx
-        a = my - b * mx
-        how = "least squares through the measured cycles at k = " + ", ".join(str(k) for k, _ in pts)
-    note = (f"FITTED (--fit, no verify or draft timings): cycle(k) = {a:.3f} + {b:.3f} x k ms, "
-            f"{how}; the cycle implied at K is 1000 x tau(K) / measured tok/s; linear growth in k "
-            "is the stated assumption")
-    return (a, b), {"fitted": "cycle growth", "cycle_ms_fixed": a, "cycle_ms_per_step": b,
-                    "points": [list(p) for p in pts], "note": note}
+    if len(pts) >= 2:
+        fit = cyclefit.least_squares(pts)
+        return [fit], None, {"fitted": "cycle growth", "cycle_ms_fixed": fit.fixed_ms,
+                             "cycle_ms_per_step": fit.per_step_ms,
+                             "points": [list(p) for p in pts], "note": fit.note}
+    if decode is None:
+        raise PlanError(f"one measured tok/s (k = {pts[0][0]}) cannot separate a fixed per-cycle cost "
+                        "from a per-step cost: give plain decoding's time (--decode-ms; it bounds "
+                        "the fixed cost) or tok/s measured at a second step count")
+    span = cyclefit.span(pts[0], decode, draft_ms)
+    fits = span.fits()
+    mid = fits[len(fits) // 2]
+    return fits, span, {"fitted": "cycle growth (one point: a range)", "cycle_ms_fixed": mid.fixed_ms,
+                        "cycle_ms_per_step": mid.per_step_ms, "points": [list(pts[0])],
+                        "span": span.to_dict(), "note": cyclefit.span_note(span, None)}
 
 
-def _measured_rows(req, measured, acc, curve, decode, cycle_fit, fit_info) -> list[dict]:
-    rows = []
-    for k, x in sorted(measured.items()):
-        row = {"input": f"--measured-tok-s {x:g}@{k}", "measured": x, "tolerance": req.tolerance}
-        if k == 0:
-            pred = 1000.0 / decode
-            row.update(predicted=pred, agrees=abs(pred - x) <= req.tolerance * x)
-            if not row["agrees"]:
-                row["would_have_to"] = [{"input": "--decode-ms", "value": 1000.0 / x, "given": decode}]
-            rows.append(row)
-            continue
-        if curve is not None and not curve.usable(k + 1):
-            rows.append({**row, "predicted": None, "agrees": None,
-                         "note": f"verify time at {k + 1} tokens not measured (--extrapolate)"})
-            continue
-        tau, cycle, verify = _cycle_parts(k, 1, acc, curve, req, cycle_fit)
-        pred = 1000.0 * tau / cycle
-        row.update(predicted=pred, agrees=abs(pred - x) <= req.tolerance * x)
-        if cycle_fit is not None:
-            row["note"] = "a point the cycle growth was fitted to (--fit)"
-        if not row["agrees"]:
-            row["would_have_to"] = _would_have_to(k, x, tau, cycle, verify, acc, curve, req)
-        rows.append(row)
-    return rows
+def _plain(batch: int, req: PlanRequest, curve, decode) -> tuple[StepPlan | None, bool]:
+    """Plain decoding's row at `batch` (None where it is not priced), and whether it was
+    left out (its forward lies beyond the measured verify points)."""
+    given = dict(req.decode_points)
+    extrapolated = False
+    if batch == 1 and decode is not None:
+        ms = decode
+    elif batch in given:
+        ms = given[batch]
+    elif decode is None or curve is None:
+        return None, False
+    elif not curve.usable(batch):
+        return None, True
+    else:  # one token per sequence: a forward of `batch` tokens over `batch` sequences
+        ms, extrapolated = curve.at(batch, batch), curve.extrapolated(batch)
+    if req.saving is not None:
+        ms -= req.saving(batch)
+    if ms <= 0:
+        raise PlanError("plain decoding must take positive time")
+    return StepPlan(0, 1.0, 0.0, ms, 0.0, ms, 1000.0 / ms, extrapolated), False
 
 
-def _would_have_to(k, x, tau, cycle, verify, acc, curve, req) -> list[dict]:
-    """The inputs that would have to change, and to what, for the prediction to meet x."""
-    need_tau = x * cycle / 1000.0
-    given = acc.at(k)
-    source = given.source if given else f"{acc.convention} (extended from other k)"
-    length = {"input": f"accept length at k = {k} (bonus token included)", "value": need_tau,
-              "given": tau, "from": source}
-    if given and given.option == "--accepted-drafts":
-        length["as_given"] = f"--accepted-drafts {need_tau - 1:.3f}@{k}"
-    agreeing = [p.source for p in acc.alternatives + acc.points
-                if p.k == k and abs(p.accept_len - need_tau) <= req.tolerance * need_tau]
-    if agreeing:
-        length["agrees_with"] = agreeing
-    out = [length]
-    if verify is not None:
-        need_v = 1000.0 * tau / x - k * req.draft_ms - req.other_ms
-        measured_here = (k + 1) in dict(req.verify_points)
-        out.append({"input": f"verify time at {k + 1} tokens", "value": need_v, "given": verify,
-                    "from": "--verify-ms" if measured_here else curve.kind + " curve"})
-        if given and not measured_here:
-            out.reverse()  # the acceptance was measured here, the verify time was not
-    else:
-        out.append({"input": f"cycle time at k = {k}", "value": 1000.0 * tau / x, "given": cycle,
-                    "from": "cycle growth fit"})
-    return out
+class _AtBatch:
+    """The verify curve for forwards over `batch` sequences (VerifyCurve.at), less what a
+    profile saves on each forward (recommend's cell), marking what it extrapolates."""
+
+    def __init__(self, curve: sv.VerifyCurve, batch: int, saving: Callable[[int], float] | None):
+        self.curve, self.batch, self.saving = curve, batch, saving
+
+    def __call__(self, tokens: int) -> float:
+        return self.curve.at(tokens, self.batch) - (self.saving(tokens) if self.saving else 0.0)
+
+    def extrapolated(self, tokens: int) -> bool:
+        return self.curve.extrapolated(tokens)
+
+
+def _spec_plans(batch, req, acc, curve, steps) -> list[StepPlan]:
+    draft = req.draft_ms
+    if batch > 1:  # BATCH_NOTE: the draft step grows with the batch as the target's forward does
+        draft = req.draft_ms * curve.at(batch, batch) / curve.at(1, 1)
+    return plan_steps(steps, acc.tau, draft, _AtBatch(curve, batch, req.saving), req.other_ms,
+                      None, batch)
+
+
+def _validate(plans, cands, profile) -> str:
+    # the measured sweep decides: the candidates, plain decoding and the best k >= 1 (so a
+    # "do not speculate" answer is checked against its strongest alternative)
+    spec = [p for p in plans if p.k >= 1]
+    return validate_command(sorted({*cands, *([best_step(spec).k] if spec else [])}), profile)
+
+
+def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> BatchPlan:
+    steps, left_out = [], []
+    for k in req.steps:
+        if curve is not None and not curve.usable(batch * (k + 1)):
+            left_out.append(k)
+        else:
+            steps.append(k)
+    if not steps:
+        raise PlanError(f"the verify points cover none of --steps at batch {batch} (k + 1 tokens "
+                        "per sequence): measure those, give a verify model, or --extrapolate")
+    if curve is not None:
+        plain, plain_out = _plain(batch, req, curve, decode)
+    else:  # a cycle fit (batch 1 only): plain decoding at its own time, when given
+        plain = StepPlan(0, 1.0, None, None, 0.0, decode, 1000.0 / decode) if decode else None
+        plain_out = False
+    if plain_out:
+        left_out.insert(0, 0)
+    head = [plain] if plain else []
+    if curve is not None:
+        plans = head + _spec_plans(batch, req, acc, curve, steps)
+        if intervals and not all(p.k in intervals for p in plans):
+            intervals = None  # some draw could not be planned at some k: the stated error then
+        cands = candidate_steps(plans, req.rel_error, intervals)
+        return BatchPlan(batch, plans, best_step(plans), cands, left_out,
+                         _validate(plans, cands, req.profile), intervals)
+    ks = [k for k, _ in fits[0].points]
+    per_fit = [head + [_fitted(k, acc, fit, not min(ks) <= k <= max(ks)) for k in steps] for fit in fits]
+    plans = per_fit[len(per_fit) // 2]
+    cands = sorted({k for p in per_fit for k in candidate_steps(p, req.rel_error)})
+    span_info = None
+    if span is not None:
+        ranges = {p.k: (min(q[i].tok_s for q in per_fit), max(q[i].tok_s for q in per_fit))
+                  for i, p in enumerate(plans)}
+        measure = _measure_next(plans, cands, ranges, span.point[0], req.rel_error)
+        span_info = {**span.to_dict(), "best_k_all_per_step": best_step(per_fit[0]).k,
+                     "best_k_all_fixed": best_step(per_fit[-1]).k, "measure_k": measure,
+                     "note": cyclefit.span_note(span, measure)}
+        intervals = ranges
+    return BatchPlan(batch, plans, best_step(plans), cands, left_out,
+                     _validate(plans, cands, req.profile), intervals, span_info)
+
+
+def _measure_next(plans, cands, ranges, measured_k, rel_error) -> int | None:
+    """Which k to measure next: a second point at any other k fixes the split; the middle
+    split's best k when the splits differ there by more than twice the stated error (it
+    decides and checks the likely answer at once), else the candidate farthest from the
+    measured k (where they differ most)."""
+    others = [k for k in cands if k >= 1 and k != measured_k]
+    if not others:
+        return None
+    best = best_step([p for p in plans if p.k >= 1]).k
+    lo, hi = ranges[best]
+    if best in others and hi > lo * (1 + 2 * rel_error):
+        return best
+    return max(others, key=lambda k: (abs(k - measured_k), k))
+
+
+def _fitted(k, acc, fit, extrapolated) -> StepPlan:
+    c = fit(k)
+    if c <= 0:
+        raise PlanError(f"the fitted cycle time at k = {k} is not positive: the measured points "
+                        "disagree with each other")
+    return StepPlan(k, acc.tau(k), None, None, 0.0, c, 1000.0 * acc.tau(k) / c, extrapolated)
 
 
 def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, dict]:
@@ -357,11 +497,14 @@ def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, d
         points = [replace(p, accept_len=min(max(jitter(p.accept_len, p.half), 1.0), p.k + 1.0),
                           half=0.0) for p in req.acceptance.points]
         verify = [(t, jitter(m, h.get("verify", {}).get(t, 0.0), 1e-6)) for t, m in req.verify_points]
+        batch_times = [(b, jitter(m, h.get("decode_points", {}).get(b, 0.0), 1e-6))
+                       for b, m in req.decode_points]
         draw = replace(req, halves={}, acceptance=replace(req.acceptance, points=points,
                                                           checks=[], notes=[]),
                        decode_ms=jitter(req.decode_ms, h.get("decode_ms", 0.0), 1e-6),
                        draft_ms=jitter(req.draft_ms, h.get("draft_ms", 0.0)),
-                       other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)), verify_points=verify)
+                       other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)), verify_points=verify,
+                       decode_points=batch_times)
         try:
             result = plan(draw)
         except (PlanError, ValueError):
@@ -378,43 +521,6 @@ def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, d
             hi = values[int(round(0.975 * (len(values) - 1)))]
             out[batch][k] = (lo, hi)
     return out
-
-
-def _plan_batch(batch, req, acc, curve, decode, cycle_fit, intervals=None) -> BatchPlan:
-    steps, left_out = [], []
-    for k in req.steps:
-        if curve is not None and not curve.usable(batch * (k + 1)):
-            left_out.append(k)
-        else:
-            steps.append(k)
-    if not steps:
-        raise PlanError(f"the verify points cover none of --steps at batch {batch} (k + 1 tokens "
-                        "per sequence): measure those, give a verify model, or --extrapolate")
-    if cycle_fit is not None:
-        lo = min(k for k, _ in cycle_fit_points(req)) if req.measured else 1
-        hi = max(k for k, _ in cycle_fit_points(req)) if req.measured else 1
-        plans = [StepPlan(0, 1.0, None, None, 0.0, decode, 1000.0 / decode)]
-        for k in steps:
-            c = cycle_fit[0] + cycle_fit[1] * k
-            if c <= 0:
-                raise PlanError(f"the fitted cycle time at k = {k} is not positive: the measured "
-                                "points disagree with the plain decode time")
-            plans.append(StepPlan(k, acc.tau(k), None, None, 0.0, c, 1000.0 * acc.tau(k) / c,
-                                  not lo <= k <= hi))
-    else:
-        plain = decode if batch == 1 else curve(batch)
-        plans = plan_steps([0, *steps], acc.tau, req.draft_ms, curve, req.other_ms, plain, batch)
-    best = best_step(plans[1:])
-    if intervals and not all(p.k in intervals for p in plans):
-        intervals = None  # some draw could not be planned at some k: fall back to the stated error
-    cands = candidate_steps(plans, req.rel_error, intervals)
-    return BatchPlan(batch, plans, best, cands, left_out, validate_command(cands, req.profile),
-                     intervals)
-
-
-def cycle_fit_points(req: PlanRequest) -> list[tuple[int, float]]:
-    """The measured (k, tok/s) points at k >= 1."""
-    return [(k, x) for k, x in req.measured if k >= 1]
 
 
 def plan_from_loop(records: dict[int, dict], steps: list[int] | None = None,

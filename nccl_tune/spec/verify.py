@@ -72,6 +72,12 @@ class VerifyCurve:
     sources: list[str] = field(default_factory=list)
     residual_ms: float | None = None  # rms misfit of the fitted model at its points
     covers_all: bool = False  # a stated model for every n (recommend's flat-compute default)
+    # batch sizes (nccl_tune.spec.saturation): a forward of n tokens over b sequences takes
+    # max(curve(n) + per_seq_ms x (b - 1), sat_t1_ms x n / sat_tokens)
+    per_seq_ms: float = 0.0
+    sat_tokens: float | None = None
+    sat_t1_ms: float = 0.0
+    sat_note: str | None = None
 
     @property
     def flat(self) -> bool:
@@ -95,6 +101,19 @@ class VerifyCurve:
         return float(tokens)
 
     def __call__(self, tokens: int) -> float:
+        return self.at(tokens, 1)
+
+    def at(self, tokens: int, batch: int = 1) -> float:
+        """A forward of `tokens` tokens over `batch` sequences (n = batch x (k + 1) for a
+        verify): the curve, each sequence beyond the first (its own KV reads and work)
+        and, once compute-bound, the saturation line."""
+        base = self.base(tokens) + self.per_seq_ms * (batch - 1)
+        if self.sat_tokens:
+            return max(base, self.sat_t1_ms * tokens / self.sat_tokens)
+        return base
+
+    def base(self, tokens: int) -> float:
+        """The curve without the saturation term."""
         if self.kind != INTERP:
             return self.fixed_ms + self.slope_ms * self.shape(tokens) + self.comm(tokens)
         pts = self.points
@@ -110,7 +129,16 @@ class VerifyCurve:
         return max(0.0, m0 + (m1 - m0) * (tokens - t0) / (t1 - t0))
 
     def describe(self) -> str:
-        """One line: which model, fitted to what."""
+        """One line: which model, fitted to what (and the saturation term, if any)."""
+        text = self._describe_base()
+        if self.per_seq_ms:
+            text += f"; + {self.per_seq_ms:.3f} ms per sequence beyond the first"
+        if self.sat_tokens:
+            text += (f"; saturation: at least {self.sat_t1_ms:.3f} ms x n / {self.sat_tokens:.3g} "
+                     f"(compute-bound beyond {self.sat_tokens:.3g} tokens: {self.sat_note})")
+        return text
+
+    def _describe_base(self) -> str:
         pts = ", ".join(f"{m:g} ms @ {t}" for t, m in self.points)
         src = f" ({'; '.join(self.sources)})" if self.sources else ""
         comm = (f"; comm(n) {self.comm_note}" if self.comm_note else
@@ -141,7 +169,9 @@ class VerifyCurve:
                 "slope_ms": self.slope_ms if self.kind != INTERP else None,
                 "slope_per": {MOE: "distinct expert", DENSE: "token"}.get(self.kind),
                 "experts": self.experts, "topk": self.topk, "comm": self.comm_note,
-                "rms_misfit_ms": self.residual_ms}
+                "rms_misfit_ms": self.residual_ms, "per_sequence_ms": self.per_seq_ms,
+                "saturation_tokens": self.sat_tokens,
+                "saturation": self.sat_note}
 
 
 def _distinct(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
@@ -212,3 +242,26 @@ def modelled_comm(layers: int, hidden: int, dtype: str, nranks: int, topology: s
     where = "under the given NCCL settings" if env else "under NCCL's defaults"
     return comm, (f"MODELLED by nccl_tune.model.costmodel ({topology}, {nranks} ranks, {where}): "
                   f"{collectives} allreduces of n x {hidden} x {model.dtype_bytes(dtype)} B")
+
+
+def comm_ranges(comm: Callable[[int], float], layers: int, hidden: int, dtype: str, nranks: int,
+                topology: str, env: dict[str, str] | None, tokens, per_layer: int = 2,
+                extra: int = 1) -> dict:
+    """What `modelled_comm`'s comm(n) rests on at each token count in `tokens`: per
+    allreduce the model's time, NCCL's choice, whether it is calibrated and its range, as
+    `model predict` gives them (nccl_tune.model.calibrate.predict_rows, ranges from the
+    published machines of the kind), and comm(n) with that range times the allreduces
+    per forward. No fit of the machine is used here, so nothing is calibrated."""
+    from nccl_tune.model import calibrate, references
+    from nccl_tune.model import per_token as model
+
+    collectives = model.collectives_per_forward(layers, per_layer, extra)
+    tokens = sorted(set(tokens))
+    rows = calibrate.predict_rows(topology, nranks, [model.message_bytes(n, hidden, dtype)
+                                                     for n in tokens], dict(env or {}), None,
+                                  None, references.load())
+    out = [{"tokens": n, **row, "comm_ms": comm(n),
+            "comm_range_ms": ([collectives * v / 1000.0 for v in row["range_us"]]
+                              if row["range_us"] else None)} for n, row in zip(tokens, rows)]
+    return {"collectives": collectives, "calibrated": all(r["calibrated"] for r in out),
+            "rows": out}

@@ -5,8 +5,9 @@ the arguments a TP=2 server of the tiny Llama needs on 2 cores.
 $NCCLTUNE_SGLANG_VENV; kept apart from the tool's Python so SGLang's pins never change
 what vLLM needs). The server is a subprocess started with that environment's python, so
 the tests themselves run in the tool's Python. `substitutes/` (test-only torchvision
-and sgl_kernel stand-ins, see substitutes/README.md) reach the server only through its
-PYTHONPATH.
+and sgl_kernel stand-ins, and a sitecustomize that gives SGLang's torch_native attention
+the speculative verify path it lacks; see substitutes/README.md) reach the server only
+through its PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -51,12 +52,19 @@ def server_env() -> dict[str, str]:
     return subprocess_env(**env_vars())
 
 
-def server_args(model: str) -> list[str]:
+# NGRAM speculative decoding (prompt lookup: no draft model) with 4 draft tokens, as issue 25
+# tried it by hand (with --mem-fraction-static 0.3); its verify forward runs through the
+# test-only tree attention of substitutes/_nccl_tune_tree_verify.py.
+NGRAM = ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4")
+
+
+def server_args(model: str, ngram: bool = False) -> list[str]:
     """SGLang arguments for the tiny Llama on 2 CPU ranks: torch attention and sampling (no
     CPU kernels needed), no grammar backend, a small KV cache, /metrics on, and a decode
-    line every 4 steps so short runs still log their throughput."""
+    line every 4 steps so short runs still log their throughput; with `ngram`, NGRAM
+    speculative decoding (validate's --steps replaces its draft-token count)."""
     return ["--model-path", model, "--device", "cpu", "--tp", "2",
             "--disable-overlap-schedule", "--attention-backend", "torch_native",
             "--sampling-backend", "pytorch", "--grammar-backend", "none",
-            "--max-total-tokens", "4096", "--mem-fraction-static", "0.05",
-            "--enable-metrics", "--decode-log-interval", "4"]
+            "--max-total-tokens", "4096", "--mem-fraction-static", "0.3" if ngram else "0.05",
+            "--enable-metrics", "--decode-log-interval", "4", *(NGRAM if ngram else ())]
