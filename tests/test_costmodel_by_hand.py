@@ -7,7 +7,8 @@ module under test:
 - baseLat (us), LL / LL128 / Simple: Ring 6.6 / 14.0 / 8.4, Tree 6.8 / 14.0 / 8.4.
 - hwLat per hop (us): NVLink Ring .6 / 1.9 / 3.4, Tree .6 / 1.25 / 4.0;
   PCI Ring 1.0 / 2.5 / 5.7, Tree 1.0 / 1.9 / 4.0. NVLS: 25 us flat, no baseLat.
-- Ring steps: `nsteps = allreduce ? 2(n-1) : reducescatter or allgather ? n-1 : n`.
+- Ring steps: `nsteps = allreduce ? 2(n-1) : reducescatter or allgather ? n-1 : n`;
+  broadcast and reduce are charged one hop of latency when the channels share one ring.
   A ring all_gather passes each rank's block n-1 times round the ring (after n-1 steps
   every rank holds all n blocks); reduce_scatter is the same ring run backwards, and
   allreduce is one of each, 2(n-1). One node: latency = baseLat + nsteps x hwLat.
@@ -36,6 +37,10 @@ LATENCY_TERMS = [
     ("all_gather", 4, "Ring", "LL", "nvlink", 8.4),        # 6.6 + 3 x 0.6
     ("reduce_scatter", 2, "Ring", "Simple", "pci", 14.1),  # 8.4 + 1 x 5.7
     ("allreduce", 8, "Ring", "LL", "pci", 20.6),           # 6.6 + 14 x 1.0
+    # broadcast and reduce: one hop when every channel runs the same ring (sameChannels,
+    # as NCCL's search gets on one node); tuning.cc charges n hops only otherwise
+    ("broadcast", 8, "Ring", "LL", "pci", 7.6),            # 6.6 + 1 x 1.0
+    ("reduce", 8, "Ring", "Simple", "nvlink", 11.8),       # 8.4 + 1 x 3.4
     ("allreduce", 8, "Ring", "Simple", "pci", 88.2),       # 8.4 + 14 x 5.7
     ("allreduce", 4, "Ring", "LL128", "nvlink", 25.4),     # 14.0 + 6 x 1.9
     ("allreduce", 8, "Tree", "LL", "pci", 20.8),           # 6.8 + 14 x 1.0
