@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 # module path -> the fast test files that own it
 TARGETS: dict[str, list[str]] = {
     "nccl_tune/stats.py": ["tests/test_stats.py", "tests/test_intervals_and_decisions.py"],
-    "nccl_tune/model/costmodel.py": ["tests/test_costmodel.py", "tests/test_tuner.py"],
+    "nccl_tune/model/costmodel.py": ["tests/test_costmodel.py", "tests/test_costmodel_by_hand.py",
+                                     "tests/test_tuner.py"],
     "nccl_tune/nccl/tuner.py": ["tests/test_tuner.py"],
     "nccl_tune/spec/planner.py": ["tests/test_spec_planner.py"],
     "nccl_tune/spec/cycle.py": ["tests/test_specdec.py", "tests/test_spec_planner.py"],
@@ -161,6 +162,9 @@ def check_module(module: str, tests: list[str], max_mutants: int, seed: int,
         work = Path(tmp) / "repo"
         shutil.copytree(REPO, work, ignore=shutil.ignore_patterns(
             ".git", "__pycache__", "*.egg-info", ".venv*", "site"))
+        shared = REPO.parent / "shared"  # the real public fixtures beside the checkout
+        if shared.is_dir():  # (tests read ../shared/fixtures/real and skip without it)
+            (Path(tmp) / "shared").symlink_to(shared.resolve())
         if not run_tests(work, tests, timeout_s):
             raise SystemExit(f"{module}: its tests fail without a mutant: fix them first")
         for site in sorted(chosen, key=lambda s: s.index):

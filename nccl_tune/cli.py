@@ -200,4 +200,4 @@ def main() -> None:
         cli.main(prog_name="nccl-tune")
     except KeyboardInterrupt:
         click.echo("nccl-tune: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import factories
 import pytest
 
-from nccl_tune import store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import calibrate, ranges, references
 from nccl_tune.model import costmodel as cm
@@ -20,10 +20,9 @@ def _records(env, sizes, params, topo="pcie", nranks=8, mode="eager", host="box"
     out = []
     for b in sizes:
         t = cm.predict("allreduce", b, nranks, env, cm.topology(topo), params, mode).time_us
-        out.append(store.make_record(
-            run_id="r", cell=store.cell_id(env), env=dict(env), backend="nccl-tests", op="allreduce",
-            mode=mode, world_size=nranks, nnodes=1, bytes=b, lat_us={"p50": t}, host=host,
-            gpus=gpus or ["GPU"] * nranks, topology=topo, status="ok"))
+        out.append(factories.record(
+            dict(env), b, p50=t, round_=None, run_id="r", backend="nccl-tests", mode=mode,
+            world_size=nranks, nnodes=1, host=host, gpus=gpus or ["GPU"] * nranks, topology=topo))
     return out
 
 

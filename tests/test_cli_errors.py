@@ -55,15 +55,6 @@ def test_tool_errors_are_one_line(files, args, fragment):
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
-def test_exec_of_a_missing_program_is_one_line_exit_127(files):
-    # not bad input to nccl-tune but a command that cannot start: 127, as shells and env(1)
-    done = run("exec", "--profile", f"{files}/good.env", "--", f"{files}/not-a-program")
-    assert done.returncode == 127, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cannot run" in lines[0], done.stderr
-    assert "Traceback" not in done.stderr and done.stdout == ""
-
-
 # Usage errors (click): exit 2, click's usage text ending in one 'Error:' line.
 USAGE = [
     ["lint"],

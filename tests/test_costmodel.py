@@ -14,22 +14,38 @@ P = cm.NCCL_PARAMS
 @pytest.mark.parametrize("nranks", [2, 4, 8])
 def test_one_node_ring_latency_is_baselat_plus_2n_minus_1_hops(link, proto, nranks):
     # tuning.cc: one-node ring allreduce latency = baseLat + 2(n-1) * hwLat.
-    expected = P.base_lat[("Ring", proto)] + 2 * (nranks - 1) * P.hw_lat[link][("Ring", proto)]
+    i = ("LL", "LL128", "Simple").index(proto)
+    expected = TUNING_CC_BASE_LAT["Ring"][i] + 2 * (nranks - 1) * TUNING_CC_HW_LAT[link]["Ring"][i]
     assert cm.latency_term_us("allreduce", nranks, "Ring", proto, link) == pytest.approx(expected)
     # At a tiny size the whole modelled time is that latency (transfer of 8 bytes ~ 0),
     # except Simple over PCIe, whose time (not NCCL's estimate) uses pcie_simple_time.
     tiny = cm.op_time_us("allreduce", 8, nranks, "Ring", proto, link, channels=1)
     if proto == "Simple" and link == "pci":
-        base, hop = P.pcie_simple_time
-        expected = base + 2 * (nranks - 1) * hop
+        # the fit in ModelParams.pcie_simple_time: 15 us + 1.5 us per ring step
+        expected = 15.0 + 2 * (nranks - 1) * 1.5
     assert tiny == pytest.approx(expected, abs=0.01)
 
 
-def test_nccl_constants_match_tuning_cc():
-    assert P.base_lat[("Ring", "LL")] == 6.6 and P.base_lat[("Tree", "LL")] == 6.8
-    assert P.base_lat[("Ring", "LL128")] == 14.0 and P.base_lat[("Ring", "Simple")] == 8.4
-    assert P.hw_lat["nvlink"][("Ring", "LL")] == 0.6 and P.hw_lat["nvlink"][("Tree", "LL128")] == 1.25
-    assert P.hw_lat["pci"][("Ring", "Simple")] == 5.7 and P.hw_lat["pci"][("Tree", "Simple")] == 4.0
+# tuning.cc (2.2x-2.30) as NCCL writes its tables, order LL / LL128 / Simple.
+TUNING_CC_BASE_LAT = {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4)}
+TUNING_CC_HW_LAT = {"nvlink": {"Tree": (.6, 1.25, 4.0), "Ring": (.6, 1.9, 3.4)},
+                    "pci": {"Tree": (1.0, 1.9, 4.0), "Ring": (1.0, 2.5, 5.7)}}
+
+
+@pytest.mark.parametrize("link", ["nvlink", "pci"])
+@pytest.mark.parametrize("algo", ["Tree", "Ring"])
+def test_nccl_constants_match_tuning_cc(link, algo):
+    # Read back from the model's behaviour, not from its tables: one rank more adds two
+    # allreduce steps (2(n-1)), so hwLat = (L(3) - L(2)) / 2 and baseLat = L(2) - 2 hwLat.
+    for proto, base, hop in zip(("LL", "LL128", "Simple"), TUNING_CC_BASE_LAT[algo],
+                                TUNING_CC_HW_LAT[link][algo]):
+        two = cm.latency_term_us("allreduce", 2, algo, proto, link)
+        three = cm.latency_term_us("allreduce", 3, algo, proto, link)
+        assert (three - two) / 2 == pytest.approx(hop), (proto, "hwLat")
+        assert two - 2 * hop == pytest.approx(base), (proto, "baseLat")
+    # NVLS: hwLat[NVLINK][NVLS][Simple] = 25 us replaces baseLat + steps, at any size.
+    assert cm.latency_term_us("allreduce", 8, "NVLS", "Simple", "nvlink") == pytest.approx(25.0)
+    assert cm.latency_term_us("allreduce", 4, "NVLS", "Simple", "nvlink") == pytest.approx(25.0)
 
 
 def test_ll128_absent_on_pcie_unless_forced():

@@ -87,15 +87,6 @@ def test_warnings_are_counted_not_refused(tmp_path):
     assert json.loads(out)["env"] == {"NCCL_PROTO": "^LL"}
 
 
-def test_missing_command_is_one_line_exit_127(profile_file):
-    # as bash and env(1): 127 for a command that does not exist (126: not executable)
-    argv = python_cmd("-m", "nccl_tune", "exec", "--profile", str(profile_file), "--",
-                      "no-such-command-nccl-tune")
-    done = subprocess.run(argv, capture_output=True, text=True, env=subprocess_env(), timeout=60)
-    assert done.returncode == 127 and len(done.stderr.strip().splitlines()) == 1
-    assert "no-such-command-nccl-tune" in done.stderr
-
-
 def test_build_env_is_pure():
     from nccl_tune.commands.exec_ import build_env
 

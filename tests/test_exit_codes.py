@@ -14,11 +14,12 @@ import pytest
 
 from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.cli import cli
-from nccl_tune.errors import (EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
-                              EXIT_RUN_FAILED)
-
 from conftest import subprocess_env
 from unwritable import drop_overrides, unwritable_folder
+
+# The published codes (DESIGN.md section 8, shells and env(1) for 126/127), written out
+# rather than imported from nccl_tune.errors: a changed constant there must fail here.
+EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 2, 126, 127
 
 try:
     import torch
@@ -247,11 +248,15 @@ def test_validate_refuses_a_cuda_loop_on_cpu(cli_runner, tmp_path):
 # ---------------------------------------------------------------- 127 / 126: exec
 
 def test_exec_missing_command_127(cli_runner, tmp_path):
+    # The one test of exit 127 (the subprocess copies in test_exec and test_cli_errors went):
+    # one line on stderr naming the command and why, nothing on stdout.
     profile = tmp_path / "p.env"
     profile.write_text("NCCL_PROTO=LL\n")
-    for command in ("nccl-tune-no-such-command", str(tmp_path / "absent")):
+    for command, why in (("nccl-tune-no-such-command", "no such command on PATH"),
+                         (str(tmp_path / "absent"), "no such file")):
         result = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", command])
         assert result.exit_code == EXIT_NOT_FOUND, result.output
+        assert (result.stdout, result.stderr) == ("", f"Error: cannot run '{command}': {why}\n")
 
 
 def test_exec_not_executable_126(cli_runner, tmp_path):
@@ -260,9 +265,38 @@ def test_exec_not_executable_126(cli_runner, tmp_path):
     plain = tmp_path / "plain.sh"
     plain.write_text("echo hi\n")
     plain.chmod(0o644)
-    for command in (str(plain), str(tmp_path)):
+    for command, why in ((str(plain), "not executable"), (str(tmp_path), "a directory")):
         result = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", command])
         assert result.exit_code == EXIT_NOT_EXECUTABLE, result.output
+        assert result.stderr == f"Error: cannot run '{command}': {why}\n"
     on_path = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", "plain.sh"],
                                 env={"PATH": str(tmp_path)})
     assert on_path.exit_code == EXIT_NOT_EXECUTABLE, on_path.output
+    assert on_path.stderr == f"Error: cannot run 'plain.sh': {plain} is not executable\n"
+
+
+# ---------------------------------------------------------------- 130: interrupted
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from nccl_tune import cli as cli_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as info:
+        cli_module.main()
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "nccl-tune: interrupted\n"
+
+
+def test_the_exit_code_table_and_the_interrupted_message():
+    from nccl_tune import errors
+
+    # DESIGN.md section 8's codes, each once, each with its words
+    assert sorted(errors.EXIT_CODES) == [0, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE,
+                                         EXIT_NOT_FOUND, 130]
+    assert str(errors.Interrupted()) == "interrupted"
+    assert str(errors.Interrupted("sweep interrupted", resume="nccl-tune sweep --resume")) == (
+        "sweep interrupted; resume with: nccl-tune sweep --resume")
+    assert errors.Interrupted().exit_code == 130

@@ -88,6 +88,31 @@ def test_old_layout_error_column_and_star():
     flagged = [r for r in records if r["status"] == "wrong"]
     assert [r["bytes"] for r in flagged] == [32768] and flagged[0]["correct"] is False
     assert records[4]["status"] == "ok"  # 1e-07: a deviation within tolerance
+    # the header's "iters: 20", the four "Rank N ... device" lines, no plugin-set variable
+    assert records[0]["lat_us"]["n"] == 20
+    assert records[0]["gpus"] == ["Tesla V100-PCIE-32GB"] * 4
+    assert records[0]["world_size_inferred"] is False and records[0]["env_plugin"] is None
+    assert records[0]["hosts"] == ["nodeA"] and records[0]["host"] == "nodeA"
+
+
+def _old_layout_with(tmp_path, row_32768):
+    text = (OWN / "old_no_root_error_column.txt").read_text()
+    line = next(x for x in text.splitlines() if x.strip().startswith("32768 "))
+    path = tmp_path / "oob.txt"
+    path.write_text(text.replace(line, row_32768))
+    return importers.import_file(str(path))[0]
+
+
+def test_out_of_bounds_failure_marks_rows_only_when_no_row_is_flagged(tmp_path):
+    # "Out of bounds values : 1 FAILED" and no row flagged: nothing tells the bad row, so
+    # every row is wrong; one row flagged, in either column, carries the failure alone.
+    clean = "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  0e+00"
+    records = _old_layout_with(tmp_path, clean)
+    assert {(r["status"], r["correct"]) for r in records} == {("wrong", False)}
+    assert "1 out-of-bounds values (FAILED)" in records[0]["error"]
+    in_place = "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  3e-02*"
+    records = _old_layout_with(tmp_path, in_place)
+    assert [r["bytes"] for r in records if r["status"] == "wrong"] == [32768]
 
 
 def test_nccl1_names():
@@ -192,6 +217,9 @@ def test_json_with_per_iteration_samples():
     assert first["env"] == {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}  # NCCL_DEBUG left out
     assert first["versions"]["nccl"] == "2.27.3" and first["world_size"] == 2
     assert first["root"] == -1 and first["iters"] == 5
+    assert first["lat_us"]["cv"] == pytest.approx(0.03783784)  # cv_pct 3.783784 / 100
+    # out of bounds FAILED, but the second row reports its 3 wrong elements: only it is wrong
+    assert first["status"] == "ok" and first["correct"] is True
     assert second["status"] == "wrong" and second["wrong"] == 3
 
 
@@ -309,6 +337,25 @@ def test_zero_byte_rows_are_left_out_and_said(tmp_path, cli_runner):
     only_zero = _json_variant(tmp_path, lambda d: d.update(results=[{**d["results"][0], "size": 0}]))
     with pytest.raises(NcclTuneError, match="only rows of 0 bytes"):
         importers.import_file(str(only_zero))
+    # one byte (an int8 test) is a message, not an empty call
+    one = _json_variant(tmp_path, lambda d: d["results"][0].update(size=1, count=1))
+    records, runs = importers.import_file(str(one))
+    assert [r["bytes"] for r in records] == [1, 28672] and runs[0].zero_byte_rows == 0
+
+
+def test_an_absurd_size_is_refused_naming_it_cut_after_30_digits(tmp_path):
+    for size, shown in ((10 ** 29, str(10 ** 29)), (10 ** 30, str(10 ** 30)[:30] + "...")):
+        path = _json_variant(tmp_path, lambda d, size=size: d["results"][0].update(size=size))
+        with pytest.raises(NcclTuneError) as info:
+            importers.import_file(str(path))
+        assert str(info.value) == (f"{path}: a size of {shown} bytes is more than one GPU holds "
+                                   f"(at most {1 << 38})")
+
+
+# Mutants left alive on purpose (bench/mutation_check.py): MAX_IMPORT_BYTES = 32 x 1024 x
+# 1024 moved by one in a factor. The cap is a sanity bound on a file's size, not a
+# contract value; the reader fuzz (test_reader_fuzz.py) shows a 50 MB file refused, and a
+# test that pinned the exact byte would only restate the constant.
 
 
 # ---------------------------------------------------------------- forms found in public pastes
@@ -372,6 +419,8 @@ def test_world_size_from_counts_and_printed_digits(name, op, world):
     records, _ = _load(name)
     assert {r["op"] for r in records} == {op}
     assert {r["world_size"] for r in records} == {world}
+    # a table without "Rank N" lines (the *table_only* files) says its world size was inferred
+    assert {r["world_size_inferred"] for r in records} == {"table_only" in name}
 
 
 def test_world_size_none_when_the_digits_allow_several():

@@ -14,6 +14,7 @@ import math
 
 import pytest
 
+import factories
 from nccl_tune import stats, store
 from nccl_tune.decide import report
 from nccl_tune.measure import search
@@ -23,9 +24,9 @@ from nccl_tune.store import BASELINE
 
 
 def _rec(cell, env, round_, p50, **extra):
-    return {"schema": 1, "cell": cell, "env": env, "backend": "gloo", "op": "allreduce",
-            "world_size": 2, "bytes": 14336, "round": round_, "status": "ok", "host": "h",
-            "lat_us": {"p50": p50}, "samples_us": [p50 * 0.99, p50, p50 * 1.01], **extra}
+    return factories.record(env, 14336, p50=p50, round_=round_, cell=cell, backend="gloo",
+                            world_size=2, host="h", samples_us=[p50 * 0.99, p50, p50 * 1.01],
+                            **extra)
 
 
 # ---------------------------------------------------------------- latency intervals

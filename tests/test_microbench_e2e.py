@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
+import factories
 import pytest
 
 from nccl_tune import store
@@ -15,10 +15,7 @@ from tests.conftest import REPO_ROOT, subprocess_env
 FAST = ["--iters", "12", "--warmup", "2"]
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+_port = factories.free_port
 
 
 def torchrun(nproc: int, *args: str, env_extra: dict | None = None, timeout: int = 120):
@@ -33,8 +30,7 @@ def microbench(*args: str, timeout: int = 60):
                           env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _records(path) -> list[dict]:
-    return store.read_records([str(path)])
+_records = factories.read_records
 
 
 def _assert_valid(record: dict, world: int, op: str = "allreduce") -> None:

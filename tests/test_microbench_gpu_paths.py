@@ -42,8 +42,9 @@ def test_timing_method_per_device_and_mode():
 
 def test_head_start_covers_the_host_enqueue_with_bounds():
     assert timing.head_start_us(15.0) == 50.0  # 2 x 15 + 20
-    assert timing.head_start_us(0.0) == timing.HEAD_START_MIN_US
-    assert timing.head_start_us(1e6) == timing.HEAD_START_MAX_US
+    assert timing.head_start_us(0.0) == 20.0  # the documented bounds, [20 us, 5 ms]
+    assert timing.head_start_us(1e6) == 5000.0
+    assert timing.head_start_us(2490.0) == 5000.0  # 2 x 2490 + 20 = 5000, the bound itself
     assert timing.head_start_us(None) == 200.0 and timing.head_start_us(float("nan")) == 200.0
     assert timing.cycles_per_us(200_000, [0.1, 0.2, 0.1]) == pytest.approx(2000.0)  # median 0.1 ms
     assert timing.cycles_per_us(200_000, [0.0, -1.0]) is None

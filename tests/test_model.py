@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import factories
 import numpy as np
 import pytest
 
-from nccl_tune import stats, store
+from nccl_tune import store
 from nccl_tune.model import per_token as model
 
 DECODE = 14336
@@ -53,16 +54,8 @@ def test_public_report_arithmetic():
 
 
 def _records(env, lat_fn, rounds, drift, noise, seed, sizes=(8192, 14336, 28672), samples=30):
-    rng = np.random.default_rng(seed)
-    out = []
-    for rnd in range(rounds):
-        shift = drift[rnd]
-        for b in sizes:
-            s = lat_fn(b) + shift + rng.normal(0, noise, samples)
-            out.append(store.make_record(env=env, backend="nccl", op="allreduce", world_size=8,
-                                         bytes=b, lat_us=stats.summarize(s), samples_us=list(s),
-                                         round=rnd))
-    return out
+    return factories.sweep_records([(env, lat_fn)], sizes, rounds=rounds, drift=drift,
+                                   noise=noise, seed=seed, samples=samples)
 
 
 def _pair(rounds, seed=0, noise=0.3, drift_sd=1.0, gain=5.0):
@@ -94,7 +87,19 @@ def test_interval_shrinks_with_more_rounds():
 def test_one_round_uses_iterations_and_says_so():
     base, cell = _pair(1)
     est = model.estimate_saving(base, cell, DECODE, collectives=123)
-    assert est.basis == model.BASIS_ITERATIONS and est.ci_ms is not None
+    assert est.basis == model.BASIS_ITERATIONS and est.n_rounds == 1 and est.per_round_ms is None
+    # The centre: the difference of the 30-sample medians at 14336 B, x 123 calls / 1000.
+    def at_decode(records):
+        return [x for r in records if r["bytes"] == DECODE for x in r["samples_us"]]
+
+    centre = (np.median(at_decode(base)) - np.median(at_decode(cell))) * 123 / 1000
+    assert est.saving_ms == pytest.approx(centre)
+    # The interval from the iterations: the standard error of a median of 30 samples of
+    # sd 0.3 us is about 1.2533 x 0.3 / sqrt(30) = 0.069 us, of the difference 0.097 us,
+    # so 95% is about +-0.19 us per call, +-0.023 ms over 123 calls.
+    lo, hi = est.ci_ms
+    assert lo < est.saving_ms < hi
+    assert 0.012 < (hi - lo) / 2 < 0.035
 
 
 def test_interpolated_decode_size_between_measured_sizes():

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import factories
 from conftest import OWN_FIXTURES, REPO_ROOT, subprocess_env
 from microbench import options
 from nccl_tune.measure import grid as gridlib
@@ -26,18 +27,40 @@ FAKE = OWN_FIXTURES / "sweep" / "fake_torchrun.py"
 PREFIX = "gpu1:4242:4242 [0] NCCL INFO "
 
 
-def _grid(*sets):
-    return gridlib.build_grid(gridlib.spec_from_sets(list(sets)))
+_grid = factories.grid
 
 
 # ---------------------------------------------------------------- the catalogue
 
+# DESIGN.md section 5: PROTO/ALGO/THREAD_THRESHOLDS re-read at every communicator init
+# (ncclGetEnv in tuning.cc); NTHREADS, BUFFSIZE, MIN/MAX_NCHANNELS, MIN/MAX_CTAS and
+# NVLS_ENABLE cached NCCL_PARAMs; P2P_LEVEL, P2P_DISABLE, CTA_POLICY and NCCL_DEBUG* read
+# once per process outside the param system; CUMEM_ENABLE an NCCL_PARAM read at every
+# allocation (src/misc/cudawrap.cc ncclCuMemEnable), so not safe to re-read mid-process.
+DESIGN_READS = {
+    "init": {"NCCL_PROTO", "NCCL_ALGO", "NCCL_THREAD_THRESHOLDS"},
+    "param": {"NCCL_NTHREADS", "NCCL_BUFFSIZE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
+              "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_NVLS_ENABLE"},
+    "static": {"NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_CTA_POLICY", "NCCL_DEBUG",
+               "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"},
+    "param-hot": {"NCCL_CUMEM_ENABLE"},
+}
+
+
 def test_catalogue_says_how_each_variable_is_read_with_its_source():
+    for kind, names in DESIGN_READS.items():
+        for name in names:
+            assert settings.REREADS[name].kind == kind, name
     for name in settings.CATALOGUE:
         fact = settings.REREADS[name]
-        assert fact.kind in (settings.REREAD_INIT, settings.REREAD_PARAM, settings.REREAD_HOT,
-                             settings.REREAD_STATIC)
-        assert "src/" in fact.source or "plugin" in fact.source, name
+        # read at each init exactly when the variable is communicator-scoped
+        assert (fact.kind == settings.REREAD_INIT) == (settings.scope_of(name) == "communicator")
+        if fact.kind == settings.REREAD_INIT:
+            assert fact.source.startswith("src/graph/tuning.cc"), name
+        elif fact.kind in (settings.REREAD_PARAM, settings.REREAD_HOT):
+            assert fact.source.startswith("NCCL_PARAM"), name
+        else:
+            assert "src/" in fact.source or "plugin" in fact.source, name
 
 
 @pytest.mark.parametrize("name,version,no_cache,expected", [

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from nccl_tune import stats, store
+import factories
+from nccl_tune import store
 from nccl_tune.decide import plotting
 from nccl_tune.cli import cli
 
@@ -36,18 +36,11 @@ def _labels(axis) -> list[str]:
 
 
 def _records(backend="gloo"):
-    rng = np.random.default_rng(0)
-    out = []
-    for rnd in (1, 2, 3):
-        for env, base in (({}, 60.0), ({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring",
-                                        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216"}, 50.0)):
-            for nbytes in (1024, 14336, 1 << 20):
-                samples = base + nbytes / 5000 + rng.normal(0, 2.0, 20)
-                out.append(store.make_record(
-                    env=env, backend=backend, op="allreduce", world_size=2, nnodes=1, bytes=nbytes,
-                    dtype="bf16", iters=20, lat_us=stats.summarize(samples),
-                    samples_us=[float(x) for x in samples], round=rnd, correct=True))
-    return out
+    four = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16",
+            "NCCL_BUFFSIZE": "16777216"}
+    cells = [({}, lambda b: 60.0 + b / 5000), (four, lambda b: 50.0 + b / 5000)]
+    return factories.sweep_records(cells, (1024, 14336, 1 << 20), rounds=3, first_round=1,
+                                   noise=2.0, samples=20, seed=0, backend=backend, world_size=2)
 
 
 def test_axis_words():

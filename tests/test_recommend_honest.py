@@ -7,33 +7,22 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from nccl_tune import stats, store
+import factories
+from nccl_tune import store
 from nccl_tune.model import costmodel
 from nccl_tune.cli import cli
 
 
 def _records(backend="gloo", gain=0.0, rounds=3, seed=1):
     """Latency records of a sweep on `backend`: a baseline and one cell `gain` us faster."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for rnd in range(1, rounds + 1):
-        for env, base in (({}, 60.0), ({"NCCL_PROTO": "LL"}, 60.0 - gain)):
-            for nbytes in (8192, 14336, 28672):
-                samples = base + nbytes / 4000 + rng.normal(0, 3.0, 20)
-                out.append(store.make_record(
-                    env=env, backend=backend, op="allreduce", world_size=2, nnodes=1, bytes=nbytes,
-                    dtype="bf16", iters=20, lat_us=stats.summarize(samples),
-                    samples_us=[float(x) for x in samples], round=rnd, correct=True))
-    return out
+    cells = [({}, lambda b: 60.0 + b / 4000), ({"NCCL_PROTO": "LL"}, lambda b: 60.0 - gain + b / 4000)]
+    return factories.sweep_records(cells, (8192, 14336, 28672), rounds=rounds, first_round=1,
+                                   noise=3.0, samples=20, seed=seed, backend=backend, world_size=2)
 
 
-def _write(tmp_path, records, name="r.jsonl"):
-    path = tmp_path / name
-    store.append_records(str(path), records)
-    return str(path)
+_write = factories.write_records
 
 
 def _header(path) -> dict:

@@ -6,10 +6,12 @@ import csv
 import io
 import json
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import factories
 from nccl_tune import store
 from nccl_tune.decide import report
 from nccl_tune.cli import cli
@@ -23,15 +25,13 @@ def _record(env, round_, p50, *, backend="nccl", status="ok", confirmed=True, er
     samples = list(p50 * rng.lognormal(0, 0.01, 50))
     effective = None if backend in ("gloo",) else {"algo": "Ring", "proto": "LL", "channels": 2,
                                                     "confirmed": confirmed, "detail": "test"}
-    return store.make_record(env=env, backend=backend, op="allreduce", world_size=8, nnodes=1,
-                             bytes=NBYTES, lat_us={"p50": p50}, samples_us=samples, round=round_,
-                             status=status, error=error, effective=effective, **extra)
+    return factories.record(env, NBYTES, p50=p50, samples_us=samples, round_=round_,
+                            backend=backend, nnodes=1, status=status, error=error,
+                            effective=effective, **extra)
 
 
 def _write(tmp_path, records, name="r.jsonl"):
-    path = tmp_path / name
-    store.append_records(str(path), records)
-    return path
+    return Path(factories.write_records(tmp_path, records, name))
 
 
 def test_adjust_p_bh_and_bonferroni():

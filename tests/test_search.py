@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+import factories
 from nccl_tune.measure import grid as gridlib
 from nccl_tune import store
 from nccl_tune.measure import search, simbackend
@@ -26,8 +27,7 @@ BEST_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16",
 
 
 def _grid(sets=AXES):
-    spec = gridlib.spec_from_sets(list(sets))
-    return gridlib.build_grid(spec, "pcie"), spec
+    return factories.grid(*sets, topology="pcie"), gridlib.spec_from_sets(list(sets))
 
 
 def _engine(tmp_path, land, strategy, name="r.jsonl"):
@@ -69,13 +69,19 @@ def test_flat_landscapes_declare_no_winner(tmp_path, strategy):
     assert winners <= 1
 
 
+# Without the best cell the runner-up gives up its smallest effect, NTHREADS=256 (x 0.92):
+# 0.85 x 0.9 x 0.9 = 0.689 with NTHREADS unset or 512 alike, a tie the cell that sets
+# fewer variables wins.
+RUNNER_UP = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16"}
+
+
 @pytest.mark.parametrize("strategy", search.STRATEGIES)
 def test_a_broken_best_cell_is_never_kept(tmp_path, strategy):
     best = store.cell_id(BEST_ENV)
     for kind in ("failed", "wrong"):
         land = _clear_landscape(broken={best: kind})
         outcome, _ = _run(tmp_path, strategy, land, rounds=3, name=f"{strategy}-{kind}.jsonl")
-        assert outcome.best is not None and outcome.best != best
+        assert outcome.best == store.cell_id(RUNNER_UP) and outcome.winner
         if strategy != "exhaustive":  # exhaustive measures every cell to the end
             assert best not in outcome.finalists
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nccl_tune.nccl import settings
@@ -19,12 +21,27 @@ def severities(name, value, version=None):
     return [sev for sev, _ in check_value(name, value, version)]
 
 
+# DESIGN.md section 5: re-read at every communicator init; everything else is read once
+# per process (cached NCCL_PARAMs, or process-wide like NCCL_P2P_LEVEL and NCCL_DEBUG*).
+COMMUNICATOR_SCOPED = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_THREAD_THRESHOLDS"}
+# Defaults NCCL publishes (docs/env.rst: BUFFSIZE 4194304, DEBUG_SUBSYS INIT,BOOTSTRAP,ENV,
+# NVLS_ENABLE 2, CUMEM_ENABLE 1 since 2.19, GRAPH_REGISTER 1, CTA_POLICY 0; P2P_DISABLE
+# and SHM_DISABLE 0; tuning.cc's LL128 maximum of 640 threads). The rest are unset.
+PUBLISHED_DEFAULTS = {"NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV",
+                      "NCCL_NVLS_ENABLE": "2", "NCCL_CUMEM_ENABLE": "1",
+                      "NCCL_GRAPH_REGISTER": "1", "NCCL_CTA_POLICY": "0",
+                      "NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0",
+                      "NCCL_LL128_NTHREADS": "unset: 640"}
+
+
 @pytest.mark.parametrize("name", ISSUE_VARIABLES)
 def test_every_issue_variable_is_catalogued(name):
     setting = settings.lookup(name)
-    assert setting is not None
-    assert setting.scope in ("process", "communicator")
-    assert setting.default and setting.meaning
+    assert setting.name == name
+    assert setting.scope == ("communicator" if name in COMMUNICATOR_SCOPED else "process")
+    expected = PUBLISHED_DEFAULTS.get(name, "unset")
+    assert re.match(rf"{re.escape(expected)}\b", setting.default), setting.default
+    assert setting.meaning.endswith(".") and len(setting.meaning) > 20
 
 
 def test_scopes_follow_design():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -108,6 +109,41 @@ def test_plan_row_arithmetic():
     assert two.verify_ms == 12.0 and two.cycle_ms == pytest.approx(2 * 1.0 + 12.0 + 0.5)
     assert two.tok_s == pytest.approx(1000 * 1.75 / 14.5)
     assert not two.extrapolated and verify.extrapolated(5)
+
+
+# Mutants of nccl_tune/spec/cycle.py left alive on purpose (bench/mutation_check.py): the
+# float defaults 0.0 (other_ms, the k = 0 row's draft and other time) "mutate" to
+# 0.0 x 1.5 = 0.0, the same program.
+
+def test_plan_rows_by_hand_and_their_edges():
+    # k = 2 with a 1.5 ms draft step: draft 2 x 1.5 = 3.0 ms, cycle 3.0 + 12.0 = 15.0 ms
+    two = sd.plan_steps([2], lambda k: 2.0, 1.5, lambda n: 12.0)[0]
+    assert (two.draft_ms, two.cycle_ms, two.tok_s) == (3.0, 15.0, pytest.approx(2000 / 15.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        two.k = 3  # rows are values where modules meet
+    # a verify time without an `extrapolated` test is measured, never extrapolated
+    assert not any(p.extrapolated for p in sd.plan_steps([0, 1], lambda k: 1.5, 1.0, lambda n: 9.0))
+    # plain decoding is extrapolated only when priced by an extrapolated verify curve
+    verify = sv.measured_curve([(2, 10.0), (3, 12.0)])  # 1 token lies outside
+    assert sd.plan_steps([0], lambda k: 1.0, 1.0, verify)[0].extrapolated
+    assert not sd.plan_steps([0], lambda k: 1.0, 1.0, verify, decode_ms=9.0)[0].extrapolated
+    # any positive time is a time; zero is refused, for plain decoding and for a cycle
+    assert sd.plan_steps([0], lambda k: 1.0, 0.0, lambda n: 0.5)[0].tok_s == pytest.approx(2000.0)
+    assert sd.plan_steps([1], lambda k: 1.5, 0.0, lambda n: 0.5)[0].tok_s == pytest.approx(3000.0)
+    with pytest.raises(ValueError, match="plain decoding"):
+        sd.plan_steps([0], lambda k: 1.0, 0.0, lambda n: 0.0)
+    with pytest.raises(ValueError, match="a cycle"):
+        sd.plan_steps([1], lambda k: 1.5, 0.0, lambda n: 0.0)
+
+
+def test_candidates_include_one_step_and_the_exact_floor():
+    def row(k, tok_s):
+        return sd.StepPlan(k, 1.0, 0.0, 1.0, 0.0, 1.0, tok_s)
+
+    # k = 1 is the best speculative row; k = 2 sits exactly on the floor 100 x (1 - 0.5)
+    plans = [row(0, 40.0), row(1, 100.0), row(2, 50.0), row(3, 49.0)]
+    assert sd.candidate_steps(plans, rel_error=0.5) == [1, 2]
+    assert sd.best_step(plans).k == 1
 
 
 def test_parsers_reject_bad_text():

@@ -126,3 +126,101 @@ def test_mann_whitney_and_verdict():
     assert stats.verdict(-3.0, -1.0) == stats.FASTER
     assert stats.verdict(1.0, 3.0) == stats.SLOWER
     assert stats.verdict(-1.0, 1.0) == stats.NO_DIFFERENCE
+
+
+# ---------------------------------------------------------------- intervals worked by hand
+#
+# t quantiles from a printed Student-t table: t(0.975, 1) = 12.706, t(0.975, 2) = 4.303.
+# Mutants left alive on purpose (bench/mutation_check.py, issue 24): the defaults
+# n_boot=2000 and seed=0 of bootstrap_ci, bootstrap_diff_ci and paired_diff_ci. Another
+# count or seed draws other resamples of the same distribution; a test that pinned them
+# could only restate the code, so those mutants are equivalent for every caller.
+
+def test_summarize_two_values_have_a_cv():
+    # sd of (1, 3) = sqrt(2), mean 2: cv = 0.7071 (one value is the only case without one)
+    assert stats.summarize([1.0, 3.0])["cv"] == pytest.approx(np.sqrt(2) / 2)
+
+
+def test_t_ci_by_hand():
+    # (1, 2, 3): mean 2, sd 1, standard error 1/sqrt(3); half width 4.303 / sqrt(3) = 2.484
+    mean, lo, hi = stats.t_ci([1.0, 2.0, 3.0])
+    assert (mean, lo, hi) == (2.0, pytest.approx(-0.484, abs=1e-3), pytest.approx(4.484, abs=1e-3))
+    # two values: (1, 3), sd sqrt(2), standard error 1: 2 -+ 12.706
+    assert stats.t_ci([1.0, 3.0]) == (2.0, pytest.approx(-10.706, abs=1e-3),
+                                      pytest.approx(14.706, abs=1e-3))
+    assert stats.t_ci([5.0]) == (5.0, 5.0, 5.0)
+
+
+def test_paired_t_ci_by_hand():
+    # differences (2, 3, 4): mean 3, sd 1: 3 -+ 4.303 / sqrt(3) = 3 -+ 2.484
+    mean, lo, hi = stats.paired_t_ci([3.0, 5.0, 7.0], [1.0, 2.0, 3.0])
+    assert (mean, lo, hi) == (3.0, pytest.approx(0.516, abs=1e-3), pytest.approx(5.484, abs=1e-3))
+
+
+def test_positive_ci_by_hand():
+    # logs of (0.5, 2, 8) are ln2 x (-1, 1, 3): mean ln 2, sd 2 ln 2 = 1.386, standard
+    # error 0.800, half width 4.303 x 0.800 = 3.444; so 2 x exp(-+3.444) = 0.0639 .. 62.6
+    centre, lo, hi = stats.positive_ci([0.5, 2.0, 8.0])
+    assert centre == pytest.approx(2.0)
+    assert lo == pytest.approx(0.0639, abs=1e-4) and hi == pytest.approx(62.6, abs=0.05)
+    assert stats.positive_ci([5.0]) == pytest.approx((5.0, 5.0, 5.0))
+
+
+def test_welch_t_ci_by_hand():
+    # a = (1, 3), b = (4, 6): variances 2 and 2, so va = vb = 1, se = sqrt(2), and the
+    # Welch-Satterthwaite dof = (1 + 1)^2 / (1/1 + 1/1) = 2: -3 -+ 4.303 x 1.414 = -3 -+ 6.085
+    delta, lo, hi = stats.welch_t_ci([1.0, 3.0], [4.0, 6.0])
+    assert (delta, lo, hi) == (-3.0, pytest.approx(-9.085, abs=1e-3), pytest.approx(3.085, abs=1e-3))
+    assert stats.welch_t_ci([2.0, 2.0], [5.0, 5.0]) == (-3.0, -3.0, -3.0)  # no spread
+    with pytest.raises(ValueError):
+        stats.welch_t_ci([1.0], [2.0, 3.0])
+
+
+def test_welch_t_ci_matches_scipys_welch_test_on_unequal_samples():
+    from scipy.stats import ttest_ind
+
+    a = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9]
+    b = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5]
+    for confidence in (0.9, 0.95):
+        ref = ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+        delta, lo, hi = stats.welch_t_ci(a, b, confidence)
+        assert delta == pytest.approx(np.mean(a) - np.mean(b))
+        assert (lo, hi) == (pytest.approx(ref.low), pytest.approx(ref.high))
+
+
+def test_bootstrap_intervals_of_two_values_by_hand():
+    # Resampling (4, 6) gives medians 4, 5, 6 with probabilities 1/4, 1/2, 1/4: the 95%
+    # interval spans (4, 6); a 40% one (30th to 70th percentile) is 5 alone.
+    assert stats.bootstrap_ci([4.0, 6.0]) == (4.0, 6.0)
+    assert stats.bootstrap_ci([4.0, 6.0], confidence=0.4) == (5.0, 5.0)
+    # 1 against (3, 5): differences -2, -3, -4 with the same probabilities.
+    assert stats.bootstrap_diff_ci([1.0], [3.0, 5.0]) == (-3.0, -4.0, -2.0)
+    assert stats.bootstrap_diff_ci([1.0], [3.0, 5.0], confidence=0.4) == (-3.0, -3.0, -3.0)
+    assert stats.bootstrap_diff_ci([3.0, 5.0], [1.0]) == (3.0, 2.0, 4.0)  # and the other way
+    with pytest.raises(ValueError):
+        stats.bootstrap_diff_ci([], [1.0, 2.0])
+
+
+def test_identical_rounds_are_tied_and_touching_zero_is_no_difference():
+    assert stats.tied({1: 1.0, 2: 1.1, 3: 0.9}, {1: 1.0, 2: 1.1, 3: 0.9}) is True  # interval [0, 0]
+    assert stats.verdict(-1.0, 0.0) == stats.NO_DIFFERENCE  # an interval that reaches 0
+    assert stats.verdict(0.0, 1.0) == stats.NO_DIFFERENCE
+
+
+def test_mann_whitney_with_two_values_a_side():
+    # (1, 2) against (3, 4): U = 0, the most extreme of C(4, 2) = 6 equally likely orders;
+    # two-sided exact p = 2 / 6
+    assert stats.mann_whitney_p([1.0, 2.0], [3.0, 4.0]) == pytest.approx(1 / 3)
+
+
+def test_rate_ci_by_hand():
+    # (100, 110) tok/s: mean 105; logs 4.6052 and 4.7005, sd 0.0674, standard error 0.0477,
+    # half width 12.706 x 0.04766 = 0.6055: exp(4.6528 -+ 0.6055) = 57.24 .. 192.16
+    mean, (lo, hi) = stats.rate_ci([100.0, 110.0])
+    assert mean == 105.0 and lo == pytest.approx(57.24, abs=0.01) and hi == pytest.approx(192.16, abs=0.01)
+    mean, (lo, hi) = stats.rate_ci([0.5, 2.0, 8.0])  # below 1 is still a rate
+    assert mean == 3.5 and lo == pytest.approx(0.0639, abs=1e-4) and hi == pytest.approx(62.6, abs=0.05)
+    assert stats.rate_ci([100.0, None]) == (100.0, None)  # one value: no interval
+    assert stats.rate_ci([0.0, 100.0]) == (50.0, None)  # a zero rate: no log-scale interval
+    assert stats.rate_ci([100.0, float("inf")])[1] is None
+    assert stats.rate_ci([]) == (None, None) and stats.rate_ci([None]) == (None, None)

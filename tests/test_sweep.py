@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nccl_tune.measure import grid as gridlib
+import factories
 from nccl_tune import store
 from nccl_tune.measure import launch, simbackend
 from nccl_tune.decide import report
@@ -17,8 +17,7 @@ from nccl_tune.errors import NcclTuneError
 SIZES = (14336, 57344)
 
 
-def _grid(*sets, topology=None, allow_unsafe=False):
-    return gridlib.build_grid(gridlib.spec_from_sets(list(sets)), topology, allow_unsafe)
+_grid = factories.grid
 
 
 def _sim_engine(out, *, isolation="group", land=None, iters=100, nproc=8):

@@ -4,12 +4,12 @@ torchrun agents on 127.0.0.1 joined by rendezvous (two "nodes" on one machine)."
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
 
+import factories
 from conftest import OWN_FIXTURES, REPO_ROOT, subprocess_env
 from nccl_tune import store
 
@@ -55,16 +55,10 @@ def test_gloo_sweep_end_to_end_then_report(tmp_path):
     assert all(r["verdict"] is not None for r in rows if r["cell"] != store.BASELINE)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_nodes_by_rendezvous_each_rank_sees_the_cells_environment(tmp_path):
     out = tmp_path / "r.jsonl"
     probe_path = f"{REPO_ROOT}:{OWN_FIXTURES / 'sweep'}"
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{factories.free_port()}"
     common = ["--set", "NCCL_NTHREADS=256", "--set", "NCCL_PROTO=LL", "--sizes", "1024",
               "--backend", "gloo", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", endpoint,
               "--module", "rank_probe", "--timeout", "120", "--out", str(out)]

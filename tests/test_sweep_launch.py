@@ -8,9 +8,8 @@ import time
 
 import pytest
 
+import factories
 from conftest import OWN_FIXTURES, subprocess_env
-from nccl_tune.measure import grid as gridlib
-from nccl_tune import store
 from nccl_tune.measure import launch
 from nccl_tune.measure import sweep as sweeplib
 
@@ -19,8 +18,7 @@ SIZES = (1024, 4096)
 pytestmark = pytest.mark.slow
 
 
-def _grid(*sets):
-    return gridlib.build_grid(gridlib.spec_from_sets(list(sets)))
+_grid = factories.grid
 
 
 def _engine(tmp_path, mode="records", backend="gloo", isolation="group", timeout=30.0, **fake_env):
@@ -40,7 +38,7 @@ def _left_alive(tmp_path) -> list[int]:
 
 
 def _records(tmp_path):
-    return store.read_records([str(tmp_path / "r.jsonl")])
+    return factories.read_records(tmp_path / "r.jsonl")
 
 
 def test_grouped_launch_sets_each_cells_environment(tmp_path):

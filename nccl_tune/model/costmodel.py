@@ -257,9 +257,12 @@ def _func(op: str) -> str:
 
 
 def bus_factor(op: str, nranks: int) -> float:
-    """nccl-tests' bus bandwidth factor: 2(n-1)/n for allreduce, (n-1)/n otherwise."""
+    """nccl-tests' bus bandwidth factor: 2(n-1)/n for allreduce, 1 for broadcast and
+    reduce, (n-1)/n for all_gather and reduce_scatter."""
     if nranks <= 1:
         return 0.0
+    if op in ("broadcast", "reduce"):
+        return 1.0
     return 2 * (nranks - 1) / nranks if op == "allreduce" else (nranks - 1) / nranks
 
 
@@ -312,6 +315,18 @@ def _pool(max_channels: int, min_channels: int) -> int:
     return max(1, max(min_channels, 1) if max_channels < min_channels else max_channels)
 
 
+def ring_hops(op: str, nranks: int) -> int:
+    """Hops NCCL's latency estimate charges a one-node ring (tuning.cc): 2(n-1) for
+    allreduce, n-1 for all_gather and reduce_scatter, and for broadcast and reduce one
+    (NCCL charges a single hop when every channel runs the same ring, `sameChannels`,
+    which its search achieves on one node; n hops otherwise)."""
+    if op == "allreduce":
+        return 2 * (nranks - 1)
+    if op in ("broadcast", "reduce"):
+        return 1
+    return nranks - 1
+
+
 def latency_term_us(op: str, nranks: int, algo: str, proto: str, link: str,
                     params: ModelParams = NCCL_PARAMS, for_time: bool = False) -> float:
     """The fixed part of a collective's time: baseLat + hops x hwLat (NVLS: its own).
@@ -321,7 +336,7 @@ def latency_term_us(op: str, nranks: int, algo: str, proto: str, link: str,
     """
     if algo == "NVLS":
         return params.nvls_lat
-    hops = 2 * (nranks - 1) if op == "allreduce" else nranks - 1
+    hops = ring_hops(op, nranks)
     if for_time and proto == "Simple" and link in ("pci", "shm") and params.pcie_simple_time:
         base, hop = params.pcie_simple_time
         extra = params.hw_lat["shm"][(algo, proto)] - params.hw_lat["pci"][(algo, proto)]
