@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import docs_examples as dx  # noqa: E402
+import docs_examples as dx
 
 PAGES = [p for p in dx.pages() if dx.parse_page(p)]
 
