@@ -168,8 +168,10 @@ def lines(result: RecommendResult) -> list[str]:
     if analysis.source != MODELLED:
         out.append("saving: baseline minus cell, ms per token, on the [CI] basis: rN = N rounds "
                    "paired with the baseline, uN = unpaired rounds, it = iterations of one round "
-                   "(ignores drift); tok/s and the speculative plan use this saving (lat and comm "
-                   "are medians over rounds, so their difference can differ slightly)")
+                   "(ignores drift); tok/s and the speculative plan use this saving. It is the mean of "
+                   "the per-round differences, while lat and comm are medians over rounds: a few "
+                   "outlying rounds pull the mean (and widen its interval), so the two can "
+                   "disagree")
     if analysis.pruned:
         shown = analysis.pruned[:MAX_PRUNED_SHOWN]
         more = len(analysis.pruned) - len(shown)
