@@ -41,8 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     for label, extra in (("nccl-tune --help", ["--help"]), ("nccl-tune lint --help", ["lint", "--help"])):
         times = time_command([sys.executable, "-m", "nccl_tune", *extra], args.repeats)
-        print(f"{label:24s} " + " ".join(f"{t:.3f}" for t in times)
-              + f"  median {statistics.median(times):.3f} s")
+        print(f"{label:24s} " + " ".join(f"{t:.3f}" for t in times) + f"  median {statistics.median(times):.3f} s")
 
 
 if __name__ == "__main__":

@@ -68,8 +68,9 @@ def worker(repeats: int, iters: int, warmup: int) -> None:
 
     from microbench import allreduce, options
 
-    args = options.parse_args(["--sizes", str(NBYTES), "--iters", str(iters), "--warmup", str(warmup),
-                               "--backend", "gloo"])
+    args = options.parse_args(
+        ["--sizes", str(NBYTES), "--iters", str(iters), "--warmup", str(warmup), "--backend", "gloo"]
+    )
     bench = allreduce.Bench(args, None, {})
     bench.start()  # default gloo group, watchdog: as the entry point does
     cell = options.single_cell({})
@@ -83,8 +84,10 @@ def worker(repeats: int, iters: int, warmup: int) -> None:
             else:
                 bare.append(bare_loop(group, iters, warmup))
     if bench.rank == 0:
-        print(f"gloo, world {bench.world}, {NBYTES} bytes bf16 allreduce, {iters} iterations "
-              f"x {repeats} repeats (alternating order)")
+        print(
+            f"gloo, world {bench.world}, {NBYTES} bytes bf16 allreduce, {iters} iterations "
+            f"x {repeats} repeats (alternating order)"
+        )
         print("repeat  microbench_p50(us)  bare_p50(us)  ratio")
         ratios = []
         for rep, (h, b) in enumerate(zip(harness, bare)):
@@ -95,8 +98,10 @@ def worker(repeats: int, iters: int, warmup: int) -> None:
         # Paired by repeat: the two blocks of a repeat run back to back, so a slow spell of
         # the machine (seconds long) hits both; the median of the paired ratios is robust to
         # such spells, where the ratio of the two medians is not.
-        print(f"ratio microbench/bare: median of paired ratios {statistics.median(ratios):.3f}, "
-              f"ratio of medians {h_med / b_med:.3f} (target <= 1.10)")
+        print(
+            f"ratio microbench/bare: median of paired ratios {statistics.median(ratios):.3f}, "
+            f"ratio of medians {h_med / b_med:.3f} (target <= 1.10)"
+        )
     dist.destroy_process_group(group)
     bench.watchdog.stop()
     dist.destroy_process_group()
@@ -117,9 +122,21 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
-    argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}", "--standalone",
-            os.path.abspath(__file__), "--worker", "--repeats", str(args.repeats), "--iters", str(args.iters),
-            "--warmup", str(args.warmup)]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={args.nproc}",
+        "--standalone",
+        os.path.abspath(__file__),
+        "--worker",
+        "--repeats",
+        str(args.repeats),
+        "--iters",
+        str(args.iters),
+        "--warmup",
+        str(args.warmup),
+    ]
     return subprocess.call(argv, env=env, cwd=ROOT)
 
 

@@ -65,10 +65,36 @@ SIZES = [  # (name, spec_loop size options)
     ("small", ["--layers", "4", "--hidden", "256", "--heads", "4", "--vocab", "512"]),
     ("large", ["--layers", "8", "--hidden", "1024", "--heads", "8", "--vocab", "1024"]),
 ]
-LOOP_COMMON = ["--steps", "2", "--new-tokens", "48", "--runs", "3", "--warmup-tokens", "8",
-               "--backend", "gloo", "--device", "cpu", "--json"]
-LOOP_KEYS = ("backend", "world_size", "layers", "hidden", "steps", "accept_len", "tok_s",
-             "draft_ms", "verify_ms", "other_ms", "cycles", "allreduces", "comm_split")
+LOOP_COMMON = [
+    "--steps",
+    "2",
+    "--new-tokens",
+    "48",
+    "--runs",
+    "3",
+    "--warmup-tokens",
+    "8",
+    "--backend",
+    "gloo",
+    "--device",
+    "cpu",
+    "--json",
+]
+LOOP_KEYS = (
+    "backend",
+    "world_size",
+    "layers",
+    "hidden",
+    "steps",
+    "accept_len",
+    "tok_s",
+    "draft_ms",
+    "verify_ms",
+    "other_ms",
+    "cycles",
+    "allreduces",
+    "comm_split",
+)
 MICRO_ITERS = "100"
 MICRO_OPS_PER_SAMPLE = "10"  # ten gapped collectives per aligned sample, see the module doc
 
@@ -81,13 +107,15 @@ def require_parts() -> None:
     """Fail with a clear message when the loop or the microbench has not landed."""
     missing = []
     if importlib.util.find_spec("integration.spec_loop") is None:
-        missing.append("the built-in TP loop `integration/spec_loop.py` (issue \"Integration\", "
-                       "helper h5)")
+        missing.append('the built-in TP loop `integration/spec_loop.py` (issue "Integration", helper h5)')
     if importlib.util.find_spec("microbench.allreduce") is None:
         missing.append("the allreduce microbench `microbench/allreduce.py` (helper h2)")
     if missing:
-        raise Missing("bench/model_fit.py cannot run: missing " + " and ".join(missing)
-                      + ". No figures are made up in their place.")
+        raise Missing(
+            "bench/model_fit.py cannot run: missing "
+            + " and ".join(missing)
+            + ". No figures are made up in their place."
+        )
 
 
 def _env() -> dict[str, str]:
@@ -99,10 +127,20 @@ def _env() -> dict[str, str]:
 
 def torchrun(module: str, args: list[str], timeout: float = 600) -> str:
     """Run `module` under torchrun at world 2; stdout, or Missing/RuntimeError on failure."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           str(WORLD), "-m", module, *args]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(WORLD),
+        "-m",
+        module,
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -137,15 +175,33 @@ def run_microbench(sizes: list[int], gap_us: float) -> dict[int, dict]:
     `gap_us` of busy compute before each collective."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "micro.jsonl")
-        torchrun("microbench.allreduce", ["--sizes", ",".join(map(str, sizes)), "--dtype", "fp32",
-                                          "--backend", "gloo", "--iters", MICRO_ITERS,
-                                          "--ops-per-sample", MICRO_OPS_PER_SAMPLE,
-                                          "--gap-us", f"{gap_us:.1f}", "--out", out])
+        torchrun(
+            "microbench.allreduce",
+            [
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--dtype",
+                "fp32",
+                "--backend",
+                "gloo",
+                "--iters",
+                MICRO_ITERS,
+                "--ops-per-sample",
+                MICRO_OPS_PER_SAMPLE,
+                "--gap-us",
+                f"{gap_us:.1f}",
+                "--out",
+                out,
+            ],
+        )
         from nccl_tune import store
 
         records = store.read_records([out])
-    lat = {int(r["bytes"]): r["lat_us"] for r in records
-           if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("mean")}
+    lat = {
+        int(r["bytes"]): r["lat_us"]
+        for r in records
+        if (r.get("status") or "ok") == "ok" and (r.get("lat_us") or {}).get("mean")
+    }
     if set(lat) != set(sizes):
         raise RuntimeError(f"microbench measured {sorted(lat)}, expected {sorted(sizes)}")
     return lat
@@ -185,22 +241,31 @@ def predict(full: dict, compute: dict, lat: dict[int, float]) -> dict:
     straggler = compute["comm_split"]["straggler_ms"]
     predicted_cycle = cycle_ms(compute) + straggler + predicted_comm
     return {
-        "layers": full["layers"], "hidden": full["hidden"], "steps": k,
-        "decode_bytes": decode_b, "verify_bytes": verify_b,
+        "layers": full["layers"],
+        "hidden": full["hidden"],
+        "steps": k,
+        "decode_bytes": decode_b,
+        "verify_bytes": verify_b,
         "lat_mean_us": {str(b): v for b, v in sorted(lat.items())},
         "allreduces_per_cycle": k * ar["per_draft_forward"] + ar["per_target_forward"],
         "compute_cycle_ms": cycle_ms(compute),
-        "predicted_straggler_ms": straggler, "measured_straggler_ms": full["comm_split"]["straggler_ms"],
+        "predicted_straggler_ms": straggler,
+        "measured_straggler_ms": full["comm_split"]["straggler_ms"],
         "difference_comm_ms": cycle_ms(full) - cycle_ms(compute),
         # the rest of the full run's cycle: its compute, which the compute-only run predicts
         "full_run_compute_ms": cycle_ms(full) - measured_comm - full["comm_split"]["straggler_ms"],
-        "predicted_comm_ms": predicted_comm, "measured_comm_ms": measured_comm,
+        "predicted_comm_ms": predicted_comm,
+        "measured_comm_ms": measured_comm,
         "comm_error": (predicted_comm - measured_comm) / measured_comm if measured_comm > 0 else None,
-        "predicted_verify_ms": compute["verify_ms"] + verify_comm, "measured_verify_ms": full["verify_ms"],
-        "predicted_draft_ms": compute["draft_ms"] + draft_comm, "measured_draft_ms": full["draft_ms"],
-        "predicted_cycle_ms": predicted_cycle, "measured_cycle_ms": cycle_ms(full),
+        "predicted_verify_ms": compute["verify_ms"] + verify_comm,
+        "measured_verify_ms": full["verify_ms"],
+        "predicted_draft_ms": compute["draft_ms"] + draft_comm,
+        "measured_draft_ms": full["draft_ms"],
+        "predicted_cycle_ms": predicted_cycle,
+        "measured_cycle_ms": cycle_ms(full),
         "cycle_error": (predicted_cycle - cycle_ms(full)) / cycle_ms(full),
-        "accept_len": full["accept_len"], "tok_s": full["tok_s"],
+        "accept_len": full["accept_len"],
+        "tok_s": full["tok_s"],
     }
 
 
@@ -220,16 +285,16 @@ def measure_size(size_args: list[str], repeats: int) -> dict:
         before = run_microbench(sizes, gaps[-1])
         fulls.append(run_loop(size_args, skip=False))
         after = run_microbench(sizes, gaps[-1])
-        micros.append({b: {key: (before[b][key] + after[b][key]) / 2 for key in ("mean", "p50")}
-                       for b in sizes})
+        micros.append({b: {key: (before[b][key] + after[b][key]) / 2 for key in ("mean", "p50")} for b in sizes})
     full, compute = dict(fulls[-1]), dict(computes[-1])
     for key in ("draft_ms", "verify_ms", "other_ms"):
         full[key] = statistics.median(r[key] for r in fulls)
         compute[key] = statistics.median(r[key] for r in computes)
-    full["comm_split"] = {k: statistics.median(r["comm_split"][k] for r in fulls)
-                          for k in ("collective_ms", "straggler_ms", "in_collective_ms")}
-    compute["comm_split"] = {"straggler_ms": statistics.median(r["comm_split"]["straggler_ms"]
-                                                               for r in computes)}
+    full["comm_split"] = {
+        k: statistics.median(r["comm_split"][k] for r in fulls)
+        for k in ("collective_ms", "straggler_ms", "in_collective_ms")
+    }
+    compute["comm_split"] = {"straggler_ms": statistics.median(r["comm_split"]["straggler_ms"] for r in computes)}
     lat = {b: statistics.median(m[b]["mean"] for m in micros) for b in micros[0]}
     row = predict(full, compute, lat)
     row["gap_us"] = [round(g, 1) for g in gaps]
@@ -237,8 +302,7 @@ def measure_size(size_args: list[str], repeats: int) -> dict:
     # runs that bracket them: the machine drifts between repeats, and these pairs are
     # what the bracketing matches up, so the verdict is their median (the paired error,
     # as harness_overhead's median of paired ratios).
-    repeats = [predict(f, c, {b: v["mean"] for b, v in m.items()})
-               for f, c, m in zip(fulls, computes, micros)]
+    repeats = [predict(f, c, {b: v["mean"] for b, v in m.items()}) for f, c, m in zip(fulls, computes, micros)]
     row["per_repeat_comm_error"] = [p["comm_error"] for p in repeats]
     row["per_repeat_cycle_error"] = [p["cycle_error"] for p in repeats]
     comm_errors = [e for e in row["per_repeat_comm_error"] if e is not None]
@@ -255,36 +319,45 @@ def measure_size(size_args: list[str], repeats: int) -> dict:
 
 def render(rows: list[dict]) -> str:
     """A plain table of predicted against measured."""
-    lines = [f"model fit: per-token model vs the built-in TP loop, gloo world {WORLD} (CPU); "
-             f"target |paired error| <= {TARGET:.0%}",
-             f"{'size':<22}{'allreduce mean us':<22}{'comm ms/cycle':<26}{'cycle ms':<26}",
-             f"{'':<22}{'decode / verify':<22}{'pred / meas (err)':<26}{'pred / meas (err)':<26}"]
+    lines = [
+        f"model fit: per-token model vs the built-in TP loop, gloo world {WORLD} (CPU); "
+        f"target |paired error| <= {TARGET:.0%}",
+        f"{'size':<22}{'allreduce mean us':<22}{'comm ms/cycle':<26}{'cycle ms':<26}",
+        f"{'':<22}{'decode / verify':<22}{'pred / meas (err)':<26}{'pred / meas (err)':<26}",
+    ]
     for r in rows:
         lat = list(r["lat_mean_us"].values())
         lat_text = " / ".join(f"{v:.1f}" for v in (lat if len(lat) > 1 else lat * 2))
         comm = f"{r['predicted_comm_ms']:.3f} / {r['measured_comm_ms']:.3f} ({_pct(r['comm_error'])})"
         cyc = f"{r['predicted_cycle_ms']:.3f} / {r['measured_cycle_ms']:.3f} ({_pct(r['cycle_error'])})"
-        lines.append(f"{r['name'] + ' L' + str(r['layers']) + ' H' + str(r['hidden']):<22}"
-                     f"{lat_text:<22}{comm:<26}{cyc:<26}")
+        lines.append(
+            f"{r['name'] + ' L' + str(r['layers']) + ' H' + str(r['hidden']):<22}{lat_text:<22}{comm:<26}{cyc:<26}"
+        )
     lines.append("(medians of the repeats on each side; the verdict uses the paired errors below)")
     for r in rows:
-        lines.append(f"{r['name']}: {r['allreduces_per_cycle']} allreduces per cycle (k={r['steps']}), "
-                     f"{r['decode_bytes']} B decode / {r['verify_bytes']} B verify; compute-only cycle "
-                     f"{r['compute_cycle_ms']:.3f} ms; accept len {r['accept_len']:.2f}")
-        lines.append(f"  microbench gap {r['gap_us']} us; straggler wait ms/cycle predicted "
-                     f"{r['predicted_straggler_ms']:.3f}, measured {r['measured_straggler_ms']:.3f}; "
-                     f"full minus compute-only cycle {r['difference_comm_ms']:.3f} ms")
-        lines.append(f"  compute ms/cycle: compute-only run {r['compute_cycle_ms']:.3f}, full run "
-                     f"{r['full_run_compute_ms']:.3f} (its cycle less collectives and straggler wait)")
+        lines.append(
+            f"{r['name']}: {r['allreduces_per_cycle']} allreduces per cycle (k={r['steps']}), "
+            f"{r['decode_bytes']} B decode / {r['verify_bytes']} B verify; compute-only cycle "
+            f"{r['compute_cycle_ms']:.3f} ms; accept len {r['accept_len']:.2f}"
+        )
+        lines.append(
+            f"  microbench gap {r['gap_us']} us; straggler wait ms/cycle predicted "
+            f"{r['predicted_straggler_ms']:.3f}, measured {r['measured_straggler_ms']:.3f}; "
+            f"full minus compute-only cycle {r['difference_comm_ms']:.3f} ms"
+        )
+        lines.append(
+            f"  compute ms/cycle: compute-only run {r['compute_cycle_ms']:.3f}, full run "
+            f"{r['full_run_compute_ms']:.3f} (its cycle less collectives and straggler wait)"
+        )
         errors = ", ".join(_pct(e) for e in r["per_repeat_comm_error"])
-        lines.append(f"  comm error within each repeat: {errors}; paired (median) "
-                     f"{_pct(r['paired_comm_error'])}")
+        lines.append(f"  comm error within each repeat: {errors}; paired (median) {_pct(r['paired_comm_error'])}")
         errors = ", ".join(_pct(e) for e in r["per_repeat_cycle_error"])
-        lines.append(f"  cycle error within each repeat: {errors}; paired (median) "
-                     f"{_pct(r['paired_cycle_error'])}")
+        lines.append(f"  cycle error within each repeat: {errors}; paired (median) {_pct(r['paired_cycle_error'])}")
         sp = r["spread"]
-        lines.append(f"  runs: cycle ms {sp['cycle_ms']}, compute-only {sp['compute_cycle_ms']}, "
-                     f"allreduce mean us {sp['lat_mean_us']}, p50 us {sp['lat_p50_us']}")
+        lines.append(
+            f"  runs: cycle ms {sp['cycle_ms']}, compute-only {sp['compute_cycle_ms']}, "
+            f"allreduce mean us {sp['lat_mean_us']}, p50 us {sp['lat_p50_us']}"
+        )
     return "\n".join(lines)
 
 
@@ -313,8 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError, ValueError) as exc:
         print(f"model_fit: failed: {exc}", file=sys.stderr)
         return 2
-    within = all(abs(r["paired_cycle_error"]) <= TARGET and r["paired_comm_error"] is not None
-                 and abs(r["paired_comm_error"]) <= TARGET for r in rows)
+    within = all(
+        abs(r["paired_cycle_error"]) <= TARGET
+        and r["paired_comm_error"] is not None
+        and abs(r["paired_comm_error"]) <= TARGET
+        for r in rows
+    )
     if args.json:
         print(json.dumps({"target": TARGET, "within_target": within, "sizes": rows}, indent=2))
     else:

@@ -38,26 +38,44 @@ REPO = Path(__file__).resolve().parents[1]
 # module path -> the fast test files that own it
 TARGETS: dict[str, list[str]] = {
     "nccl_tune/stats.py": ["tests/test_stats.py", "tests/test_intervals_and_decisions.py"],
-    "nccl_tune/model/costmodel.py": ["tests/test_costmodel.py", "tests/test_costmodel_by_hand.py",
-                                     "tests/test_tuner.py"],
+    "nccl_tune/model/costmodel.py": [
+        "tests/test_costmodel.py",
+        "tests/test_costmodel_by_hand.py",
+        "tests/test_tuner.py",
+    ],
     "nccl_tune/nccl/tuner.py": ["tests/test_tuner.py"],
     "nccl_tune/spec/planner.py": ["tests/test_spec_planner.py"],
     "nccl_tune/spec/cycle.py": ["tests/test_specdec.py", "tests/test_spec_planner.py"],
-    "nccl_tune/decide/recommendation.py": ["tests/test_recommend.py",
-                                           "tests/test_recommend_honest.py",
-                                           "tests/test_intervals_and_decisions.py"],
+    "nccl_tune/decide/recommendation.py": [
+        "tests/test_recommend.py",
+        "tests/test_recommend_honest.py",
+        "tests/test_intervals_and_decisions.py",
+    ],
     "nccl_tune/measure/importers.py": ["tests/test_importers.py"],
     "nccl_tune/errors.py": ["tests/test_exit_codes.py", "tests/test_cli_errors.py"],
     "nccl_tune/live/lint.py": ["tests/test_lint.py"],
-    "nccl_tune/live/grammar.py": ["tests/test_profile.py", "tests/test_lint.py",
-                                  "tests/test_profile_corpus.py"],
+    "nccl_tune/live/grammar.py": ["tests/test_profile.py", "tests/test_lint.py", "tests/test_profile_corpus.py"],
 }
 
-_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
-          ast.FloorDiv: ast.Mult, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
-          ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.And: ast.Or,
-          ast.Or: ast.And, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn,
-          ast.NotIn: ast.In}
+_SWAPS = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Mult,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
 
 
 @dataclass(frozen=True)
@@ -141,27 +159,32 @@ def run_tests(workdir: Path, tests: list[str], timeout_s: float) -> bool:
     env = {**os.environ, "PYTHONPATH": str(workdir)}
     env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow",
-                               "-p", "no:cacheprovider", *tests], cwd=workdir, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=timeout_s)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", *tests],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         return False
     return proc.returncode == 0
 
 
-def check_module(module: str, tests: list[str], max_mutants: int, seed: int,
-                 timeout_s: float) -> tuple[int, int, list[Site]]:
+def check_module(
+    module: str, tests: list[str], max_mutants: int, seed: int, timeout_s: float
+) -> tuple[int, int, list[Site]]:
     """(sites, mutants run, survivors) for one module."""
     source = (REPO / module).read_text()
     all_sites = sites(source)
-    chosen = all_sites if max_mutants <= 0 else random.Random(seed).sample(
-        all_sites, min(max_mutants, len(all_sites)))
+    chosen = all_sites if max_mutants <= 0 else random.Random(seed).sample(all_sites, min(max_mutants, len(all_sites)))
     survivors = []
     with tempfile.TemporaryDirectory(prefix="nccl-tune-mut-") as tmp:
         work = Path(tmp) / "repo"
-        shutil.copytree(REPO, work, ignore=shutil.ignore_patterns(
-            ".git", "__pycache__", "*.egg-info", ".venv*", "site"))
+        shutil.copytree(
+            REPO, work, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".venv*", "site")
+        )
         shared = REPO.parent / "shared"  # the real public fixtures beside the checkout
         if shared.is_dir():  # (tests read ../shared/fixtures/real and skip without it)
             (Path(tmp) / "shared").symlink_to(shared.resolve())
@@ -184,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test run")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
-    targets = {m: t for m, t in TARGETS.items()
-               if not args.module or Path(m).stem in args.module}
+    targets = {m: t for m, t in TARGETS.items() if not args.module or Path(m).stem in args.module}
     if args.list:
         for module, tests in targets.items():
             print(f"{module}: {len(sites((REPO / module).read_text()))} sites; tests {' '.join(tests)}")
@@ -201,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{module:40} {n_sites:6d} {n_run:8d} {killed:7d} {killed / max(n_run, 1):6.0%}")
         for site in survivors:
             print(f"    survived: line {site.line}: {site.what}")
-    print(f"{'all':40} {'':6} {total_run:8d} {total_killed:7d} "
-          f"{total_killed / max(total_run, 1):6.0%}  ({time.monotonic() - start:.0f} s)")
+    print(
+        f"{'all':40} {'':6} {total_run:8d} {total_killed:7d} "
+        f"{total_killed / max(total_run, 1):6.0%}  ({time.monotonic() - start:.0f} s)"
+    )
     return 0
 
 

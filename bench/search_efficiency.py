@@ -39,9 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nccl_tune.measure import grid as gridlib  # noqa: E402
-from nccl_tune.measure import search, simbackend  # noqa: E402
-from nccl_tune.measure import sweep as sweeplib  # noqa: E402
+from nccl_tune.measure import grid as gridlib
+from nccl_tune.measure import search, simbackend
+from nccl_tune.measure import sweep as sweeplib
 
 TOPOLOGIES = ("pcie-shm", "pcie", "nvlink")
 SIZES = (14336, 57344)  # 1 and 4 tokens x 7168 x bf16
@@ -53,8 +53,11 @@ def make_landscape(index: int, spec, cells: list, rng: random.Random) -> simback
     lacks (per setting and per pair of settings), noise and broken cells."""
     topology = TOPOLOGIES[index % len(TOPOLOGIES)]
     land = simbackend.make_landscape("perturbed", topology, seed=1000 + index)
-    params = replace(land.true_params, default_nthreads=rng.choice([256, 384, 512, 640]),
-                     channel_cost_us=land.true_params.channel_cost_us * rng.uniform(0.5, 4.0))
+    params = replace(
+        land.true_params,
+        default_nthreads=rng.choice([256, 384, 512, 640]),
+        channel_cost_us=land.true_params.channel_cost_us * rng.uniform(0.5, 4.0),
+    )
     # Half of the settings get an effect of a few percent either way (GPU, driver and
     # firmware effects no analytical model has); a few pairs interact.
     values = [(name, v) for name, vs in spec.axes for v in vs if v is not None]
@@ -67,11 +70,16 @@ def make_landscape(index: int, spec, cells: list, rng: random.Random) -> simback
         (a, b) = rng.sample(values, 2)
         if a[0] != b[0]:
             pairs.append((a, b, math.exp(rng.gauss(0.0, 0.08))))
-    broken = {c.id: rng.choice(["failed", "wrong"])
-              for c in rng.sample([c for c in cells if c.env], 3)}
-    return replace(land, true_params=params, noise_cv=rng.uniform(0.02, 0.10),
-                   round_drift=rng.uniform(0.005, 0.03), broken=broken, effects=effects,
-                   interactions=tuple(pairs))
+    broken = {c.id: rng.choice(["failed", "wrong"]) for c in rng.sample([c for c in cells if c.env], 3)}
+    return replace(
+        land,
+        true_params=params,
+        noise_cv=rng.uniform(0.02, 0.10),
+        round_drift=rng.uniform(0.005, 0.03),
+        broken=broken,
+        effects=effects,
+        interactions=tuple(pairs),
+    )
 
 
 def true_score(land: simbackend.Landscape, env: dict) -> float:
@@ -90,8 +98,7 @@ def run_one(strategy: str, land, g, spec, rounds: int, folder: str) -> search.Ou
     out = os.path.join(folder, f"{strategy}.jsonl")
     engine = sweeplib.SweepEngine(options, None, out, landscape=land, strategy=strategy)
     ledger = search.Ledger(len(SIZES), options.full_iters)
-    outcome = search.run_strategy(strategy, g.cells, engine.measure, ledger, rounds, seed=0,
-                                  axes=spec.axes)
+    outcome = search.run_strategy(strategy, g.cells, engine.measure, ledger, rounds, seed=0, axes=spec.axes)
     return outcome, engine.stats.launches
 
 
@@ -106,8 +113,9 @@ def main() -> int:
     rng = random.Random(args.seed)
     spec = gridlib.resolve_grid_option("decode")
     grids = {t: gridlib.build_grid(spec, t) for t in TOPOLOGIES}
-    tally = {s: {"within": 0, "spent": 0.0, "launches": 0.0, "winner": 0, "picked_broken": 0}
-             for s in search.STRATEGIES}
+    tally = {
+        s: {"within": 0, "spent": 0.0, "launches": 0.0, "winner": 0, "picked_broken": 0} for s in search.STRATEGIES
+    }
     n_cells, started = [], time.monotonic()
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for index in range(args.landscapes):
@@ -132,31 +140,44 @@ def main() -> int:
             score = true_score(land, outcome.best_env or {})
             t["within"] += score <= ref_score * 1.02
         if not args.json:
-            print(f"landscape {index:3d} {topology:<8} exhaustive best x{ref_score:.3f}: "
-                  + ", ".join(f"{n} {outcomes[n].best} ({outcomes[n].spent:.0f})" for n in outcomes),
-                  file=sys.stderr)
+            print(
+                f"landscape {index:3d} {topology:<8} exhaustive best x{ref_score:.3f}: "
+                + ", ".join(f"{n} {outcomes[n].best} ({outcomes[n].spent:.0f})" for n in outcomes),
+                file=sys.stderr,
+            )
     n = args.landscapes
-    result = {name: {"within_2pct": t["within"] / n, "budget_ratio": t["spent"] / n,
-                     "launch_ratio": t["launches"] / n,
-                     "winner_declared": t["winner"] / n, "picked_broken": t["picked_broken"]}
-              for name, t in tally.items()}
+    result = {
+        name: {
+            "within_2pct": t["within"] / n,
+            "budget_ratio": t["spent"] / n,
+            "launch_ratio": t["launches"] / n,
+            "winner_declared": t["winner"] / n,
+            "picked_broken": t["picked_broken"],
+        }
+        for name, t in tally.items()
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"simulated: {n} landscapes (perturbed cost model, per-setting and pairwise effects, "
-          "noise, 3 broken cells each), "
-          f"decode grid of {min(n_cells)}-{max(n_cells)} cells, sizes {SIZES}, "
-          f"{args.rounds} final rounds, {time.monotonic() - started:.0f} s")
+    print(
+        f"simulated: {n} landscapes (perturbed cost model, per-setting and pairwise effects, "
+        "noise, 3 broken cells each), "
+        f"decode grid of {min(n_cells)}-{max(n_cells)} cells, sizes {SIZES}, "
+        f"{args.rounds} final rounds, {time.monotonic() - started:.0f} s"
+    )
     print(f"{'strategy':<11} {'within 2%':>9} {'budget':>7} {'launches':>9} {'winner':>7}")
     for name, r in result.items():
-        print(f"{name:<11} {100 * r['within_2pct']:8.0f}% {100 * r['budget_ratio']:6.0f}% "
-              f"{100 * r['launch_ratio']:8.0f}% {100 * r['winner_declared']:6.0f}%")
-    print("budget: measurements relative to exhaustive; launches: process launches relative to "
-          "exhaustive (each batch is grouped by process-scoped settings; on GPUs a launch costs "
-          "seconds, so with few rounds and iterations the wall-time saving is smaller than the "
-          "budget saving)")
-    print("targets: halving and descent within 2% in >= 95% of landscapes at <= 35% of the "
-          "exhaustive measurements")
+        print(
+            f"{name:<11} {100 * r['within_2pct']:8.0f}% {100 * r['budget_ratio']:6.0f}% "
+            f"{100 * r['launch_ratio']:8.0f}% {100 * r['winner_declared']:6.0f}%"
+        )
+    print(
+        "budget: measurements relative to exhaustive; launches: process launches relative to "
+        "exhaustive (each batch is grouped by process-scoped settings; on GPUs a launch costs "
+        "seconds, so with few rounds and iterations the wall-time saving is smaller than the "
+        "budget saving)"
+    )
+    print("targets: halving and descent within 2% in >= 95% of landscapes at <= 35% of the exhaustive measurements")
     return 0
 
 

@@ -56,19 +56,41 @@ def run_loop(args) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "integration.spec_batch", *MODEL, "--draft-noise", str(args.noise),
-           "--backend", "gloo", "--device", "cpu", "--batches", ",".join(map(str, BATCHES)),
-           "--sweep-steps", ",".join(map(str, STEPS)), "--new-tokens", str(args.new_tokens),
-           "--runs", str(args.runs), "--json"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "integration.spec_batch",
+        *MODEL,
+        "--draft-noise",
+        str(args.noise),
+        "--backend",
+        "gloo",
+        "--device",
+        "cpu",
+        "--batches",
+        ",".join(map(str, BATCHES)),
+        "--sweep-steps",
+        ",".join(map(str, STEPS)),
+        "--new-tokens",
+        str(args.new_tokens),
+        "--runs",
+        str(args.runs),
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise SystemExit(f"spec_batches: no result after {args.timeout:.0f} s")
+        raise SystemExit(f"spec_batches: no result after {args.timeout:.0f} s") from None
     if proc.returncode != 0:
         from integration.validate import last_error_line
 
@@ -94,16 +116,27 @@ def request(records: dict[tuple[int, int], dict]) -> spec_planner.PlanRequest:
     draft = sum(r["draft_ms"] / k for k, r in one.items()) / len(one)
     other = sum(r["other_ms"] for r in one.values()) / len(one)
     reach = sorted(records[(1, max(STEPS))]["accept_per_pos"], reverse=True)
-    halves = {"decode_ms": half(records[(1, 0)]["runs_step_ms"]),
-              "draft_ms": sum(half(r["runs_draft_ms"]) / k for k, r in one.items()) / len(one),
-              "other_ms": sum(half(r["runs_other_ms"]) for r in one.values()) / len(one),
-              "verify": {k + 1: half(r["runs_verify_ms"]) for k, r in one.items()},
-              "decode_points": {b: half(records[(b, 0)]["runs_step_ms"]) for b in BATCHES if b > 1}}
+    halves = {
+        "decode_ms": half(records[(1, 0)]["runs_step_ms"]),
+        "draft_ms": sum(half(r["runs_draft_ms"]) / k for k, r in one.items()) / len(one),
+        "other_ms": sum(half(r["runs_other_ms"]) for r in one.values()) / len(one),
+        "verify": {k + 1: half(r["runs_verify_ms"]) for k, r in one.items()},
+        "decode_points": {b: half(records[(b, 0)]["runs_step_ms"]) for b in BATCHES if b > 1},
+    }
     return spec_planner.PlanRequest(
-        [k for k in STEPS if k], AcceptanceInput(per_pos=tuple(reach)), records[(1, 0)]["step_ms"],
-        [(k + 1, r["verify_ms"]) for k, r in sorted(one.items())], False, draft, other,
-        verify_model="dense", extrapolate=True, batches=list(BATCHES), halves=halves,
-        decode_points=[(b, records[(b, 0)]["step_ms"]) for b in BATCHES if b > 1])
+        [k for k in STEPS if k],
+        AcceptanceInput(per_pos=tuple(reach)),
+        records[(1, 0)]["step_ms"],
+        [(k + 1, r["verify_ms"]) for k, r in sorted(one.items())],
+        False,
+        draft,
+        other,
+        verify_model="dense",
+        extrapolate=True,
+        batches=list(BATCHES),
+        halves=halves,
+        decode_points=[(b, records[(b, 0)]["step_ms"]) for b in BATCHES if b > 1],
+    )
 
 
 def measured_ties(records, batch: int) -> list[int]:
@@ -134,41 +167,80 @@ def main(argv: list[str] | None = None) -> int:
         measured = {k: records[(bp.batch, k)]["tok_s_median"] for k in STEPS}
         best = max(measured, key=measured.get)
         ties = measured_ties(records, bp.batch)
-        summary.append({"batch": bp.batch, "measured_best_k": best, "predicted_best_k": bp.best.k,
-                        "candidates": bp.candidates, "best_in_candidates": best in bp.candidates,
-                        "measured_ties": ties, "tie_in_candidates": bool(set(ties) & set(bp.candidates)),
-                        "measured_tok_s": measured,
-                        "predicted_tok_s": {k: p.tok_s for k, p in predicted.items()},
-                        "extrapolated": [k for k, p in predicted.items() if p.extrapolated]})
+        summary.append(
+            {
+                "batch": bp.batch,
+                "measured_best_k": best,
+                "predicted_best_k": bp.best.k,
+                "candidates": bp.candidates,
+                "best_in_candidates": best in bp.candidates,
+                "measured_ties": ties,
+                "tie_in_candidates": bool(set(ties) & set(bp.candidates)),
+                "measured_tok_s": measured,
+                "predicted_tok_s": {k: p.tok_s for k, p in predicted.items()},
+                "extrapolated": [k for k, p in predicted.items() if p.extrapolated],
+            }
+        )
         for k in STEPS:
             r = records[(bp.batch, k)]
             pred = predicted.get(k)
-            rows.append([bp.batch, k, f"{measured[k]:.1f}",
-                         "-" if pred is None else f"{pred.tok_s:.1f}" + ("*" if pred.extrapolated else ""),
-                         f"{r['accept_len']:.2f}", f"{r['verify_ms']:.2f}", f"{r['draft_ms']:.2f}",
-                         ", ".join(x for x in ("measured best" if k == best else "",
-                                               "predicted best" if k == bp.best.k else "",
-                                               "candidate" if k in bp.candidates else "") if x)])
+            rows.append(
+                [
+                    bp.batch,
+                    k,
+                    f"{measured[k]:.1f}",
+                    "-" if pred is None else f"{pred.tok_s:.1f}" + ("*" if pred.extrapolated else ""),
+                    f"{r['accept_len']:.2f}",
+                    f"{r['verify_ms']:.2f}",
+                    f"{r['draft_ms']:.2f}",
+                    ", ".join(
+                        x
+                        for x in (
+                            "measured best" if k == best else "",
+                            "predicted best" if k == bp.best.k else "",
+                            "candidate" if k in bp.candidates else "",
+                        )
+                        if x
+                    ),
+                ]
+            )
     if args.json:
-        print(json.dumps({"loop": {k: v for k, v in loop.items() if k != "records"},
-                          "records": loop["records"], "batches": summary,
-                          "verify_model": result.verify_model, "notes": result.notes}))
+        print(
+            json.dumps(
+                {
+                    "loop": {k: v for k, v in loop.items() if k != "records"},
+                    "records": loop["records"],
+                    "batches": summary,
+                    "verify_model": result.verify_model,
+                    "notes": result.notes,
+                }
+            )
+        )
         return 0
-    print(f"built-in loop batched, gloo, world 2, float64: layers {loop['layers']}, hidden "
-          f"{loop['hidden']}, draft {loop['draft_layers']} layer, draft noise {loop['draft_noise']}; "
-          f"{loop['new_tokens']} tokens per sequence x {loop['runs']} runs per (batch, k); tok/s per "
-          "sequence (median over runs); planner given batch-1 timings and plain decoding at each "
-          "batch size (* = extrapolated verify)")
-    print(tabulate(rows, headers=["batch", "k", "measured tok/s", "predicted", "accept len",
-                                  "verify ms", "draft ms", ""], tablefmt="simple",
-                   disable_numparse=True))
+    print(
+        f"built-in loop batched, gloo, world 2, float64: layers {loop['layers']}, hidden "
+        f"{loop['hidden']}, draft {loop['draft_layers']} layer, draft noise {loop['draft_noise']}; "
+        f"{loop['new_tokens']} tokens per sequence x {loop['runs']} runs per (batch, k); tok/s per "
+        "sequence (median over runs); planner given batch-1 timings and plain decoding at each "
+        "batch size (* = extrapolated verify)"
+    )
+    print(
+        tabulate(
+            rows,
+            headers=["batch", "k", "measured tok/s", "predicted", "accept len", "verify ms", "draft ms", ""],
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+    )
     print(f"verify: {result.verify_model['description']}")
     for s in summary:
-        print(f"batch {s['batch']}: measured best k = {s['measured_best_k']} (runs cannot tell it "
-              f"from k = {', '.join(map(str, s['measured_ties']))}), planner best "
-              f"{s['predicted_best_k']}, candidates {', '.join(map(str, s['candidates']))} "
-              f"({'contains' if s['best_in_candidates'] else 'MISSES'} the measured best; "
-              f"{len(s['candidates'])} candidate(s))")
+        print(
+            f"batch {s['batch']}: measured best k = {s['measured_best_k']} (runs cannot tell it "
+            f"from k = {', '.join(map(str, s['measured_ties']))}), planner best "
+            f"{s['predicted_best_k']}, candidates {', '.join(map(str, s['candidates']))} "
+            f"({'contains' if s['best_in_candidates'] else 'MISSES'} the measured best; "
+            f"{len(s['candidates'])} candidate(s))"
+        )
     return 0
 
 

@@ -38,8 +38,7 @@ sys.path.insert(0, str(REPO))
 from nccl_tune.spec import planner as spec_planner  # noqa: E402,F401  (fail early if the tree is broken)
 
 STEPS = [0, 1, 2, 3, 4, 5, 6]
-MODEL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1024",
-         "--draft-layers", "1"]
+MODEL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1024", "--draft-layers", "1"]
 
 
 def run_sweep(noise: list[float], new_tokens: int, runs: int, timeout: float) -> list[dict]:
@@ -47,19 +46,41 @@ def run_sweep(noise: list[float], new_tokens: int, runs: int, timeout: float) ->
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "integration.spec_loop", *MODEL, "--backend", "gloo", "--device", "cpu",
-           "--new-tokens", str(new_tokens), "--runs", str(runs), "--warmup-tokens", "16",
-           "--sweep-steps", ",".join(map(str, STEPS)),
-           "--sweep-noise", ",".join(map(str, noise)), "--json"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "integration.spec_loop",
+        *MODEL,
+        "--backend",
+        "gloo",
+        "--device",
+        "cpu",
+        "--new-tokens",
+        str(new_tokens),
+        "--runs",
+        str(runs),
+        "--warmup-tokens",
+        "16",
+        "--sweep-steps",
+        ",".join(map(str, STEPS)),
+        "--sweep-noise",
+        ",".join(map(str, noise)),
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise SystemExit(f"spec_sweep: no result after {timeout:.0f} s")
+        raise SystemExit(f"spec_sweep: no result after {timeout:.0f} s") from None
     if proc.returncode != 0:
         raise SystemExit("spec_sweep: the loop failed:\n" + "\n".join(err.strip().splitlines()[-5:]))
     line = [x for x in out.splitlines() if x.startswith("{")][-1]
@@ -72,9 +93,13 @@ def predict(records: dict[int, dict]) -> dict:
 
     loop = {k: {**r, "tok_s": r["tok_s_median"]} for k, r in records.items()}
     result = plan_from_loop(loop, [k for k in STEPS if k]).to_dict()
-    return {"plans": {p["k"]: p for p in result["plans"]}, "best_k": result["best_k"],
-            "candidates": result["candidates"], "acceptance": result["acceptance"]["description"],
-            "verify_model": result["verify_model"]["description"]}
+    return {
+        "plans": {p["k"]: p for p in result["plans"]},
+        "best_k": result["best_k"],
+        "candidates": result["candidates"],
+        "acceptance": result["acceptance"]["description"],
+        "verify_model": result["verify_model"]["description"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,37 +120,83 @@ def main(argv: list[str] | None = None) -> int:
             r["tok_s_median"] = statistics.median(r["runs_tok_s"])
         measured_best = max(records.values(), key=lambda r: r["tok_s_median"])["steps"]
         prediction = predict(records)
-        result.append({"draft_noise": level, "measured_best_k": measured_best,
-                       "predicted_best_k": prediction["best_k"], "candidates": prediction["candidates"],
-                       "best_in_candidates": measured_best in prediction["candidates"],
-                       "prediction": prediction,
-                       "rows": [{k: records[s][k] for k in ("steps", "tok_s_median", "runs_tok_s",
-                                                           "accept_len", "draft_ms", "verify_ms",
-                                                           "other_ms", "step_ms", "accept_per_pos")}
-                                for s in STEPS]})
+        result.append(
+            {
+                "draft_noise": level,
+                "measured_best_k": measured_best,
+                "predicted_best_k": prediction["best_k"],
+                "candidates": prediction["candidates"],
+                "best_in_candidates": measured_best in prediction["candidates"],
+                "prediction": prediction,
+                "rows": [
+                    {
+                        k: records[s][k]
+                        for k in (
+                            "steps",
+                            "tok_s_median",
+                            "runs_tok_s",
+                            "accept_len",
+                            "draft_ms",
+                            "verify_ms",
+                            "other_ms",
+                            "step_ms",
+                            "accept_per_pos",
+                        )
+                    }
+                    for s in STEPS
+                ],
+            }
+        )
     if args.json:
         print(json.dumps({"model": MODEL, "backend": "gloo", "world_size": 2, "levels": result}))
         return 0
     first = sweep[0]
-    print(f"built-in loop, gloo, world 2, {first['dtype']}: layers {first['layers']}, hidden "
-          f"{first['hidden']}, heads {first['heads']}, vocab {first['vocab']}; draft "
-          f"{first['draft_layers']} layer; {args.new_tokens} tokens x {args.runs} runs per step count; "
-          "planner: nccl_tune.spec.planner on the loop's own decode/verify/draft times and "
-          "per-position acceptance (k = 6 run), candidates within 5%")
+    print(
+        f"built-in loop, gloo, world 2, {first['dtype']}: layers {first['layers']}, hidden "
+        f"{first['hidden']}, heads {first['heads']}, vocab {first['vocab']}; draft "
+        f"{first['draft_layers']} layer; {args.new_tokens} tokens x {args.runs} runs per step count; "
+        "planner: nccl_tune.spec.planner on the loop's own decode/verify/draft times and "
+        "per-position acceptance (k = 6 run), candidates within 5%"
+    )
     for level in result:
         plans = level["prediction"]["plans"]
-        table = [[r["steps"], f"{r['tok_s_median']:.1f}", f"{r['accept_len']:.2f}", f"{r['draft_ms']:.2f}",
-                  f"{r['verify_ms']:.2f}", f"{r['other_ms']:.3f}", f"{plans[r['steps']]['tok_s']:.1f}",
-                  "candidate" if r["steps"] in level["candidates"] else ""]
-                 for r in level["rows"]]
+        table = [
+            [
+                r["steps"],
+                f"{r['tok_s_median']:.1f}",
+                f"{r['accept_len']:.2f}",
+                f"{r['draft_ms']:.2f}",
+                f"{r['verify_ms']:.2f}",
+                f"{r['other_ms']:.3f}",
+                f"{plans[r['steps']]['tok_s']:.1f}",
+                "candidate" if r["steps"] in level["candidates"] else "",
+            ]
+            for r in level["rows"]
+        ]
         print(f"\ndraft noise {level['draft_noise']}")
-        print(tabulate(table, headers=["steps", "tok/s (median)", "accept len", "draft ms", "verify ms",
-                                       "other ms", "predicted tok/s", ""], tablefmt="simple"))
+        print(
+            tabulate(
+                table,
+                headers=[
+                    "steps",
+                    "tok/s (median)",
+                    "accept len",
+                    "draft ms",
+                    "verify ms",
+                    "other ms",
+                    "predicted tok/s",
+                    "",
+                ],
+                tablefmt="simple",
+            )
+        )
         cands = level["candidates"]
-        print(f"measured best k = {level['measured_best_k']}; planner: best k = "
-              f"{level['predicted_best_k']}, candidates {', '.join(map(str, cands))} "
-              f"({'contains' if level['best_in_candidates'] else 'MISSES'} the measured best; "
-              f"{len(cands)} candidate(s))")
+        print(
+            f"measured best k = {level['measured_best_k']}; planner: best k = "
+            f"{level['predicted_best_k']}, candidates {', '.join(map(str, cands))} "
+            f"({'contains' if level['best_in_candidates'] else 'MISSES'} the measured best; "
+            f"{len(cands)} candidate(s))"
+        )
     return 0
 
 

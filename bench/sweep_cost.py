@@ -37,8 +37,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = ["--set", "NCCL_PROTO=LL,LL128,Simple", "--set", "NCCL_ALGO=Ring,Tree"]
 SIZES = "14336,57344"
 TARGET_LAUNCHES, TARGET_WALL = 3.0, 2.0
-ISOLATION_GRID = ["--set", "NCCL_PROTO=LL,Simple", "--set", "NCCL_NTHREADS=256,512",
-                  "--set", "NCCL_BUFFSIZE=16777216,default"]
+ISOLATION_GRID = [
+    "--set",
+    "NCCL_PROTO=LL,Simple",
+    "--set",
+    "NCCL_NTHREADS=256,512",
+    "--set",
+    "NCCL_BUFFSIZE=16777216,default",
+]
 PLAN_VERSION = "2.30.7"
 TARGET_NOCACHE_SHARE = 1 / 20
 
@@ -47,8 +53,9 @@ def microbench_ready() -> str | None:
     """None when microbench.allreduce accepts --plan, else why not."""
     sys.path.insert(0, ROOT)
     try:
-        from microbench import options  # torch-free
         import importlib.util
+
+        from microbench import options  # torch-free
 
         if importlib.util.find_spec("microbench.allreduce") is None:
             return "microbench/allreduce.py is missing"
@@ -67,37 +74,87 @@ def _env() -> dict:
 
 def decode_plan() -> dict:
     """Launches of the built-in decode grid under each isolation, planned for NCCL 2.30.7."""
-    cmd = [sys.executable, "-m", "nccl_tune", "sweep", "--grid", "decode", "--topology", "none",
-           "--backend", "nccl", "--nccl-version", PLAN_VERSION, "--dry-run", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nccl_tune",
+        "sweep",
+        "--grid",
+        "decode",
+        "--topology",
+        "none",
+        "--backend",
+        "nccl",
+        "--nccl-version",
+        PLAN_VERSION,
+        "--dry-run",
+        "--json",
+    ]
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"sweep_cost: the decode-grid dry run failed (exit {done.returncode}): "
-                 + (done.stderr or done.stdout)[-2000:])
+        sys.exit(
+            f"sweep_cost: the decode-grid dry run failed (exit {done.returncode}): "
+            + (done.stderr or done.stdout)[-2000:]
+        )
     plan = json.loads(done.stdout)
     counts = plan["launches_by_isolation"]
-    return {"cells": len(plan["cells"]), "nccl": PLAN_VERSION, "auto": plan["isolation"], **counts,
-            "nocache_share": round(counts["nocache"] / counts["process"], 4),
-            "target_met": counts["nocache"] <= TARGET_NOCACHE_SHARE * counts["process"]}
+    return {
+        "cells": len(plan["cells"]),
+        "nccl": PLAN_VERSION,
+        "auto": plan["isolation"],
+        **counts,
+        "nocache_share": round(counts["nocache"] / counts["process"], 4),
+        "target_met": counts["nocache"] <= TARGET_NOCACHE_SHARE * counts["process"],
+    }
 
 
 def run_sweep(isolation: str, args, work: str, grid=None, tag: str = "") -> dict:
     """One sweep through the CLI; its JSON summary plus the measured wall time."""
     out = os.path.join(work, f"{isolation}{tag}.jsonl")
-    cmd = [sys.executable, "-m", "nccl_tune", "sweep", *(grid or GRID), "--sizes", SIZES, "--backend", "gloo",
-           "--topology", "none", "--nproc", str(args.nproc), "--iters", str(args.iters),
-           "--warmup", "2", "--rounds", str(args.rounds), "--isolation", isolation,
-           "--out", out, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nccl_tune",
+        "sweep",
+        *(grid or GRID),
+        "--sizes",
+        SIZES,
+        "--backend",
+        "gloo",
+        "--topology",
+        "none",
+        "--nproc",
+        str(args.nproc),
+        "--iters",
+        str(args.iters),
+        "--warmup",
+        "2",
+        "--rounds",
+        str(args.rounds),
+        "--isolation",
+        isolation,
+        "--out",
+        out,
+        "--json",
+    ]
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
     wall = time.monotonic() - start
     if done.returncode != 0:
-        sys.exit(f"sweep_cost: the {isolation} sweep failed (exit {done.returncode}):\n"
-                 + (done.stderr or done.stdout)[-2000:])
+        sys.exit(
+            f"sweep_cost: the {isolation} sweep failed (exit {done.returncode}):\n"
+            + (done.stderr or done.stdout)[-2000:]
+        )
     summary = json.loads(done.stdout)
     if summary["failures"]:
         sys.exit(f"sweep_cost: the {isolation} sweep recorded failures: {summary['failures']}")
-    return {"isolation": isolation, "launches": summary["launches"], "cells": summary["cells_measured"],
-            "records": summary["records_written"], "wall_s": round(wall, 2)}
+    return {
+        "isolation": isolation,
+        "launches": summary["launches"],
+        "cells": summary["cells_measured"],
+        "records": summary["records_written"],
+        "wall_s": round(wall, 2),
+    }
 
 
 def main() -> None:
@@ -115,42 +172,59 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         process = run_sweep("process", args, work)
         grouped = run_sweep("group", args, work)
-        isolations = [run_sweep(name, args, work, ISOLATION_GRID, "-cached")
-                      for name in ("process", "group", "nocache")]
-    result = {"grid": "NCCL_PROTO {LL,LL128,Simple} x NCCL_ALGO {Ring,Tree} + baseline",
-              "sizes": SIZES, "backend": "gloo", "world_size": args.nproc, "rounds": args.rounds,
-              "process": process, "grouped": grouped,
-              "launch_ratio": round(process["launches"] / grouped["launches"], 2),
-              "wall_ratio": round(process["wall_s"] / grouped["wall_s"], 2)}
-    result["targets_met"] = (result["launch_ratio"] >= TARGET_LAUNCHES
-                             and result["wall_ratio"] >= TARGET_WALL)
+        isolations = [
+            run_sweep(name, args, work, ISOLATION_GRID, "-cached") for name in ("process", "group", "nocache")
+        ]
+    result = {
+        "grid": "NCCL_PROTO {LL,LL128,Simple} x NCCL_ALGO {Ring,Tree} + baseline",
+        "sizes": SIZES,
+        "backend": "gloo",
+        "world_size": args.nproc,
+        "rounds": args.rounds,
+        "process": process,
+        "grouped": grouped,
+        "launch_ratio": round(process["launches"] / grouped["launches"], 2),
+        "wall_ratio": round(process["wall_s"] / grouped["wall_s"], 2),
+    }
+    result["targets_met"] = result["launch_ratio"] >= TARGET_LAUNCHES and result["wall_ratio"] >= TARGET_WALL
     walls = [row["wall_s"] for row in isolations]
     result["decode_grid"] = decode
-    result["isolations"] = {"grid": "NCCL_PROTO {LL,Simple} x NCCL_NTHREADS {256,512} x "
-                                    "NCCL_BUFFSIZE {16777216,default} + baseline",
-                            "rows": isolations, "wall_falls": walls[0] > walls[1] > walls[2]}
+    result["isolations"] = {
+        "grid": "NCCL_PROTO {LL,Simple} x NCCL_NTHREADS {256,512} x NCCL_BUFFSIZE {16777216,default} + baseline",
+        "rows": isolations,
+        "wall_falls": walls[0] > walls[1] > walls[2],
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"grid: {result['grid']}; sizes {SIZES} B; gloo, world {args.nproc}; "
-          f"{args.rounds} round(s), {args.iters} iterations")
+    print(
+        f"grid: {result['grid']}; sizes {SIZES} B; gloo, world {args.nproc}; "
+        f"{args.rounds} round(s), {args.iters} iterations"
+    )
     print(f"{'isolation':<12}{'cells':>7}{'launches':>10}{'wall s':>9}")
     for row in (process, grouped):
         print(f"{row['isolation']:<12}{row['cells']:>7}{row['launches']:>10}{row['wall_s']:>9.1f}")
-    print(f"launches: {result['launch_ratio']}x fewer grouped (target >= {TARGET_LAUNCHES}x); "
-          f"wall time: {result['wall_ratio']}x less (target >= {TARGET_WALL}x): "
-          + ("targets met" if result["targets_met"] else "TARGET MISSED"))
-    print(f"\ndecode grid (built-in, {decode['cells']} cells), launches planned for NCCL "
-          f"{PLAN_VERSION} (auto picks {decode['auto']}):")
-    print(f"  process {decode['process']}, group {decode['group']}, nocache {decode['nocache']}: "
-          f"nocache needs {decode['nocache_share']:.2%} of one launch per cell (target <= "
-          f"{TARGET_NOCACHE_SHARE:.0%}): " + ("target met" if decode["target_met"] else "TARGET MISSED"))
+    print(
+        f"launches: {result['launch_ratio']}x fewer grouped (target >= {TARGET_LAUNCHES}x); "
+        f"wall time: {result['wall_ratio']}x less (target >= {TARGET_WALL}x): "
+        + ("targets met" if result["targets_met"] else "TARGET MISSED")
+    )
+    print(
+        f"\ndecode grid (built-in, {decode['cells']} cells), launches planned for NCCL "
+        f"{PLAN_VERSION} (auto picks {decode['auto']}):"
+    )
+    print(
+        f"  process {decode['process']}, group {decode['group']}, nocache {decode['nocache']}: "
+        f"nocache needs {decode['nocache_share']:.2%} of one launch per cell (target <= "
+        f"{TARGET_NOCACHE_SHARE:.0%}): " + ("target met" if decode["target_met"] else "TARGET MISSED")
+    )
     print(f"\nisolations on gloo, world {args.nproc}: {result['isolations']['grid']}")
     print(f"{'isolation':<12}{'cells':>7}{'launches':>10}{'wall s':>9}")
     for row in isolations:
         print(f"{row['isolation']:<12}{row['cells']:>7}{row['launches']:>10}{row['wall_s']:>9.1f}")
-    print("wall time falls with the launches: "
-          + ("yes" if result["isolations"]["wall_falls"] else "NO (noisy machine?)"))
+    print(
+        "wall time falls with the launches: " + ("yes" if result["isolations"]["wall_falls"] else "NO (noisy machine?)")
+    )
 
 
 if __name__ == "__main__":

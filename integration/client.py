@@ -36,8 +36,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 from urllib.parse import urlsplit
 
 # A fixed prompt set (written for this project): run i uses PROMPTS[i % len(PROMPTS)].
@@ -53,7 +53,7 @@ PROMPTS = (
 class ClientError(Exception):
     """A request failed; `completed` holds the runs that finished before it."""
 
-    def __init__(self, message: str, completed: list["RunResult"] | None = None):
+    def __init__(self, message: str, completed: list[RunResult] | None = None):
         super().__init__(message)
         self.completed = list(completed or [])
 
@@ -80,15 +80,23 @@ APIS = ("generate", "openai")
 
 def request_body(prompt: str, max_tokens: int, stream: bool) -> dict:
     """The JSON of a /generate request: greedy, EOS ignored, exactly max_tokens new tokens."""
-    return {"text": prompt,
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
-            "stream": stream}
+    return {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+        "stream": stream,
+    }
 
 
 def completion_body(model: str, prompt: str, max_tokens: int, stream: bool) -> dict:
     """The JSON of an OpenAI /v1/completions request: greedy, EOS ignored, usage streamed."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": stream}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -102,8 +110,7 @@ def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]
     return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
 
 
-def _finish(meta: dict, started: float, ended: float, first: float | None, index: int,
-            prompt_index: int) -> RunResult:
+def _finish(meta: dict, started: float, ended: float, first: float | None, index: int, prompt_index: int) -> RunResult:
     tokens = int(meta.get("completion_tokens") or 0)
     seconds = ended - started
     verify = meta.get("spec_verify_ct")
@@ -116,10 +123,19 @@ def _finish(meta: dict, started: float, ended: float, first: float | None, index
     decode = None
     if first is not None and tokens > 1 and ended > first:
         decode = (tokens - 1) / (ended - first)
-    return RunResult(index, prompt_index, tokens, seconds, tokens / seconds if seconds > 0 else 0.0,
-                     None if first is None else first - started, decode, accept,
-                     int(verify) if isinstance(verify, (int, float)) else None,
-                     None if reason is None else str(reason), correct)
+    return RunResult(
+        index,
+        prompt_index,
+        tokens,
+        seconds,
+        tokens / seconds if seconds > 0 else 0.0,
+        None if first is None else first - started,
+        decode,
+        accept,
+        int(verify) if isinstance(verify, (int, float)) else None,
+        None if reason is None else str(reason),
+        correct,
+    )
 
 
 def accept_length(tokens: int, verify, correct: int | None) -> float | None:
@@ -154,8 +170,15 @@ def _call(url: str, method: str, path: str, body: dict | None, timeout: float, r
         conn.close()
 
 
-def generate_once(url: str, prompt: str, max_tokens: int, stream: bool = True,
-                  timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
+def generate_once(
+    url: str,
+    prompt: str,
+    max_tokens: int,
+    stream: bool = True,
+    timeout: float = 600.0,
+    index: int = 0,
+    prompt_index: int = 0,
+) -> RunResult:
     """Send one /generate request and time it; ClientError on any failure."""
 
     def read(response, started: float) -> RunResult:
@@ -180,7 +203,7 @@ def _read_stream(response, started: float, index: int, prompt_index: int) -> Run
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
             continue  # blank separators, comments, other SSE fields
-        data = line[len("data:"):].strip()
+        data = line[len("data:") :].strip()
         if data == "[DONE]":
             break
         chunk = json.loads(data)
@@ -207,16 +230,31 @@ def served_model(url: str, timeout: float = 30.0) -> str:
     return _call(url, "GET", "/v1/models", None, timeout, read)
 
 
-def _usage_result(usage: dict | None, finish: str | None, started: float, ended: float,
-                  first: float | None, index: int, prompt_index: int) -> RunResult:
+def _usage_result(
+    usage: dict | None,
+    finish: str | None,
+    started: float,
+    ended: float,
+    first: float | None,
+    index: int,
+    prompt_index: int,
+) -> RunResult:
     if not isinstance(usage, dict) or "completion_tokens" not in usage:
         raise ClientError("the answer carried no usage.completion_tokens")
     meta = {"completion_tokens": usage["completion_tokens"], "finish_reason": finish}
     return _finish(meta, started, ended, first, index, prompt_index)
 
 
-def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bool = True,
-                  timeout: float = 600.0, index: int = 0, prompt_index: int = 0) -> RunResult:
+def complete_once(
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    stream: bool = True,
+    timeout: float = 600.0,
+    index: int = 0,
+    prompt_index: int = 0,
+) -> RunResult:
     """Send one OpenAI /v1/completions request and time it; ClientError on any failure."""
 
     def read(response, started: float) -> RunResult:
@@ -224,8 +262,9 @@ def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bo
             payload = json.loads(response.read().decode("utf-8"))
             ended = time.perf_counter()
             choices = payload.get("choices") or [{}]
-            return _usage_result(payload.get("usage"), choices[0].get("finish_reason"), started,
-                                 ended, None, index, prompt_index)
+            return _usage_result(
+                payload.get("usage"), choices[0].get("finish_reason"), started, ended, None, index, prompt_index
+            )
         first, usage, finish = None, None, None
         while True:
             raw = response.readline()
@@ -234,7 +273,7 @@ def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bo
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
                 continue
-            data = line[len("data:"):].strip()
+            data = line[len("data:") :].strip()
             if data == "[DONE]":
                 break
             chunk = json.loads(data)
@@ -247,8 +286,7 @@ def complete_once(url: str, model: str, prompt: str, max_tokens: int, stream: bo
             usage = chunk.get("usage") or usage
         return _usage_result(usage, finish, started, time.perf_counter(), first, index, prompt_index)
 
-    return _call(url, "POST", "/v1/completions", completion_body(model, prompt, max_tokens, stream),
-                 timeout, read)
+    return _call(url, "POST", "/v1/completions", completion_body(model, prompt, max_tokens, stream), timeout, read)
 
 
 def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
@@ -256,13 +294,11 @@ def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
     from nccl_tune import stats
 
     rates = [r.tok_s for r in runs]
-    out: dict = {"runs": len(runs), "tokens": sum(r.tokens for r in runs),
-                 "seconds": sum(r.seconds for r in runs)}
+    out: dict = {"runs": len(runs), "tokens": sum(r.tokens for r in runs), "seconds": sum(r.seconds for r in runs)}
     out["overall_tok_s"] = out["tokens"] / out["seconds"] if out["seconds"] > 0 else None
     if rates:
         mean, ci = stats.rate_ci(rates, confidence)  # log scale: never below zero
-        out.update(tok_s_mean=mean, tok_s_stdev=statistics.stdev(rates) if len(rates) > 1 else None,
-                   tok_s_ci=ci)
+        out.update(tok_s_mean=mean, tok_s_stdev=statistics.stdev(rates) if len(rates) > 1 else None, tok_s_ci=ci)
     else:
         out.update(tok_s_mean=None, tok_s_stdev=None, tok_s_ci=None)
     ttft = [r.ttft_s for r in runs if r.ttft_s is not None]
@@ -271,18 +307,32 @@ def summarize_runs(runs: list[RunResult], confidence: float = 0.95) -> dict:
     out["decode_tok_s_mean"] = statistics.fmean(decode) if decode else None
     verified = [r for r in runs if r.spec_verify_ct]
     counted = all(r.spec_correct_drafts is not None for r in verified)
-    out["accept_len"] = accept_length(
-        sum(r.tokens for r in verified), sum(r.spec_verify_ct for r in verified),
-        sum(r.spec_correct_drafts for r in verified) if counted else None) if verified else None
+    out["accept_len"] = (
+        accept_length(
+            sum(r.tokens for r in verified),
+            sum(r.spec_verify_ct for r in verified),
+            sum(r.spec_correct_drafts for r in verified) if counted else None,
+        )
+        if verified
+        else None
+    )
     # what accept_len counts (see accept_length)
     out["accept_basis"] = None if not verified else "correct drafts" if counted else "completion tokens"
     return out
 
 
-def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream: bool = True,
-              prompts: tuple[str, ...] = PROMPTS, timeout: float = 600.0,
-              on_run: Callable[[RunResult], None] | None = None, api: str = "generate",
-              model: str | None = None) -> list[RunResult]:
+def benchmark(
+    url: str,
+    max_tokens: int,
+    num_runs: int,
+    warmup: int = 1,
+    stream: bool = True,
+    prompts: tuple[str, ...] = PROMPTS,
+    timeout: float = 600.0,
+    on_run: Callable[[RunResult], None] | None = None,
+    api: str = "generate",
+    model: str | None = None,
+) -> list[RunResult]:
     """`warmup` uncounted requests, then `num_runs` timed ones, one at a time.
 
     `api` is "generate" (SGLang's /generate) or "openai" (/v1/completions of `model`, by
@@ -297,8 +347,10 @@ def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream:
         def once(prompt, index, prompt_index):
             return complete_once(url, name, prompt, max_tokens, stream, timeout, index, prompt_index)
     else:
+
         def once(prompt, index, prompt_index):
             return generate_once(url, prompt, max_tokens, stream, timeout, index, prompt_index)
+
     for w in range(warmup):
         try:
             once(prompts[w % len(prompts)], -(w + 1), w % len(prompts))
@@ -316,9 +368,15 @@ def benchmark(url: str, max_tokens: int, num_runs: int, warmup: int = 1, stream:
     return done
 
 
-def concurrent_round(url: str, model: str, max_tokens: int, concurrency: int, round_index: int = 0,
-                     prompts: tuple[str, ...] = PROMPTS, timeout: float = 600.0
-                     ) -> tuple[list[RunResult], float]:
+def concurrent_round(
+    url: str,
+    model: str,
+    max_tokens: int,
+    concurrency: int,
+    round_index: int = 0,
+    prompts: tuple[str, ...] = PROMPTS,
+    timeout: float = 600.0,
+) -> tuple[list[RunResult], float]:
     """`concurrency` streaming /v1/completions requests sent together, one thread each (the
     server batches them): the runs in request order and the round's wall seconds, from
     before the first send to the last answer. ClientError naming the failed request(s),
@@ -333,8 +391,9 @@ def concurrent_round(url: str, model: str, max_tokens: int, concurrency: int, ro
         index = round_index * concurrency + i
         start.wait()
         try:
-            results[i] = complete_once(url, model, prompts[index % len(prompts)], max_tokens, True,
-                                       timeout, index, index % len(prompts))
+            results[i] = complete_once(
+                url, model, prompts[index % len(prompts)], max_tokens, True, timeout, index, index % len(prompts)
+            )
         except ClientError as exc:
             errors.append(f"request {i + 1} of {concurrency}: {exc}")
 
@@ -356,8 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: benchmark a running server and print per-run and overall figures."""
     p = argparse.ArgumentParser(prog="python -m integration.client", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:30000")
-    p.add_argument("--api", choices=APIS, default="generate",
-                   help="generate: SGLang's /generate; openai: /v1/completions (vLLM, SGLang)")
+    p.add_argument(
+        "--api",
+        choices=APIS,
+        default="generate",
+        help="generate: SGLang's /generate; openai: /v1/completions (vLLM, SGLang)",
+    )
     p.add_argument("--model", default=None, help="model name for --api openai (default: the served one)")
     p.add_argument("--max-tokens", type=int, default=500)
     p.add_argument("--num-runs", type=int, default=5)
@@ -370,8 +433,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--max-tokens and --num-runs must be at least 1, --warmup at least 0")
     error = None
     try:
-        runs = benchmark(args.url, args.max_tokens, args.num_runs, args.warmup, not args.no_stream,
-                         timeout=args.timeout, api=args.api, model=args.model)
+        runs = benchmark(
+            args.url,
+            args.max_tokens,
+            args.num_runs,
+            args.warmup,
+            not args.no_stream,
+            timeout=args.timeout,
+            api=args.api,
+            model=args.model,
+        )
     except ClientError as exc:
         runs, error = exc.completed, str(exc)
     summary = summarize_runs(runs)
@@ -384,8 +455,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {r.index + 1}: {r.tokens} tokens in {r.seconds:.2f} s = {r.tok_s:.1f} tok/s{ttft}{acc}")
         if summary["tok_s_mean"] is not None:
             ci = summary["tok_s_ci"]
-            print(f"mean {summary['tok_s_mean']:.1f} tok/s"
-                  + (f" (95% CI {ci[0]:.1f}-{ci[1]:.1f}, stdev {summary['tok_s_stdev']:.1f})" if ci else ""))
+            print(
+                f"mean {summary['tok_s_mean']:.1f} tok/s"
+                + (f" (95% CI {ci[0]:.1f}-{ci[1]:.1f}, stdev {summary['tok_s_stdev']:.1f})" if ci else "")
+            )
     if error:
         print(f"client: {error}", file=sys.stderr)
         return 1

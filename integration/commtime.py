@@ -40,12 +40,12 @@ def _check(stamps_by_rank: list[list[Stamp]], first: int, end: int, cycles: int)
     if not stamps_by_rank:
         raise ValueError("no ranks' stamps")
     if any(len(s) < end for s in stamps_by_rank) or not 0 <= first <= end:
-        raise ValueError(f"calls {first}..{end} are not stamped on every rank "
-                         f"({[len(s) for s in stamps_by_rank]} stamps)")
+        raise ValueError(
+            f"calls {first}..{end} are not stamped on every rank ({[len(s) for s in stamps_by_rank]} stamps)"
+        )
 
 
-def synchronised_split(stamps_by_rank: list[list[Stamp]], first: int, end: int,
-                       cycles: int) -> dict:
+def synchronised_split(stamps_by_rank: list[list[Stamp]], first: int, end: int, cycles: int) -> dict:
     """Per-cycle means (ms) of a run with real collectives: calls first..end-1 over `cycles`.
 
     collective_ms (last arrival to all done), straggler_ms (critical-path compute beyond the
@@ -64,12 +64,15 @@ def synchronised_split(stamps_by_rank: list[list[Stamp]], first: int, end: int,
             mean_compute = sum(e - b for e, b in zip(enters, before)) / len(enters)
             straggler += max(enters) - max(before) - mean_compute
     scale = 1000.0 / cycles
-    return {"collective_ms": collective * scale, "straggler_ms": straggler * scale,
-            "in_collective_ms": inside * scale, "calls_per_cycle": (end - first) / cycles}
+    return {
+        "collective_ms": collective * scale,
+        "straggler_ms": straggler * scale,
+        "in_collective_ms": inside * scale,
+        "calls_per_cycle": (end - first) / cycles,
+    }
 
 
-def straggler_estimate(stamps_by_rank: list[list[Stamp]], first: int, end: int,
-                       cycles: int) -> dict:
+def straggler_estimate(stamps_by_rank: list[list[Stamp]], first: int, end: int, cycles: int) -> dict:
     """Per-cycle wait (ms) for the slowest rank had the ranks synchronised at each stamped
     call, from a run where they did not (compute only): the sum over calls of
     max_r d - mean_r d, d a rank's compute since its previous call (from the second call

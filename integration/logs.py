@@ -30,8 +30,8 @@ import datetime as _dt
 import math
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
@@ -61,23 +61,45 @@ _TIME_RE = re.compile(r"\b(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?\b")
 _RANK_RE = re.compile(r"\b(?P<kind>TP|DP|EP|PP|CP|MoE)(?P<num>\d+)\b")
 # `'key': value` of the dict form (a value up to the next comma or bracket: nested values
 # are skipped, and only SERVER_ARG_KEYS are kept)
-_DICT_ARG_RE = re.compile(r"(?:^|,\s*)'(?P<key>[A-Za-z_][A-Za-z0-9_]*)':\s*(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
-_ARG_RE = re.compile(r"(?:^|,\s*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
+_DICT_ARG_RE = re.compile(
+    r"(?:^|,\s*)'(?P<key>[A-Za-z_][A-Za-z0-9_]*)':\s*(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)"
+)
+_ARG_RE = re.compile(
+    r"(?:^|,\s*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)"
+)
 
 # SGLang decode/prefill keys -> field names; values are converted by type.
 _SGLANG_KEYS = {
-    "#running-req": "running_req", "#token": "tokens", "#full token": "tokens",
+    "#running-req": "running_req",
+    "#token": "tokens",
+    "#full token": "tokens",
     "token usage": "token_usage",
-    "gen throughput (token/s)": "gen_throughput", "#queue-req": "queue_req",
-    "accept len": "accept_len", "accept rate": "accept_rate", "largest-len": "largest_len",
-    "#new-seq": "new_seq", "#new-token": "new_token", "#cached-token": "cached_token",
+    "gen throughput (token/s)": "gen_throughput",
+    "#queue-req": "queue_req",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "largest-len": "largest_len",
+    "#new-seq": "new_seq",
+    "#new-token": "new_token",
+    "#cached-token": "cached_token",
     "input throughput (token/s)": "input_throughput",
 }
-SERVER_ARG_KEYS = ("model_path", "device", "tp_size", "dp_size", "enable_dp_attention",
-                   "speculative_algorithm", "speculative_draft_model_path",
-                   "speculative_num_steps", "speculative_eagle_topk",
-                   "speculative_num_draft_tokens", "disable_custom_all_reduce",
-                   "disable_cuda_graph", "cuda_graph_max_bs", "decode_log_interval")
+SERVER_ARG_KEYS = (
+    "model_path",
+    "device",
+    "tp_size",
+    "dp_size",
+    "enable_dp_attention",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "disable_custom_all_reduce",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "decode_log_interval",
+)
 
 
 @dataclass
@@ -158,7 +180,7 @@ def _sglang_fields(raw: dict[str, object]) -> dict:
             out[name] = value
         elif key.endswith(" graph"):  # cuda graph / cpu graph / npu graph
             out["graph"] = value if isinstance(value, bool) else None
-            out["graph_kind"] = key[:-len(" graph")]
+            out["graph_kind"] = key[: -len(" graph")]
         else:
             extra[key] = value
     if extra:
@@ -187,23 +209,30 @@ def _vllm_spec(body: str, new_form: bool) -> dict:
     if sep:
         # the list runs to the end or to the next "Name: value" pair
         parts = re.split(r",\s*(?=[A-Za-z])", tail, maxsplit=1)
-        per_position = [v for v in (_number(x) for x in parts[0].split(",") if x.strip())
-                        if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        per_position = [
+            v
+            for v in (_number(x) for x in parts[0].split(",") if x.strip())
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
         body = head + (parts[1] if len(parts) > 1 else "")
     raw = {k.lower(): v for k, v in _pairs(body).items()}
     out: dict = {"form": "SpecDecoding" if new_form else "Speculative"}
     rate = raw.get("draft acceptance rate", raw.get("avg draft acceptance rate"))
     if isinstance(rate, (int, float)) and not isinstance(rate, bool):
         out["accept_rate"] = float(rate)
-    for key, name in (("mean acceptance length", "accept_len"), ("system efficiency", "efficiency"),
-                      ("number of speculative tokens", "num_spec_tokens"),
-                      ("accepted", "accepted"), ("drafted", "drafted"),
-                      ("number of accepted tokens", "accepted"),
-                      ("number of draft tokens", "drafted"),
-                      ("number of draft tokens tokens", "drafted"),
-                      ("number of emitted tokens", "emitted"),
-                      ("number of emitted tokens tokens", "emitted"),
-                      ("drafts", "drafts")):
+    for key, name in (
+        ("mean acceptance length", "accept_len"),
+        ("system efficiency", "efficiency"),
+        ("number of speculative tokens", "num_spec_tokens"),
+        ("accepted", "accepted"),
+        ("drafted", "drafted"),
+        ("number of accepted tokens", "accepted"),
+        ("number of draft tokens", "drafted"),
+        ("number of draft tokens tokens", "drafted"),
+        ("number of emitted tokens", "emitted"),
+        ("number of emitted tokens tokens", "emitted"),
+        ("drafts", "drafts"),
+    ):
         value = raw.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = value
@@ -219,7 +248,7 @@ def parse_line(text: str, number: int = 0) -> LogEvent | None:
     """The event a log line holds, or None (never raises)."""
     try:
         return _parse_line(text, number)
-    except Exception:  # noqa: BLE001 - odd input is skipped, never a traceback
+    except Exception:
         return None
 
 
@@ -229,7 +258,7 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
         match = regex.search(text)
         if match:
             raw = _pairs(match["body"])
-            prefix = text[:match.start()]
+            prefix = text[: match.start()]
             fields = _sglang_fields(raw)
             if not any(_is_number(v) for k, v in fields.items() if k in _SGLANG_KEYS.values()):
                 return None  # no figure SGLang prints: a line that only looks like one
@@ -243,7 +272,7 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
             fields = _vllm_spec(match["body"], kind.endswith("new"))
             if len(fields) <= 1:
                 return None
-            when, dated = _when(text[:match.start()])
+            when, dated = _when(text[: match.start()])
             return LogEvent("vllm_spec", number, when, dated, "", fields)
     match = _VLLM_STATS_RE.search(text)
     if match:
@@ -257,19 +286,17 @@ def _parse_line(text: str, number: int) -> LogEvent | None:
                 count = re.search(rf"\b{key}:\s*(\d+) reqs", text, re.I)
                 if count:
                     fields[name] = int(count.group(1))
-            return LogEvent("vllm_stats", number, when, dated,
-                            f"Engine {engine['engine']}" if engine else "", fields)
-    for opening, closing, pattern in ((SERVER_ARGS_TEXT, ")", _ARG_RE),
-                                      (SERVER_ARGS_DICT_TEXT, "}", _DICT_ARG_RE)):
+            return LogEvent("vllm_stats", number, when, dated, f"Engine {engine['engine']}" if engine else "", fields)
+    for opening, closing, pattern in ((SERVER_ARGS_TEXT, ")", _ARG_RE), (SERVER_ARGS_DICT_TEXT, "}", _DICT_ARG_RE)):
         start = text.find(opening)
-        rest = text[start + len(opening):].rstrip() if start >= 0 else ""
+        rest = text[start + len(opening) :].rstrip() if start >= 0 else ""
         if rest.endswith(closing):
             return LogEvent("server_args", number, None, False, "", _server_args(rest[:-1], pattern))
     match = _SUBSTITUTE_RE.search(text)
     if match:
         return LogEvent("substitute", number, None, False, "", {"package": match["package"]})
     if READY_TEXT in text:
-        when, dated = _when(text[:text.find(READY_TEXT)])
+        when, dated = _when(text[: text.find(READY_TEXT)])
         return LogEvent("ready", number, when, dated, "", {})
     return None
 
@@ -358,8 +385,9 @@ def _excluded_reasons(events: list[LogEvent], idle_gap_s: float) -> list[tuple[L
     return decisions
 
 
-def throughput_lines(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S
-                     ) -> tuple[list[LogEvent], list[LogEvent]]:
+def throughput_lines(
+    events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GAP_S
+) -> tuple[list[LogEvent], list[LogEvent]]:
     """Decode lines whose gen throughput counts, and those excluded.
 
     SGLang divides the tokens since its previous decode line by the time since then, so
@@ -410,38 +438,51 @@ def summarize_events(events: list[LogEvent], idle_gap_s: float = DEFAULT_IDLE_GA
     for e in events:
         if e.kind == "server_args":
             server_args = e.fields  # the last launch in the log wins
-    speculative = {k[len("speculative_"):]: v for k, v in server_args.items()
-                   if k.startswith("speculative_")}
+    speculative = {k[len("speculative_") :]: v for k, v in server_args.items() if k.startswith("speculative_")}
     if not speculative.get("algorithm"):
         speculative = None  # launched without speculative decoding (or not said)
     vllm = [e for e in events if e.kind == "vllm_spec"]
     vllm_stats = [e.fields["gen_throughput"] for e in events if e.kind == "vllm_stats"]
-    vllm_summary = {
-        "spec_lines": len(vllm),
-        "accept_len_mean": _mean([e.fields["accept_len"] for e in vllm if "accept_len" in e.fields]),
-        "accept_rate_mean": _mean([e.fields["accept_rate"] for e in vllm if "accept_rate" in e.fields]),
-        "gen_throughput_mean": _mean([v for v in vllm_stats if v > 0]),  # 0: idle interval
-        "stats_lines": len(vllm_stats),
-        "per_position_mean": _per_position_mean([e.fields["per_position"] for e in vllm
-                                                 if e.fields.get("per_position")]),
-    } if (vllm or vllm_stats) else None
+    vllm_summary = (
+        {
+            "spec_lines": len(vllm),
+            "accept_len_mean": _mean([e.fields["accept_len"] for e in vllm if "accept_len" in e.fields]),
+            "accept_rate_mean": _mean([e.fields["accept_rate"] for e in vllm if "accept_rate" in e.fields]),
+            "gen_throughput_mean": _mean([v for v in vllm_stats if v > 0]),  # 0: idle interval
+            "stats_lines": len(vllm_stats),
+            "per_position_mean": _per_position_mean(
+                [e.fields["per_position"] for e in vllm if e.fields.get("per_position")]
+            ),
+        }
+        if (vllm or vllm_stats)
+        else None
+    )
     engine = "sglang" if decode or server_args else ("vllm" if vllm_summary else None)
     substitutes = sorted({e.fields["package"] for e in events if e.kind == "substitute"}) or None
     if engine == "vllm":  # the headline figures come from vLLM's own lines
         # each periodic stats line (V1: `Engine 000: ...`) is vLLM's decode line: a
         # logging interval's mean generation throughput; 0 marks an idle interval
-        return {"engine": engine, "decode_lines": len(vllm_stats), "prefill_lines": 0,
-                "gen_throughput_mean": vllm_summary["gen_throughput_mean"],
-                "gen_throughput_median": statistics.median([v for v in vllm_stats if v > 0])
-                if any(v > 0 for v in vllm_stats) else None,
-                "gen_throughput_lines": sum(v > 0 for v in vllm_stats), "excluded_after_idle":
-                sum(v <= 0 for v in vllm_stats), "accept_len_mean": vllm_summary["accept_len_mean"],
-                "accept_rate_mean": vllm_summary["accept_rate_mean"],
-                "accept_len_lines": sum("accept_len" in e.fields for e in vllm),
-                "graph_share": None,
-                "sources": sorted({e.source for e in events if e.kind == "vllm_stats" and e.source}),
-                "ready": False, "speculative": None,
-                "server_args": None, "vllm": vllm_summary, "substitutes": substitutes}
+        return {
+            "engine": engine,
+            "decode_lines": len(vllm_stats),
+            "prefill_lines": 0,
+            "gen_throughput_mean": vllm_summary["gen_throughput_mean"],
+            "gen_throughput_median": statistics.median([v for v in vllm_stats if v > 0])
+            if any(v > 0 for v in vllm_stats)
+            else None,
+            "gen_throughput_lines": sum(v > 0 for v in vllm_stats),
+            "excluded_after_idle": sum(v <= 0 for v in vllm_stats),
+            "accept_len_mean": vllm_summary["accept_len_mean"],
+            "accept_rate_mean": vllm_summary["accept_rate_mean"],
+            "accept_len_lines": sum("accept_len" in e.fields for e in vllm),
+            "graph_share": None,
+            "sources": sorted({e.source for e in events if e.kind == "vllm_stats" and e.source}),
+            "ready": False,
+            "speculative": None,
+            "server_args": None,
+            "vllm": vllm_summary,
+            "substitutes": substitutes,
+        }
     return {
         "engine": engine,
         "decode_lines": len(decode),
@@ -475,10 +516,17 @@ def read_log(path: str) -> list[str]:
     (and line); an over-long line is cut at MAX_LOG_LINE, so matching stays linear."""
     size = fileio.read_size(path, what="server log")
     if size is not None and size > MAX_LOG_BYTES:
-        raise NcclTuneError(f"{size} bytes: more than the {MAX_LOG_BYTES // (1024 * 1024)} MiB a "
-                            "server log may have (cut the part of interest)", path=path)
-    return [text for _, text in fileio.iter_lines(path, what="server log", max_line=MAX_LOG_LINE,
-                                                  on_long=lambda number, length: None)]
+        raise NcclTuneError(
+            f"{size} bytes: more than the {MAX_LOG_BYTES // (1024 * 1024)} MiB a "
+            "server log may have (cut the part of interest)",
+            path=path,
+        )
+    return [
+        text
+        for _, text in fileio.iter_lines(
+            path, what="server log", max_line=MAX_LOG_LINE, on_long=lambda number, length: None
+        )
+    ]
 
 
 def summarize_scrape(lines: list[str]) -> dict:
@@ -489,16 +537,35 @@ def summarize_scrape(lines: list[str]) -> dict:
     scrape = metrics.parse("\n".join(lines))
     spec = metrics.speculative(scrape)
     names = scrape.names()
-    engine = ("vllm" if any(n.startswith("vllm:") for n in names)
-              else "sglang" if any(n.startswith("sglang:") for n in names) else None)
-    return {"engine": engine, "kind": "metrics scrape", "decode_lines": 0, "prefill_lines": 0,
-            "gen_throughput_mean": None, "gen_throughput_median": None,
-            "gen_throughput_lines": 0, "excluded_after_idle": 0,
-            "accept_len_mean": spec.get("accept_len") if spec else None,
-            "accept_rate_mean": spec.get("accept_rate") if spec else None,
-            "accept_len_lines": 0, "graph_share": None, "sources": [], "ready": False,
-            "speculative": None, "server_args": None, "vllm": None, "metrics": spec,
-            "samples": len(scrape.samples), "substitutes": None}
+    engine = (
+        "vllm"
+        if any(n.startswith("vllm:") for n in names)
+        else "sglang"
+        if any(n.startswith("sglang:") for n in names)
+        else None
+    )
+    return {
+        "engine": engine,
+        "kind": "metrics scrape",
+        "decode_lines": 0,
+        "prefill_lines": 0,
+        "gen_throughput_mean": None,
+        "gen_throughput_median": None,
+        "gen_throughput_lines": 0,
+        "excluded_after_idle": 0,
+        "accept_len_mean": spec.get("accept_len") if spec else None,
+        "accept_rate_mean": spec.get("accept_rate") if spec else None,
+        "accept_len_lines": 0,
+        "graph_share": None,
+        "sources": [],
+        "ready": False,
+        "speculative": None,
+        "server_args": None,
+        "vllm": None,
+        "metrics": spec,
+        "samples": len(scrape.samples),
+        "substitutes": None,
+    }
 
 
 def summarize_file(path: str, idle_gap_s: float = DEFAULT_IDLE_GAP_S) -> dict:

@@ -83,8 +83,11 @@ class Scrape:
 
     def total(self, name: str, **match: str) -> float | None:
         """The sum of `name` over every label set (those given in `match` must agree)."""
-        values = [v for (n, labels), v in self.samples.items() if n == name
-                  and all(dict(labels).get(k) == want for k, want in match.items())]
+        values = [
+            v
+            for (n, labels), v in self.samples.items()
+            if n == name and all(dict(labels).get(k) == want for k, want in match.items())
+        ]
         return sum(values) if values else None
 
     def mean(self, name: str) -> float | None:
@@ -118,12 +121,12 @@ def _sample(line: str) -> tuple[str, str, float] | None:
     name = _NAME_RE.match(line)
     if name is None:
         return None
-    rest, labels = line[name.end():], ""
+    rest, labels = line[name.end() :], ""
     if rest.startswith("{"):
         close = rest.rfind("}")
         if close < 0:
             return None
-        labels, rest = rest[1:close], rest[close + 1:]
+        labels, rest = rest[1:close], rest[close + 1 :]
     parts = rest.split()
     if not rest[:1].isspace() or len(parts) not in (1, 2) or (len(parts) == 2 and not _TS_RE.fullmatch(parts[1])):
         return None
@@ -147,8 +150,7 @@ def parse(text: str) -> Scrape:
         if sample is None:
             continue
         name, label_text, value = sample
-        labels = tuple(sorted((m["key"], _unescape(m["value"]))
-                              for m in _LABEL_RE.finditer(label_text)))
+        labels = tuple(sorted((m["key"], _unescape(m["value"])) for m in _LABEL_RE.finditer(label_text)))
         scrape.samples[(name, labels)] = value
     return scrape
 
@@ -156,8 +158,10 @@ def parse(text: str) -> Scrape:
 def looks_like_metrics(text: str) -> bool:
     """True for text in the exposition format (a `# TYPE` line or a vllm:/sglang: sample)."""
     head = text[:20000]
-    return bool(re.search(r"^# TYPE \S+ \w+", head, re.M)
-                or re.search(r"^(?:vllm|sglang):[A-Za-z0-9_:]+(?:\{[^}]*\})?\s+\S+\s*$", head, re.M))
+    return bool(
+        re.search(r"^# TYPE \S+ \w+", head, re.M)
+        or re.search(r"^(?:vllm|sglang):[A-Za-z0-9_:]+(?:\{[^}]*\})?\s+\S+\s*$", head, re.M)
+    )
 
 
 def scrape(url: str, timeout: float = 10.0) -> Scrape:
@@ -208,21 +212,28 @@ def speculative(sc: Scrape) -> dict | None:
         accepted = sc.total(VLLM_ACCEPTED) or 0.0
         draft_tokens = sc.total(VLLM_DRAFT_TOKENS) or 0.0
         per_pos = sc.by_label(VLLM_PER_POS, "position")
-        positions = sorted(per_pos, key=lambda p: int(p) if p.isdigit() else 10 ** 6)
-        return {"source": "vllm /metrics", "drafts": drafts, "draft_tokens": draft_tokens,
-                "accepted_tokens": accepted,
-                "accept_len": 1.0 + accepted / drafts if drafts > 0 else None,
-                "accept_rate": accepted / draft_tokens if draft_tokens > 0 else None,
-                "per_position": [per_pos[p] / drafts for p in positions] if drafts > 0 and per_pos else None,
-                "generation_tokens": sc.total(VLLM_GENERATION_TOKENS)}
+        positions = sorted(per_pos, key=lambda p: int(p) if p.isdigit() else 10**6)
+        return {
+            "source": "vllm /metrics",
+            "drafts": drafts,
+            "draft_tokens": draft_tokens,
+            "accepted_tokens": accepted,
+            "accept_len": 1.0 + accepted / drafts if drafts > 0 else None,
+            "accept_rate": accepted / draft_tokens if draft_tokens > 0 else None,
+            "per_position": [per_pos[p] / drafts for p in positions] if drafts > 0 and per_pos else None,
+            "generation_tokens": sc.total(VLLM_GENERATION_TOKENS),
+        }
     counted = _sglang_counted(sc)
     if counted is not None:
         return counted
     length = _finite(sc.mean(SGLANG_ACCEPT_LENGTH))
     if length is not None and length >= 1.0:
-        return {"source": "sglang /metrics (gauge: its last logging interval)",
-                "accept_len": length, "accept_rate": _finite(sc.mean(SGLANG_ACCEPT_RATE)),
-                "per_position": None}
+        return {
+            "source": "sglang /metrics (gauge: its last logging interval)",
+            "accept_len": length,
+            "accept_rate": _finite(sc.mean(SGLANG_ACCEPT_RATE)),
+            "per_position": None,
+        }
     return None
 
 
@@ -237,6 +248,12 @@ def _sglang_counted(sc: Scrape) -> dict | None:
     drafts = _finite(sc.mean(SGLANG_DRAFT_TOKENS))  # its draft tokens per verify, root counted
     # SGLang's accept rate: correct drafts / proposed drafts, (draft tokens - 1) per verify
     rate = (length - 1.0) / (drafts - 1.0) if drafts is not None and drafts > 1 else None
-    return {"source": "sglang /metrics counters: tokens kept per verify",
-            "accept_len": length, "accept_rate": rate, "per_position": None,
-            "verify_calls": verify, "generation_tokens": tokens, "requests": requests}
+    return {
+        "source": "sglang /metrics counters: tokens kept per verify",
+        "accept_len": length,
+        "accept_rate": rate,
+        "per_position": None,
+        "verify_calls": verify,
+        "generation_tokens": tokens,
+        "requests": requests,
+    }

@@ -88,14 +88,17 @@ def configurations(opts: ScheduleRun) -> list[tuple[str, int, list[str]]]:
     for k in opts.steps:
         config = {**base, "num_speculative_tokens": max(k, 1)}
         out.append((f"k={k}", k, [*rest, vllm.SPEC_OPTION, json.dumps(config)]))
-    out.append((SCHEDULE, opts.schedule["num_speculative_tokens"],
-                [*rest, vllm.SPEC_OPTION, json.dumps(opts.schedule)]))
+    out.append(
+        (SCHEDULE, opts.schedule["num_speculative_tokens"], [*rest, vllm.SPEC_OPTION, json.dumps(opts.schedule)])
+    )
     return out
 
 
-INTERVALS = ("geometric mean and 95% interval, Student's t on the log scale (tok/s and TTFT are "
-             "positive: a plain t interval of a few values reaches below zero); aggregate tok/s "
-             "over rounds, per request over requests; acceptance per position: Wilson over drafts")
+INTERVALS = (
+    "geometric mean and 95% interval, Student's t on the log scale (tok/s and TTFT are "
+    "positive: a plain t interval of a few values reaches below zero); aggregate tok/s "
+    "over rounds, per request over requests; acceptance per position: Wilson over drafts"
+)
 
 
 def _interval(values: list[float]) -> tuple[float | None, list[float] | None]:
@@ -112,19 +115,32 @@ def summarize_rounds(rounds: list[dict]) -> dict:
     agg, agg_ci = _interval([rnd["aggregate_tok_s"] for rnd in rounds])
     per, per_ci = _interval([r["tok_s"] for r in requests])
     ttft, ttft_ci = _interval([r["ttft_s"] for r in requests if r["ttft_s"] is not None])
-    out = {"rounds": len(rounds), "requests": len(requests), "intervals": INTERVALS,
-           "aggregate_tok_s": agg, "aggregate_tok_s_ci": agg_ci,
-           "runs_aggregate_tok_s": [rnd["aggregate_tok_s"] for rnd in rounds],
-           "request_tok_s": per, "request_tok_s_ci": per_ci, "ttft_s": ttft, "ttft_s_ci": ttft_ci,
-           "accept_len": None, "drafts": 0, "draft_tokens_per_draft": None,
-           "drafted_share_of_steps": 0.0 if any(r.get("spec") for r in rounds) else None,
-           "per_position": None}
+    out = {
+        "rounds": len(rounds),
+        "requests": len(requests),
+        "intervals": INTERVALS,
+        "aggregate_tok_s": agg,
+        "aggregate_tok_s_ci": agg_ci,
+        "runs_aggregate_tok_s": [rnd["aggregate_tok_s"] for rnd in rounds],
+        "request_tok_s": per,
+        "request_tok_s_ci": per_ci,
+        "ttft_s": ttft,
+        "ttft_s_ci": ttft_ci,
+        "accept_len": None,
+        "drafts": 0,
+        "draft_tokens_per_draft": None,
+        "drafted_share_of_steps": 0.0 if any(r.get("spec") for r in rounds) else None,
+        "per_position": None,
+    }
     specs = [rnd["spec"] for rnd in rounds if rnd.get("spec") and rnd["spec"].get("drafts")]
     drafts = sum(s["drafts"] for s in specs)
     if drafts:
         accepted = sum(s["accepted_tokens"] for s in specs)
-        out.update(drafts=drafts, accept_len=1.0 + accepted / drafts,
-                   draft_tokens_per_draft=sum(s["draft_tokens"] for s in specs) / drafts)
+        out.update(
+            drafts=drafts,
+            accept_len=1.0 + accepted / drafts,
+            draft_tokens_per_draft=sum(s["draft_tokens"] for s in specs) / drafts,
+        )
         generated = sum(s.get("generation_tokens") or 0.0 for s in specs)
         if generated > accepted:  # request-steps = generated - accepted (each emits 1 + accepted)
             out["drafted_share_of_steps"] = drafts / (generated - accepted)
@@ -132,9 +148,11 @@ def summarize_rounds(rounds: list[dict]) -> dict:
         for s in specs:
             for i, share in enumerate(s.get("per_position") or []):
                 counts[i] = counts.get(i, 0.0) + share * s["drafts"]
-        out["per_position"] = [{"position": i + 1, "acceptance": p, "ci": [lo, hi]}
-                               for i in sorted(counts)
-                               for p, lo, hi in [stats.wilson_ci(counts[i], drafts)]]
+        out["per_position"] = [
+            {"position": i + 1, "acceptance": p, "ci": [lo, hi]}
+            for i in sorted(counts)
+            for p, lo, hi in [stats.wilson_ci(counts[i], drafts)]
+        ]
     return out
 
 
@@ -146,17 +164,30 @@ def _log_has_schedule(path: str) -> bool:
         return False
 
 
-def measure(opts: ScheduleRun, label: str, steps: int, args: list[str],
-            on_result=None) -> dict:
+def measure(opts: ScheduleRun, label: str, steps: int, args: list[str], on_result=None) -> dict:
     """One launch: every concurrency's rounds; {"status", "error", "by_concurrency", ...}."""
     from integration import client, metrics, vllm
     from integration.server import Server, ServerError
 
     log_path = os.path.join(opts.log_dir, f"{opts.run_id}-{label.replace('=', '')}.log")
-    server = Server(vllm.ENGINE, args, profile_env=opts.profile_env, steps=steps, log_path=log_path,
-                    health_timeout=opts.health_timeout, command=opts.server_command)
-    result = {"label": label, "steps": steps, "log": log_path, "server_argv": server.argv,
-              "status": "ok", "error": None, "by_concurrency": {}}
+    server = Server(
+        vllm.ENGINE,
+        args,
+        profile_env=opts.profile_env,
+        steps=steps,
+        log_path=log_path,
+        health_timeout=opts.health_timeout,
+        command=opts.server_command,
+    )
+    result = {
+        "label": label,
+        "steps": steps,
+        "log": log_path,
+        "server_argv": server.argv,
+        "status": "ok",
+        "error": None,
+        "by_concurrency": {},
+    }
     with server:
         try:
             server.wait_ready()
@@ -172,8 +203,14 @@ def measure(opts: ScheduleRun, label: str, steps: int, args: list[str],
                     runs, wall = client.concurrent_round(server.url, model, opts.max_tokens, c, r)
                     after = metrics.try_scrape(server.url)
                     spec = metrics.speculative(metrics.delta(before, after)) if before and after else None
-                    rounds.append({"aggregate_tok_s": sum(x.tokens for x in runs) / wall,
-                                   "wall_s": wall, "requests": [asdict(x) for x in runs], "spec": spec})
+                    rounds.append(
+                        {
+                            "aggregate_tok_s": sum(x.tokens for x in runs) / wall,
+                            "wall_s": wall,
+                            "requests": [asdict(x) for x in runs],
+                            "spec": spec,
+                        }
+                    )
                 summary = summarize_rounds(rounds)
                 result["by_concurrency"][c] = summary
                 if on_result:
@@ -181,8 +218,9 @@ def measure(opts: ScheduleRun, label: str, steps: int, args: list[str],
         except ServerError as exc:
             result.update(status="failed", error=exc.short)
         except client.ClientError as exc:
-            result.update(status="failed", error=str(exc) + ("" if server.running() else
-                                                             f" (the server exited; log: {log_path})"))
+            result.update(
+                status="failed", error=str(exc) + ("" if server.running() else f" (the server exited; log: {log_path})")
+            )
     result["log_shows_schedule"] = _log_has_schedule(log_path)
     return result
 
@@ -192,8 +230,11 @@ def verdicts(results: list[dict], concurrency: list[int]) -> dict[int, dict]:
     out = {}
     schedule = next((r for r in results if r["label"] == SCHEDULE), None)
     for c in concurrency:
-        static = [r for r in results if r["label"] != SCHEDULE and c in r["by_concurrency"]
-                  and r["by_concurrency"][c]["aggregate_tok_s"]]
+        static = [
+            r
+            for r in results
+            if r["label"] != SCHEDULE and c in r["by_concurrency"] and r["by_concurrency"][c]["aggregate_tok_s"]
+        ]
         if not static or not schedule or c not in schedule["by_concurrency"]:
             out[c] = {"verdict": "unknown", "detail": "not measured"}
             continue
@@ -201,18 +242,20 @@ def verdicts(results: list[dict], concurrency: list[int]) -> dict[int, dict]:
         a = schedule["by_concurrency"][c]["runs_aggregate_tok_s"]
         b = best["by_concurrency"][c]["runs_aggregate_tok_s"]
         ratio = schedule["by_concurrency"][c]["aggregate_tok_s"] / best["by_concurrency"][c]["aggregate_tok_s"]
-        entry = {"best_static": best["label"], "best_static_k": best["steps"], "ratio": ratio,
-                 "diff_ci": None}
+        entry = {"best_static": best["label"], "best_static_k": best["steps"], "ratio": ratio, "diff_ci": None}
         if len(a) < 2 or len(b) < 2:
             entry.update(verdict="unknown", detail="at least 2 rounds per configuration are needed")
         else:
             _, lo, hi = stats.welch_t_ci(a, b)
             entry["diff_ci"] = [lo, hi]
-            entry["verdict"] = ("schedule beat the best static k" if lo > 0 else
-                                "schedule lost to the best static k" if hi < 0 else
-                                "no significant difference")
-            entry["detail"] = (f"{ratio:.3f}x of {best['label']}, difference 95% CI "
-                               f"[{lo:+.1f}, {hi:+.1f}] tok/s")
+            entry["verdict"] = (
+                "schedule beat the best static k"
+                if lo > 0
+                else "schedule lost to the best static k"
+                if hi < 0
+                else "no significant difference"
+            )
+            entry["detail"] = f"{ratio:.3f}x of {best['label']}, difference 95% CI [{lo:+.1f}, {hi:+.1f}] tok/s"
         out[c] = entry
     return out
 
@@ -245,28 +288,47 @@ def dynamic_evidence(schedule_result: dict | None, config: dict, concurrency: li
         verdict = follows(want, top, summary) if summary else None
         if verdict is not None:
             telling.append(verdict)
-        rows[c] = {"schedule_k": want, "draft_tokens_per_draft": summary.get("draft_tokens_per_draft"),
-                   "drafted_share_of_steps": summary.get("drafted_share_of_steps"),
-                   "follows_schedule": verdict}
+        rows[c] = {
+            "schedule_k": want,
+            "draft_tokens_per_draft": summary.get("draft_tokens_per_draft"),
+            "drafted_share_of_steps": summary.get("drafted_share_of_steps"),
+            "follows_schedule": verdict,
+        }
     log = schedule_result.get("log_shows_schedule")
     active = None if not telling else (all(telling) and bool(log))
-    note = ("the server's log echoes the schedule and the drafts follow it" if active else
-            "the drafts did not follow the schedule (or the log does not echo it)" if active is False
-            else "no concurrency where the schedule's k differs from num_speculative_tokens: the "
-                 "metrics cannot tell it from a static k")
+    note = (
+        "the server's log echoes the schedule and the drafts follow it"
+        if active
+        else "the drafts did not follow the schedule (or the log does not echo it)"
+        if active is False
+        else "no concurrency where the schedule's k differs from num_speculative_tokens: the "
+        "metrics cannot tell it from a static k"
+    )
     return {"active": active, "log": log, "by_concurrency": rows, "note": note}
 
 
 def record(opts: ScheduleRun, label: str, steps: int, c: int, summary: dict, rounds: list) -> dict:
     """The results-file record of one (configuration, concurrency)."""
     return store.make_record(
-        run_id=opts.run_id, env=dict(opts.profile_env), op="spec_decode_concurrency",
-        world_size=None, status="ok", label=label, engine="vllm",
-        steps=None if label == SCHEDULE else steps, concurrency=c, profile=opts.profile_name,
-        source="measured", tok_s=summary["aggregate_tok_s"], tok_s_ci=summary["aggregate_tok_s_ci"],
-        runs_tok_s=summary["runs_aggregate_tok_s"], accept_len=summary["accept_len"],
-        max_tokens=opts.max_tokens, schedule=opts.schedule if label == SCHEDULE else None,
-        detail={"summary": summary, "rounds": rounds})
+        run_id=opts.run_id,
+        env=dict(opts.profile_env),
+        op="spec_decode_concurrency",
+        world_size=None,
+        status="ok",
+        label=label,
+        engine="vllm",
+        steps=None if label == SCHEDULE else steps,
+        concurrency=c,
+        profile=opts.profile_name,
+        source="measured",
+        tok_s=summary["aggregate_tok_s"],
+        tok_s_ci=summary["aggregate_tok_s_ci"],
+        runs_tok_s=summary["runs_aggregate_tok_s"],
+        accept_len=summary["accept_len"],
+        max_tokens=opts.max_tokens,
+        schedule=opts.schedule if label == SCHEDULE else None,
+        detail={"summary": summary, "rounds": rounds},
+    )
 
 
 def run(opts: ScheduleRun, on_config=None) -> dict:
@@ -282,11 +344,20 @@ def run(opts: ScheduleRun, on_config=None) -> dict:
         if on_config:
             on_config(label)
     schedule_result = next((r for r in results if r["label"] == SCHEDULE), None)
-    return {"run_id": opts.run_id, "engine": "vllm", "schedule_file": opts.schedule_path,
-            "schedule": opts.schedule[sched.KEY],
-            "num_speculative_tokens": opts.schedule["num_speculative_tokens"],
-            "steps": opts.steps, "concurrency": opts.concurrency, "runs": opts.runs,
-            "max_tokens": opts.max_tokens, "profile": opts.profile_name, "out": opts.out,
-            "configurations": results, "verdicts": verdicts(results, opts.concurrency),
-            "dynamic": dynamic_evidence(schedule_result, opts.schedule, opts.concurrency),
-            "seconds": time.time() - started}
+    return {
+        "run_id": opts.run_id,
+        "engine": "vllm",
+        "schedule_file": opts.schedule_path,
+        "schedule": opts.schedule[sched.KEY],
+        "num_speculative_tokens": opts.schedule["num_speculative_tokens"],
+        "steps": opts.steps,
+        "concurrency": opts.concurrency,
+        "runs": opts.runs,
+        "max_tokens": opts.max_tokens,
+        "profile": opts.profile_name,
+        "out": opts.out,
+        "configurations": results,
+        "verdicts": verdicts(results, opts.concurrency),
+        "dynamic": dynamic_evidence(schedule_result, opts.schedule, opts.concurrency),
+        "seconds": time.time() - started,
+    }

@@ -34,8 +34,8 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class ServerError(Exception):
@@ -60,6 +60,7 @@ class Engine:
 
 
 # --- argument lists ----------------------------------------------------------------------
+
 
 def _option_spans(args: list[str]) -> list[tuple[str, int, int]]:
     # (name, start, end) of every --option with its value (next token unless it is an option)
@@ -139,13 +140,16 @@ def port_in_use(server_args: list[str]) -> str | None:
         return None
     host = option_value(server_args, "--host") or "127.0.0.1"
     if answers(host, int(given)):
-        return (f"--port {given}: something already answers on {host}:{given}; it would answer "
-                "the health checks and the benchmark meant for the server validate starts (stop "
-                "it, or leave --port out: a free port is chosen)")
+        return (
+            f"--port {given}: something already answers on {host}:{given}; it would answer "
+            "the health checks and the benchmark meant for the server validate starts (stop "
+            "it, or leave --port out: a free port is chosen)"
+        )
     return None
 
 
 # --- processes: lifecycle here, environments through nccl_tune.live.procenv ------------------
+
 
 def _stat(pid: int) -> tuple[int, str, int] | None:
     try:
@@ -153,7 +157,7 @@ def _stat(pid: int) -> tuple[int, str, int] | None:
             text = handle.read()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) "
     return int(fields[1]), fields[0], int(fields[19])  # ppid, state, start time (ticks)
 
 
@@ -207,28 +211,32 @@ class EnvCheck:
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"ok": self.ok, "expected": self.expected, "processes": self.processes,
-                "problems": self.problems()}
+        return {"ok": self.ok, "expected": self.expected, "processes": self.processes, "problems": self.problems()}
 
 
 def _entry(result, managed: frozenset) -> dict:
     # one procenv.ProcessCheck as this module reports it
     extra = {k: v for k, v in result.extra.items() if k not in managed}
-    entry = {"pid": result.pid, "cmd": " ".join(result.cmdline), "role": result.role,
-             "error": result.error, "env_source": result.env_source,
-             "rewritten": result.rewritten, "inherited_from": result.inherited_from,
-             "inheritance": result.inheritance,
-             "missing": [v.name for v in result.variables if v.status == "missing"],
-             "different": {v.name: v.actual for v in result.variables if v.status == "different"},
-             "inherited": [v.name for v in result.variables if v.status == "inherited"],
-             "extra": extra,
-             "server_set": {k: v for k, v in result.extra.items() if k in managed}}
+    entry = {
+        "pid": result.pid,
+        "cmd": " ".join(result.cmdline),
+        "role": result.role,
+        "error": result.error,
+        "env_source": result.env_source,
+        "rewritten": result.rewritten,
+        "inherited_from": result.inherited_from,
+        "inheritance": result.inheritance,
+        "missing": [v.name for v in result.variables if v.status == "missing"],
+        "different": {v.name: v.actual for v in result.variables if v.status == "different"},
+        "inherited": [v.name for v in result.variables if v.status == "inherited"],
+        "extra": extra,
+        "server_set": {k: v for k, v in result.extra.items() if k in managed},
+    }
     entry["ok"] = result.ok and not extra
     return entry
 
 
-def check_processes(pids: list[int], expected: dict[str, str],
-                    managed: frozenset = frozenset()) -> EnvCheck:
+def check_processes(pids: list[int], expected: dict[str, str], managed: frozenset = frozenset()) -> EnvCheck:
     """Compare each process's NCCL_* variables with `expected` (the profile; {} for baseline)."""
     from nccl_tune.live import procenv
 
@@ -244,8 +252,8 @@ def check_processes(pids: list[int], expected: dict[str, str],
 
 def check_tree(root: int, expected: dict[str, str], managed: frozenset = frozenset()) -> EnvCheck:
     """The server process and every descendant (procenv.check_processes with tree=True)."""
-    from nccl_tune.live import procenv
     from nccl_tune.errors import NcclTuneError
+    from nccl_tune.live import procenv
 
     check = EnvCheck(dict(expected))
     try:
@@ -259,18 +267,33 @@ def check_tree(root: int, expected: dict[str, str], managed: frozenset = frozens
 class Server:
     """One server launch: start, wait for /health, check workers' environment, stop."""
 
-    def __init__(self, engine: Engine, server_args: list[str],
-                 profile_env: dict[str, str] | None = None, steps: int = 0,
-                 log_path: str | None = None, host: str | None = None, port: int | None = None,
-                 health_timeout: float = 900.0, stop_timeout: float = 30.0,
-                 command: list[str] | None = None, base_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        server_args: list[str],
+        profile_env: dict[str, str] | None = None,
+        steps: int = 0,
+        log_path: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        health_timeout: float = 900.0,
+        stop_timeout: float = 30.0,
+        command: list[str] | None = None,
+        base_env: dict[str, str] | None = None,
+    ):
         self.engine = engine
         args = engine.args_for_steps(list(server_args), steps)
         self.host = host or option_value(args, "--host") or "127.0.0.1"
         given_port = option_value(args, "--port")
         self.port = port or (int(given_port) if given_port and given_port.isdigit() else free_port(self.host))
-        self.argv = [*(command or engine.command), *remove_options(args, ["--host", "--port"]),
-                     "--host", self.host, "--port", str(self.port)]
+        self.argv = [
+            *(command or engine.command),
+            *remove_options(args, ["--host", "--port"]),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
         self.profile_env = dict(profile_env or {})
         self.env = server_env(dict(os.environ if base_env is None else base_env), profile_env)
         self.steps = steps
@@ -292,16 +315,25 @@ class Server:
         """Start the server process in its own session, output to the log file; ServerError
         when something already answers on its port (it would pass for this server)."""
         if answers(self.host, self.port):
-            raise ServerError(f"port {self.port} on {self.host} already answers: another process "
-                              "would answer the health checks meant for this server")
+            raise ServerError(
+                f"port {self.port} on {self.host} already answers: another process "
+                "would answer the health checks meant for this server"
+            )
         self._log = open(self.log_path, "w", encoding="utf-8")
-        self._log.write(f"# nccl-tune: {' '.join(self.argv)}\n# nccl-tune: NCCL env "
-                        f"{self.profile_env or '{} (baseline: every NCCL_* removed)'}\n")
+        self._log.write(
+            f"# nccl-tune: {' '.join(self.argv)}\n# nccl-tune: NCCL env "
+            f"{self.profile_env or '{} (baseline: every NCCL_* removed)'}\n"
+        )
         self._log.flush()
         try:
-            self.process = subprocess.Popen(self.argv, env=self.env, stdout=self._log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._log.close()
             raise ServerError(f"cannot start {self.argv[0]}: {exc.strerror}") from None
@@ -339,15 +371,21 @@ class Server:
             if code is not None:
                 tail = self.log_tail()
                 self.stop()  # workers it left behind
-                raise ServerError(f"the {self.engine.name} server exited with code {code} before it "
-                                  f"became healthy (log: {self.log_path})", tail)
+                raise ServerError(
+                    f"the {self.engine.name} server exited with code {code} before it "
+                    f"became healthy (log: {self.log_path})",
+                    tail,
+                )
             if self.healthy():
                 return time.monotonic() - self.started_at
             if time.monotonic() > deadline:
                 tail = self.log_tail()
                 self.stop()
-                raise ServerError(f"the {self.engine.name} server was not healthy after "
-                                  f"{self.health_timeout:.0f} s (log: {self.log_path})", tail)
+                raise ServerError(
+                    f"the {self.engine.name} server was not healthy after "
+                    f"{self.health_timeout:.0f} s (log: {self.log_path})",
+                    tail,
+                )
             time.sleep(poll)
 
     def processes(self) -> list[int]:
@@ -414,7 +452,7 @@ class Server:
         if self._log and not self._log.closed:
             self._log.close()
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.start()
         return self
 

@@ -21,10 +21,19 @@ from __future__ import annotations
 
 import sys
 
-from integration.server import (  # noqa: F401 - re-exported: the names this module always had
-    EnvCheck, Engine, Server, ServerError, alive, free_port, option_value, remove_options,
-    server_env, start_time)
 from integration import server as _server
+from integration.server import (  # noqa: F401 - re-exported: the names this module always had
+    Engine,
+    EnvCheck,
+    Server,
+    ServerError,
+    alive,
+    free_port,
+    option_value,
+    remove_options,
+    server_env,
+    start_time,
+)
 
 # Set by SGLang itself up to 0.5.4 whatever the environment says (DESIGN.md section 5).
 SERVER_MANAGED = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
@@ -42,15 +51,24 @@ def server_args_for_steps(args: list[str], steps: int) -> list[str]:
     if steps == 0:
         return remove_options(args, ["--speculative-*"])
     if not option_value(args, "--speculative-algorithm"):
-        raise ValueError("steps > 0 needs --speculative-algorithm (and its draft model) in the "
-                         "server arguments")
+        raise ValueError("steps > 0 needs --speculative-algorithm (and its draft model) in the server arguments")
     return remove_options(args, STEP_OPTIONS) + [
-        "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(steps + 1)]
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(steps + 1),
+    ]
 
 
-ENGINE = Engine(name="sglang", command=DEFAULT_COMMAND, args_for_steps=server_args_for_steps,
-                api="generate", server_managed=SERVER_MANAGED)
+ENGINE = Engine(
+    name="sglang",
+    command=DEFAULT_COMMAND,
+    args_for_steps=server_args_for_steps,
+    api="generate",
+    server_managed=SERVER_MANAGED,
+)
 
 
 def check_processes(pids: list[int], expected: dict[str, str]) -> EnvCheck:
@@ -66,6 +84,12 @@ def check_tree(root: int, expected: dict[str, str]) -> EnvCheck:
 class SGLangServer(Server):
     """A Server of engine SGLang (the constructor this module always had)."""
 
-    def __init__(self, server_args: list[str], profile_env: dict[str, str] | None = None,
-                 steps: int = 0, log_path: str = "sglang-server.log", **kw):
+    def __init__(
+        self,
+        server_args: list[str],
+        profile_env: dict[str, str] | None = None,
+        steps: int = 0,
+        log_path: str = "sglang-server.log",
+        **kw,
+    ):
         super().__init__(ENGINE, server_args, profile_env, steps, log_path, **kw)

@@ -59,8 +59,9 @@ def _last_argmax(logits: list[torch.Tensor]) -> list[int]:
     return torch.stack([x[-1] for x in logits]).argmax(dim=-1).tolist()
 
 
-def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, new_tokens: int,
-                   collective: Collective, share: bool) -> BatchRun:
+def generate_batch(
+    target, draft, batch_prompts: list[list[int]], steps: int, new_tokens: int, collective: Collective, share: bool
+) -> BatchRun:
     """Greedy speculative (steps > 0) or plain decoding of a batch until every sequence
     has `new_tokens` tokens (see the module doc)."""
     b = len(batch_prompts)
@@ -90,8 +91,7 @@ def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, ne
             inputs = [[pick] for pick in picks]
         t1 = time.perf_counter() if steps else t0
         tlens = [c.length for c in tcaches]
-        verified = target.forward_many([[seq[-1]] + props for seq, props in zip(seqs, proposals)],
-                                       tcaches)
+        verified = target.forward_many([[seq[-1]] + props for seq, props in zip(seqs, proposals)], tcaches)
         choices = [x.argmax(dim=-1).tolist() for x in verified]
         t2 = time.perf_counter()
         decisions = []
@@ -104,13 +104,13 @@ def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, ne
             flat = [v for a, new in decisions for v in decision_values(a, new, steps)]
             flat = collective.share(flat)
             width = steps + 2
-            decisions = [decision_from(flat[i * width:(i + 1) * width], steps) for i in range(b)]
+            decisions = [decision_from(flat[i * width : (i + 1) * width], steps) for i in range(b)]
         for i, (accepted, new) in enumerate(decisions):
             seqs[i].extend(new)
             tcaches[i].length = tlens[i] + accepted + 1
             if steps:
                 dcaches[i].length = min(dcaches[i].length, tlens[i] + accepted + 1)
-                pending[i] = seqs[i][dcaches[i].length:]
+                pending[i] = seqs[i][dcaches[i].length :]
             else:
                 pending[i] = [seqs[i][-1]]
             run.accepted.append(len(new))
@@ -121,7 +121,7 @@ def generate_batch(target, draft, batch_prompts: list[list[int]], steps: int, ne
         run.cycles += 1
     run.decode_s = time.perf_counter() - start
     run.produced = sum(len(s) - n - 1 for s, n in zip(seqs, start_len))
-    run.tokens = [s[n:n + new_tokens] for s, n in zip(seqs, start_len)]
+    run.tokens = [s[n : n + new_tokens] for s, n in zip(seqs, start_len)]
     return run
 
 
@@ -129,33 +129,38 @@ def summarize(batch: int, steps: int, runs: list[BatchRun]) -> dict:
     """The record of one (batch, k): tok/s per run and its median; the mean cycle's draft,
     verify, other and whole time (ms), overall and per run; accept length and per-position
     acceptance over all sequences' cycles."""
+
     def ms(values):  # the mean cycle: tok/s per run is tokens over the summed cycles
         return 1000.0 * statistics.fmean(values) if values else None
+
     accepted = [a for r in runs for a in r.accepted]
     cycle_s = [d + v + o for r in runs for d, v, o in zip(r.draft_s, r.verify_s, r.other_s)]
     per_seq = [r.produced / batch / r.decode_s for r in runs if r.decode_s > 0]
-    return {"batch": batch, "steps": steps, "runs_tok_s": per_seq,
-            "tok_s_median": statistics.median(per_seq) if per_seq else None,
-            "aggregate_tok_s_median": statistics.median(x * batch for x in per_seq) if per_seq else None,
-            "draft_ms": ms([x for r in runs for x in r.draft_s]),
-            "verify_ms": ms([x for r in runs for x in r.verify_s]),
-            "other_ms": ms([x for r in runs for x in r.other_s]),
-            "step_ms": ms(cycle_s),
-            # each run's mean cycle: how much the timings move from run to run
-            "runs_verify_ms": [ms(r.verify_s) for r in runs],
-            "runs_draft_ms": [ms(r.draft_s) for r in runs],
-            "runs_other_ms": [ms(r.other_s) for r in runs],
-            "runs_step_ms": [ms([d + v + o for d, v, o in zip(r.draft_s, r.verify_s, r.other_s)])
-                             for r in runs],
-            "accept_len": statistics.fmean(accepted) if accepted else None,
-            "accept_per_pos": [sum(1 for a in accepted if a - 1 >= i) / len(accepted)
-                               for i in range(1, steps + 1)] if accepted else []}
+    return {
+        "batch": batch,
+        "steps": steps,
+        "runs_tok_s": per_seq,
+        "tok_s_median": statistics.median(per_seq) if per_seq else None,
+        "aggregate_tok_s_median": statistics.median(x * batch for x in per_seq) if per_seq else None,
+        "draft_ms": ms([x for r in runs for x in r.draft_s]),
+        "verify_ms": ms([x for r in runs for x in r.verify_s]),
+        "other_ms": ms([x for r in runs for x in r.other_s]),
+        "step_ms": ms(cycle_s),
+        # each run's mean cycle: how much the timings move from run to run
+        "runs_verify_ms": [ms(r.verify_s) for r in runs],
+        "runs_draft_ms": [ms(r.draft_s) for r in runs],
+        "runs_other_ms": [ms(r.other_s) for r in runs],
+        "runs_step_ms": [ms([d + v + o for d, v, o in zip(r.draft_s, r.verify_s, r.other_s)]) for r in runs],
+        "accept_len": statistics.fmean(accepted) if accepted else None,
+        "accept_per_pos": [sum(1 for a in accepted if a - 1 >= i) / len(accepted) for i in range(1, steps + 1)]
+        if accepted
+        else [],
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
-    p = argparse.ArgumentParser(prog="python -m integration.spec_batch",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m integration.spec_batch", description=__doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)
@@ -194,25 +199,59 @@ def main(argv=None) -> int:
         dtype = DTYPES["float64" if device.type == "cpu" else "bfloat16"]
         shape = ModelShape(args.layers, args.hidden, args.heads, args.vocab, 4 * args.hidden)
         collective = Collective(group if world > 1 else None, device=device)
-        target, draft = build_models(shape, args.draft_layers, args.draft_noise, args.seed, rank,
-                                     world, dtype, device, collective, residual_scale=args.residual_scale)
+        target, draft = build_models(
+            shape,
+            args.draft_layers,
+            args.draft_noise,
+            args.seed,
+            rank,
+            world,
+            dtype,
+            device,
+            collective,
+            residual_scale=args.residual_scale,
+        )
         configs = [(b, k) for b in args.batches for k in args.sweep_steps]
         runs: dict[tuple[int, int], list[BatchRun]] = {c: [] for c in configs}
         with torch.inference_mode():
             for b, k in configs:
-                generate_batch(target, draft, prompts(b, args.prompt_len, args.vocab, args.seed), k,
-                               args.warmup_tokens, collective, world > 1)
+                generate_batch(
+                    target,
+                    draft,
+                    prompts(b, args.prompt_len, args.vocab, args.seed),
+                    k,
+                    args.warmup_tokens,
+                    collective,
+                    world > 1,
+                )
             for _ in range(args.runs):
                 for b, k in configs:
-                    runs[(b, k)].append(generate_batch(
-                        target, draft, prompts(b, args.prompt_len, args.vocab, args.seed), k,
-                        args.new_tokens, collective, world > 1))
+                    runs[(b, k)].append(
+                        generate_batch(
+                            target,
+                            draft,
+                            prompts(b, args.prompt_len, args.vocab, args.seed),
+                            k,
+                            args.new_tokens,
+                            collective,
+                            world > 1,
+                        )
+                    )
         if rank == 0:
             records = [summarize(b, k, runs[(b, k)]) for b, k in configs]
-            out = {"backend": backend, "world_size": world, "layers": args.layers,
-                   "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
-                   "draft_layers": args.draft_layers, "draft_noise": args.draft_noise,
-                   "new_tokens": args.new_tokens, "runs": args.runs, "records": records}
+            out = {
+                "backend": backend,
+                "world_size": world,
+                "layers": args.layers,
+                "hidden": args.hidden,
+                "heads": args.heads,
+                "vocab": args.vocab,
+                "draft_layers": args.draft_layers,
+                "draft_noise": args.draft_noise,
+                "new_tokens": args.new_tokens,
+                "runs": args.runs,
+                "records": records,
+            }
             print(json.dumps(out) if args.json else out, flush=True)
         return 0
     finally:

@@ -49,8 +49,7 @@ import torch
 import torch.distributed as dist
 
 from integration import commtime
-from integration.tp_model import (DTYPE_NAMES, DTYPES, Collective, ModelShape, TPTransformer,
-                                  build_models)
+from integration.tp_model import DTYPE_NAMES, DTYPES, Collective, ModelShape, TPTransformer, build_models
 
 
 @dataclass
@@ -76,13 +75,17 @@ class LoopConfig:
     skip_allreduce: bool = False
     check_greedy: bool = False
 
-    def resolved(self, device: torch.device) -> "LoopConfig":
+    def resolved(self, device: torch.device) -> LoopConfig:
         """Defaults that depend on the device or the other sizes filled in."""
         dtype = self.dtype
         if dtype == "auto":
             dtype = "bfloat16" if device.type == "cuda" else "float64"
-        return replace(self, dtype=DTYPE_NAMES[DTYPES[dtype]], ffn=self.ffn or 4 * self.hidden,
-                       draft_layers=self.draft_layers or max(1, self.layers // 4))
+        return replace(
+            self,
+            dtype=DTYPE_NAMES[DTYPES[dtype]],
+            ffn=self.ffn or 4 * self.hidden,
+            draft_layers=self.draft_layers or max(1, self.layers // 4),
+        )
 
 
 @dataclass
@@ -131,15 +134,22 @@ def decision_from(values: list[int], steps: int) -> tuple[int, list[int]]:
     accepted = values[0] if values else -1
     if len(values) != steps + 2 or not 0 <= accepted <= steps:
         raise ValueError(f"acceptance decision {values!r} is not one of {steps} drafts")
-    new = values[1:accepted + 2]
+    new = values[1 : accepted + 2]
     if any(t < 0 for t in new):
         raise ValueError(f"acceptance decision {values!r} holds no token")
     return accepted, new
 
 
-def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], steps: int,
-             new_tokens: int, collective: Collective, share: bool = False,
-             perturb: bool = False) -> RunStats:
+def generate(
+    target: TPTransformer,
+    draft: TPTransformer,
+    prompt: list[int],
+    steps: int,
+    new_tokens: int,
+    collective: Collective,
+    share: bool = False,
+    perturb: bool = False,
+) -> RunStats:
     """Greedy (speculative when steps > 0) generation of at least `new_tokens` tokens.
 
     `share`: every cycle's acceptance decision is rank 0's (Collective.share), so ranks
@@ -186,7 +196,7 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
         tcache.length = tlen + accepted + 1  # roll back the rejected positions
         if steps:
             dcache.length = min(dcache.length, tlen + accepted + 1)
-            pending = seq[dcache.length:]
+            pending = seq[dcache.length :]
         t3 = time.perf_counter()
         stats.draft_s.append(t1 - t0)
         stats.verify_s.append(t2 - t1)
@@ -197,7 +207,7 @@ def generate(target: TPTransformer, draft: TPTransformer, prompt: list[int], ste
     stats.decode_s = time.perf_counter() - start
     stats.call_range = (first_call, collective.count)
     stats.produced = len(seq) - len(prompt) - 1
-    stats.tokens = seq[len(prompt):len(prompt) + new_tokens]
+    stats.tokens = seq[len(prompt) : len(prompt) + new_tokens]
     return stats
 
 
@@ -205,8 +215,9 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str,
-              device: torch.device, greedy: list[int] | None) -> dict:
+def summarize(
+    config: LoopConfig, runs: list[RunStats], world: int, backend: str, device: torch.device, greedy: list[int] | None
+) -> dict:
     """The JSON record of a measurement (means over runs and cycles)."""
     draft = [x for r in runs for x in r.draft_s]
     verify = [x for r in runs for x in r.verify_s]
@@ -246,16 +257,21 @@ def summarize(config: LoopConfig, runs: list[RunStats], world: int, backend: str
         "accept_len": accept_len,
         "accept_rate": (accept_len - 1) / config.steps if config.steps and accept_len else None,
         # vLLM's per-position form: the share of cycles whose drafts 1..i were all accepted
-        "accept_per_pos": ([sum(1 for x in accepted if x - 1 >= i) / len(accepted)
-                            for i in range(1, config.steps + 1)] if accepted else []),
+        "accept_per_pos": (
+            [sum(1 for x in accepted if x - 1 >= i) / len(accepted) for i in range(1, config.steps + 1)]
+            if accepted
+            else []
+        ),
         "tok_s": _mean(runs_tok_s),
         "runs_tok_s": runs_tok_s,
         "draft_ms": draft_ms,
         "verify_ms": verify_ms,
         "other_ms": other_ms,
         "draft_step_ms": draft_ms / config.steps if config.steps and draft_ms is not None else None,
-        "shares": {name: (value / total if total else None) for name, value in
-                   (("draft", draft_ms), ("verify", verify_ms), ("other", other_ms))},
+        "shares": {
+            name: (value / total if total else None)
+            for name, value in (("draft", draft_ms), ("verify", verify_ms), ("other", other_ms))
+        },
         "step_ms": step_ms,
         "allreduces": {
             "per_target_forward": per_target,
@@ -287,8 +303,9 @@ def _nccl_versions(backend: str) -> dict:
     return nccllib.version_record(nccllib.build_version(torch), nccllib.loaded_library(), None)
 
 
-def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backend: str,
-                 device: torch.device) -> list[dict]:
+def measure_many(
+    configs: list[LoopConfig], group, rank: int, world: int, backend: str, device: torch.device
+) -> list[dict]:
     """Build each configuration's models, warm each up, then time the runs in rounds:
     round r runs every configuration once, so drift in the machine's load hits all
     configurations alike instead of whichever ran last. One record per configuration."""
@@ -297,30 +314,38 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
     share = world > 1  # rank 0's acceptance decision on every rank (module docstring)
     perturb = fault(rank) == "perturb"
     for config in configs:
-        collective = Collective(group if world > 1 else None, skip=config.skip_allreduce,
-                                stamp=stamp, device=device)
+        collective = Collective(group if world > 1 else None, skip=config.skip_allreduce, stamp=stamp, device=device)
         shape = ModelShape(config.layers, config.hidden, config.heads, config.vocab, config.ffn)
         # Compute only: every rank holds rank 0's shards, so the ranks' (unsummed, wrong)
         # outputs agree, they take the same decisions and their calls line up one to one
         # as in a real run (same shapes, so the same compute).
         shard = 0 if config.skip_allreduce else rank
-        target, draft = build_models(shape, config.draft_layers, config.draft_noise, config.seed,
-                                     shard, world, DTYPES[config.dtype], device, collective,
-                                     share_embedding=config.draft_embedding == "shared",
-                                     residual_scale=config.residual_scale)
+        target, draft = build_models(
+            shape,
+            config.draft_layers,
+            config.draft_noise,
+            config.seed,
+            shard,
+            world,
+            DTYPES[config.dtype],
+            device,
+            collective,
+            share_embedding=config.draft_embedding == "shared",
+            residual_scale=config.residual_scale,
+        )
         setups.append((config, collective, target, draft, prompt_tokens(config)))
     runs: list[list[RunStats]] = [[] for _ in setups]
     greedy: list[list[int] | None] = [None] * len(setups)
     with torch.inference_mode():
         for config, collective, target, draft, prompt in setups:
             if config.warmup_tokens:
-                generate(target, draft, prompt, config.steps, config.warmup_tokens, collective,
-                         share, perturb)
+                generate(target, draft, prompt, config.steps, config.warmup_tokens, collective, share, perturb)
         for r in range(max(c.runs for c in configs)):
             for i, (config, collective, target, draft, prompt) in enumerate(setups):
                 if r < config.runs:
-                    runs[i].append(generate(target, draft, prompt, config.steps, config.new_tokens,
-                                            collective, share, perturb))
+                    runs[i].append(
+                        generate(target, draft, prompt, config.steps, config.new_tokens, collective, share, perturb)
+                    )
         for i, (config, collective, target, draft, prompt) in enumerate(setups):
             if config.check_greedy and not config.skip_allreduce:
                 plain = generate(target, draft, prompt, 0, config.new_tokens, collective, share, perturb)
@@ -329,13 +354,11 @@ def measure_many(configs: list[LoopConfig], group, rank: int, world: int, backen
     records = []
     for i, (config, collective, *_rest) in enumerate(setups):
         record = summarize(config, runs[i], world, backend, device, greedy[i])
-        record["comm_split"], record["comm_split_note"] = _comm_split(
-            config, collective, runs[i], group, world, device)
+        record["comm_split"], record["comm_split_note"] = _comm_split(config, collective, runs[i], group, world, device)
         if world > 1:  # every rank must have taken the same decisions
             gathered: list = [None] * world
             disagreed = sum(r.disagreed for r in runs[i])
-            dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"], disagreed),
-                                   group=group)
+            dist.all_gather_object(gathered, (record["tokens"], record["nccl_env"], disagreed), group=group)
             record["ranks_agree"] = all(g[0] == gathered[0][0] for g in gathered)
             record["nccl_env_same_on_all_ranks"] = all(g[1] == gathered[0][1] for g in gathered)
             record["acceptance"] = acceptance_report([g[2] for g in gathered])
@@ -354,19 +377,22 @@ def fault(rank: int) -> str | None:
 
 def acceptance_report(disagreed_by_rank: list[int]) -> dict:
     """How the ranks' own acceptance decisions compared with rank 0's, which all ran."""
-    out = {"decided_by": "rank 0, broadcast every cycle", "disagreed_cycles": list(disagreed_by_rank),
-           "message": None}
+    out = {"decided_by": "rank 0, broadcast every cycle", "disagreed_cycles": list(disagreed_by_rank), "message": None}
     bad = [(r, n) for r, n in enumerate(disagreed_by_rank) if n]
     if bad:
-        out["message"] = ("rank(s) " + ", ".join(f"{r} ({n} cycle{'s' if n != 1 else ''})" for r, n in bad)
-                          + " decided differently from rank 0: their allreduce results or GEMMs are "
-                          "not bit-identical to rank 0's; rank 0's decisions were used, so the ranks "
-                          "stayed in step")
+        out["message"] = (
+            "rank(s) "
+            + ", ".join(f"{r} ({n} cycle{'s' if n != 1 else ''})" for r, n in bad)
+            + " decided differently from rank 0: their allreduce results or GEMMs are "
+            "not bit-identical to rank 0's; rank 0's decisions were used, so the ranks "
+            "stayed in step"
+        )
     return out
 
 
-def _comm_split(config: LoopConfig, collective: Collective, runs: list[RunStats], group,
-                world: int, device: torch.device) -> tuple[dict | None, str | None]:
+def _comm_split(
+    config: LoopConfig, collective: Collective, runs: list[RunStats], group, world: int, device: torch.device
+) -> tuple[dict | None, str | None]:
     """Every rank's call stamps split into collective time and the wait for the slowest
     rank (or, compute only, the wait a synchronised run would have), integration.commtime,
     weighted by cycles over the runs. Collective over the group: every rank must call it.
@@ -388,8 +414,7 @@ def _comm_split(config: LoopConfig, collective: Collective, runs: list[RunStats]
     return {key: sum(p[key] * n for p, n in parts) / total for key in parts[0][0]}, None
 
 
-def measure(config: LoopConfig, group, rank: int, world: int, backend: str,
-            device: torch.device) -> dict:
+def measure(config: LoopConfig, group, rank: int, world: int, backend: str, device: torch.device) -> dict:
     """Build the models, warm up, time `config.runs` generations, summarize."""
     return measure_many([config], group, rank, world, backend, device)[0]
 
@@ -403,31 +428,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=d.heads)
     p.add_argument("--vocab", type=int, default=d.vocab)
     p.add_argument("--ffn", type=int, default=d.ffn, help="MLP width (default 4 x hidden)")
-    p.add_argument("--dtype", default=d.dtype, choices=["auto", *DTYPES],
-                   help="auto: float64 on CPU (exact arithmetic), bfloat16 on CUDA")
+    p.add_argument(
+        "--dtype",
+        default=d.dtype,
+        choices=["auto", *DTYPES],
+        help="auto: float64 on CPU (exact arithmetic), bfloat16 on CUDA",
+    )
     p.add_argument("--steps", type=int, default=d.steps, help="draft steps k (0: plain decoding)")
-    p.add_argument("--draft-layers", type=int, default=d.draft_layers,
-                   help="draft = the target's first N layers (default a quarter)")
-    p.add_argument("--draft-noise", type=float, default=d.draft_noise,
-                   help="relative Gaussian noise on the draft's weights (0: exact copy)")
+    p.add_argument(
+        "--draft-layers",
+        type=int,
+        default=d.draft_layers,
+        help="draft = the target's first N layers (default a quarter)",
+    )
+    p.add_argument(
+        "--draft-noise",
+        type=float,
+        default=d.draft_noise,
+        help="relative Gaussian noise on the draft's weights (0: exact copy)",
+    )
     p.add_argument("--draft-embedding", choices=["shared", "own"], default=d.draft_embedding)
-    p.add_argument("--residual-scale", type=float, default=d.residual_scale,
-                   help="scale of each layer's output projections (how much a layer changes the stream)")
+    p.add_argument(
+        "--residual-scale",
+        type=float,
+        default=d.residual_scale,
+        help="scale of each layer's output projections (how much a layer changes the stream)",
+    )
     p.add_argument("--new-tokens", type=int, default=d.new_tokens)
     p.add_argument("--prompt-len", type=int, default=d.prompt_len)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--runs", type=int, default=d.runs, help="timed generations")
     p.add_argument("--warmup-tokens", type=int, default=d.warmup_tokens)
-    p.add_argument("--skip-allreduce", action="store_true",
-                   help="replace every allreduce with a no-op (compute-only time; tokens invalid)")
-    p.add_argument("--check-greedy", action="store_true",
-                   help="also run plain greedy decoding and report matches_greedy")
+    p.add_argument(
+        "--skip-allreduce",
+        action="store_true",
+        help="replace every allreduce with a no-op (compute-only time; tokens invalid)",
+    )
+    p.add_argument(
+        "--check-greedy", action="store_true", help="also run plain greedy decoding and report matches_greedy"
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
-    p.add_argument("--sweep-steps", default=None,
-                   help="comma list of step counts measured in this one launch")
-    p.add_argument("--sweep-noise", default=None,
-                   help="comma list of draft-noise levels measured in this one launch")
+    p.add_argument("--sweep-steps", default=None, help="comma list of step counts measured in this one launch")
+    p.add_argument("--sweep-noise", default=None, help="comma list of draft-noise levels measured in this one launch")
     p.add_argument("--json", action="store_true", help="print one JSON object on rank 0")
     args = p.parse_args(argv)
     for name in ("layers", "hidden", "heads", "vocab", "new_tokens", "prompt_len", "runs"):
@@ -465,8 +508,7 @@ def config_from_args(args: argparse.Namespace) -> LoopConfig:
 def _setup(args) -> tuple[object, int, int, str, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    use_cuda = args.device == "cuda" or (args.device == "auto" and args.backend != "gloo"
-                                         and torch.cuda.is_available())
+    use_cuda = args.device == "cuda" or (args.device == "auto" and args.backend != "gloo" and torch.cuda.is_available())
     if use_cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
@@ -488,29 +530,43 @@ def _setup(args) -> tuple[object, int, int, str, torch.device]:
 def _print_text(record: dict) -> None:
     s = record["shares"]
     fmt = lambda v, spec=".3f": "-" if v is None else format(v, spec)  # noqa: E731
-    print(f"spec_loop {record['backend']} world {record['world_size']} {record['dtype']}: "
-          f"layers {record['layers']} hidden {record['hidden']} heads {record['heads']} "
-          f"vocab {record['vocab']}; steps {record['steps']}, draft {record['draft_layers']} "
-          f"layer{'s' if record['draft_layers'] != 1 else ''}, noise {record['draft_noise']}")
-    print(f"  tok/s {fmt(record['tok_s'], '.1f')}  accept len {fmt(record['accept_len'], '.2f')}  "
-          f"cycle {fmt(record['step_ms'])} ms = draft {fmt(record['draft_ms'])} "
-          f"({fmt(s['draft'], '.0%')}) + verify {fmt(record['verify_ms'])} "
-          f"({fmt(s['verify'], '.0%')}) + other {fmt(record['other_ms'])} ({fmt(s['other'], '.0%')})")
+    print(
+        f"spec_loop {record['backend']} world {record['world_size']} {record['dtype']}: "
+        f"layers {record['layers']} hidden {record['hidden']} heads {record['heads']} "
+        f"vocab {record['vocab']}; steps {record['steps']}, draft {record['draft_layers']} "
+        f"layer{'s' if record['draft_layers'] != 1 else ''}, noise {record['draft_noise']}"
+    )
+    print(
+        f"  tok/s {fmt(record['tok_s'], '.1f')}  accept len {fmt(record['accept_len'], '.2f')}  "
+        f"cycle {fmt(record['step_ms'])} ms = draft {fmt(record['draft_ms'])} "
+        f"({fmt(s['draft'], '.0%')}) + verify {fmt(record['verify_ms'])} "
+        f"({fmt(s['verify'], '.0%')}) + other {fmt(record['other_ms'])} ({fmt(s['other'], '.0%')})"
+    )
     a = record["allreduces"]
-    print(f"  allreduces: {a['per_target_forward']} per target forward, {a['per_draft_forward']} "
-          f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')})"
-          + (f" + {a['decision_broadcasts_per_cycle']} acceptance broadcast"
-             if a.get("decision_broadcasts_per_cycle") else "") + "; "
-          + f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify")
+    print(
+        f"  allreduces: {a['per_target_forward']} per target forward, {a['per_draft_forward']} "
+        f"per draft forward, {a['per_cycle']} per cycle (counted {fmt(a['per_cycle_counted'], '.1f')})"
+        + (
+            f" + {a['decision_broadcasts_per_cycle']} acceptance broadcast"
+            if a.get("decision_broadcasts_per_cycle")
+            else ""
+        )
+        + "; "
+        + f"{a['bytes_per_decode']} B per decode, {a['bytes_per_verify']} B per verify"
+    )
     split = record.get("comm_split")
     if split and "collective_ms" in split:
-        print(f"  per cycle (all ranks' host clocks): collectives {split['collective_ms']:.3f} ms "
-              f"from last arrival to done, waiting for the slowest rank's compute "
-              f"{split['straggler_ms']:.3f} ms; {split['in_collective_ms']:.3f} ms inside "
-              f"collectives per rank")
+        print(
+            f"  per cycle (all ranks' host clocks): collectives {split['collective_ms']:.3f} ms "
+            f"from last arrival to done, waiting for the slowest rank's compute "
+            f"{split['straggler_ms']:.3f} ms; {split['in_collective_ms']:.3f} ms inside "
+            f"collectives per rank"
+        )
     elif split:
-        print(f"  per cycle: ranks would wait {split['straggler_ms']:.3f} ms for the slowest "
-              f"had they synchronised at each allreduce")
+        print(
+            f"  per cycle: ranks would wait {split['straggler_ms']:.3f} ms for the slowest "
+            f"had they synchronised at each allreduce"
+        )
     if not record["tokens_valid"]:
         print("  allreduces skipped: compute-only timing, tokens are not valid")
     message = (record.get("acceptance") or {}).get("message")
@@ -528,9 +584,11 @@ def main(argv: list[str] | None = None) -> int:
         base = config_from_args(args).resolved(device)
         configs = [base]
         if args.sweep_steps is not None or args.sweep_noise is not None:
-            configs = [replace(base, steps=k, draft_noise=noise)
-                       for noise in (args.sweep_noise or [base.draft_noise])
-                       for k in (args.sweep_steps or [base.steps])]
+            configs = [
+                replace(base, steps=k, draft_noise=noise)
+                for noise in (args.sweep_noise or [base.draft_noise])
+                for k in (args.sweep_steps or [base.steps])
+            ]
         try:
             records = measure_many(configs, group, rank, world, backend, device)
         except ValueError as exc:  # a size that does not fit: one line, exit 2

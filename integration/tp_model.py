@@ -43,17 +43,23 @@ import torch
 ACT_FRAC_BITS = 10  # activations: multiples of 2**-10
 ACT_BOUND = 32.0  # |activation| <= 32
 WEIGHT_FRAC_BITS = 12  # weights: multiples of 2**-12
-WEIGHT_BOUND = 1.0 - 2.0 ** -WEIGHT_FRAC_BITS
+WEIGHT_BOUND = 1.0 - 2.0**-WEIGHT_FRAC_BITS
 SCORE_STEPS = 16  # exact attention: score gaps rounded to 1/16
 TABLE_BITS = 16  # exact attention: weights are integers <= 2**16
 TABLE_SIZE = SCORE_STEPS * 12 + 1  # exp(-12) * 2**16 < 1: beyond that the weight is 0
 RMS_EPS = 1e-6
 
-DTYPES = {"float64": torch.float64, "fp64": torch.float64, "float32": torch.float32,
-          "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
-DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32",
-               torch.bfloat16: "bfloat16", torch.float16: "float16"}
+DTYPES = {
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,7 @@ def _normal(shape, seed: int, parts: tuple, device) -> torch.Tensor:
 
 def round_to_grid(x: torch.Tensor, frac_bits: int, bound: float) -> torch.Tensor:
     """x rounded to a multiple of 2**-frac_bits and clamped to [-bound, bound] (exact ops)."""
-    scale = float(2 ** frac_bits)
+    scale = float(2**frac_bits)
     return torch.round(x * scale).clamp_(-bound * scale, bound * scale).div_(scale)
 
 
@@ -196,8 +202,16 @@ class LayerWeights:
     w2: torch.Tensor  # [hidden, ffn / world]                  row-parallel
 
 
-def make_layer(shape: ModelShape, layer: int, seed: int, rank: int, world: int,
-               arith: Arithmetic, device, residual_scale: float = 1.0) -> LayerWeights:
+def make_layer(
+    shape: ModelShape,
+    layer: int,
+    seed: int,
+    rank: int,
+    world: int,
+    arith: Arithmetic,
+    device,
+    residual_scale: float = 1.0,
+) -> LayerWeights:
     """Draw this rank's shards of one layer (normal, std 1/sqrt(fan_in))."""
     local_heads, local_ffn = shape.heads // world, shape.ffn // world
     hd, h = shape.head_dim, shape.hidden
@@ -214,8 +228,9 @@ def make_layer(shape: ModelShape, layer: int, seed: int, rank: int, world: int,
     )
 
 
-def perturb_layer(layer: LayerWeights, noise: float, seed: int, index: int, rank: int,
-                  world: int, arith: Arithmetic) -> LayerWeights:
+def perturb_layer(
+    layer: LayerWeights, noise: float, seed: int, index: int, rank: int, world: int, arith: Arithmetic
+) -> LayerWeights:
     """A copy of `layer` with relative Gaussian noise (noise x each matrix's std) added."""
     if noise == 0:
         return layer
@@ -236,8 +251,7 @@ class KVCache:
     forward and are never attended to, since attention reads [0, position]).
     """
 
-    def __init__(self, layers: int, max_len: int, local_heads: int, head_dim: int,
-                 dtype: torch.dtype, device):
+    def __init__(self, layers: int, max_len: int, local_heads: int, head_dim: int, dtype: torch.dtype, device):
         self.k = torch.zeros(layers, max_len, local_heads, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.length = 0
@@ -252,9 +266,17 @@ class TPTransformer:
     """A pre-norm decoder with tensor-parallel layers, a vocab-parallel embedding and a
     replicated output head; `forward` appends to a KV cache and returns logits."""
 
-    def __init__(self, shape: ModelShape, layers: list[LayerWeights], embedding: torch.Tensor,
-                 lm_head: torch.Tensor, collective: Collective, rank: int, world: int,
-                 arith: Arithmetic):
+    def __init__(
+        self,
+        shape: ModelShape,
+        layers: list[LayerWeights],
+        embedding: torch.Tensor,
+        lm_head: torch.Tensor,
+        collective: Collective,
+        rank: int,
+        world: int,
+        arith: Arithmetic,
+    ):
         self.shape = shape
         self.layers = layers
         self.embedding = embedding  # [vocab / world, hidden], rows of this rank's slice
@@ -268,7 +290,7 @@ class TPTransformer:
         self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         if arith.exact:
             ladder = torch.arange(TABLE_SIZE, dtype=torch.float64) / SCORE_STEPS
-            self.table = torch.round(torch.exp(-ladder) * 2 ** TABLE_BITS).to(embedding.device)
+            self.table = torch.round(torch.exp(-ladder) * 2**TABLE_BITS).to(embedding.device)
 
     @property
     def device(self):
@@ -277,8 +299,7 @@ class TPTransformer:
 
     def new_cache(self, max_len: int) -> KVCache:
         """An empty KV cache for this model."""
-        return KVCache(self.shape.layers, max_len, self.local_heads, self.shape.head_dim,
-                       self.arith.dtype, self.device)
+        return KVCache(self.shape.layers, max_len, self.local_heads, self.shape.head_dim, self.arith.dtype, self.device)
 
     def _rope(self, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         # cos/sin tables computed once per length, so every call reads the same numbers.
@@ -286,8 +307,10 @@ class TPTransformer:
             half = self.shape.head_dim // 2
             freqs = 1.0 / (10000.0 ** (torch.arange(half, dtype=torch.float64) / half))
             angles = torch.outer(torch.arange(max_len, dtype=torch.float64), freqs)
-            self._rope_cache[max_len] = (angles.cos().to(self.device, self.arith.dtype),
-                                         angles.sin().to(self.device, self.arith.dtype))
+            self._rope_cache[max_len] = (
+                angles.cos().to(self.device, self.arith.dtype),
+                angles.sin().to(self.device, self.arith.dtype),
+            )
         return self._rope_cache[max_len]
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -301,16 +324,16 @@ class TPTransformer:
         mean_sq = (x * x).sum(dim=-1, keepdim=True) / x.shape[-1]
         return self.arith.act(x / torch.sqrt(mean_sq + RMS_EPS))
 
-    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                start: int) -> torch.Tensor:
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         # q: [n, H, d]; keys/values: [T, H, d] with T = start + n; causal by position.
         n, total = q.shape[0], keys.shape[0]
         query_pos = torch.arange(start, start + n, device=q.device)[:, None]
         allowed = torch.arange(total, device=q.device)[None, :] <= query_pos  # [n, T]
         return self._attend_masked(q, keys, values, allowed)
 
-    def _attend_masked(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                       allowed: torch.Tensor) -> torch.Tensor:
+    def _attend_masked(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor
+    ) -> torch.Tensor:
         # q: [n, H, d]; keys/values: [T, H, d]; allowed: [n, T], which keys each query sees.
         scores = torch.einsum("nhd,thd->hnt", q, keys) * (1.0 / math.sqrt(q.shape[-1]))
         if not self.arith.exact:
@@ -319,8 +342,7 @@ class TPTransformer:
         masked = scores.masked_fill(~allowed, float("-inf"))
         gap = masked.amax(dim=-1, keepdim=True) - masked  # >= 0, inf where masked
         index = torch.round(gap.clamp(max=TABLE_SIZE) * SCORE_STEPS).clamp_(max=TABLE_SIZE - 1)
-        weights = torch.where(allowed, self.table[index.long()], torch.zeros((), dtype=scores.dtype,
-                                                                                device=q.device))
+        weights = torch.where(allowed, self.table[index.long()], torch.zeros((), dtype=scores.dtype, device=q.device))
         numerator = torch.einsum("hnt,thd->nhd", weights, values)  # exact: integers x grid
         return self.arith.act(numerator / weights.sum(dim=-1).transpose(0, 1)[..., None])
 
@@ -342,15 +364,15 @@ class TPTransformer:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         x = self.embed(ids)
         cos, sin = self._rope(cache.max_len)
-        cos, sin = cos[start:start + n], sin[start:start + n]
+        cos, sin = cos[start : start + n], sin[start : start + n]
         hd, lh = self.shape.head_dim, self.local_heads
         for i, layer in enumerate(self.layers):
             qkv = self._norm(x) @ layer.wqkv.T  # [n, 3 * lh * hd]
             q, k, v = qkv.view(n, 3, lh, hd).unbind(dim=1)
             q, k, v = self._rotate(q, cos, sin), self._rotate(k, cos, sin), self.arith.act(v)
-            cache.k[i, start:start + n] = k
-            cache.v[i, start:start + n] = v
-            attn = self._attend(q, cache.k[i, :start + n], cache.v[i, :start + n], start)
+            cache.k[i, start : start + n] = k
+            cache.v[i, start : start + n] = v
+            attn = self._attend(q, cache.k[i, : start + n], cache.v[i, : start + n], start)
             out = self.collective.allreduce((attn.reshape(n, lh * hd) @ layer.wo.T).contiguous())
             x = self.arith.act(x + out)
             up = torch.relu(self._norm(x) @ layer.w1.T)
@@ -365,9 +387,12 @@ class TPTransformer:
         rows = []
         for j, (start, n) in enumerate(zip(starts, lens)):
             pos = torch.arange(start, start + n, device=self.device)[:, None]
-            blocks = [torch.zeros(n, s2 + n2, dtype=torch.bool, device=self.device)
-                      if j2 != j else torch.arange(s2 + n2, device=self.device)[None, :] <= pos
-                      for j2, (s2, n2) in enumerate(zip(starts, lens))]
+            blocks = [
+                torch.zeros(n, s2 + n2, dtype=torch.bool, device=self.device)
+                if j2 != j
+                else torch.arange(s2 + n2, device=self.device)[None, :] <= pos
+                for j2, (s2, n2) in enumerate(zip(starts, lens))
+            ]
             rows.append(torch.cat(blocks, dim=1))
         return torch.cat(rows)
 
@@ -388,12 +413,11 @@ class TPTransformer:
             if start + n > cache.max_len:
                 raise ValueError(f"KV cache full: {start + n} positions > {cache.max_len}")
         total = sum(lens)
-        ids = torch.tensor([t for tokens in token_lists for t in tokens], dtype=torch.long,
-                           device=self.device)
+        ids = torch.tensor([t for tokens in token_lists for t in tokens], dtype=torch.long, device=self.device)
         x = self.embed(ids)
         cos_all, sin_all = self._rope(caches[0].max_len)
-        cos = torch.cat([cos_all[s:s + n] for s, n in zip(starts, lens)])
-        sin = torch.cat([sin_all[s:s + n] for s, n in zip(starts, lens)])
+        cos = torch.cat([cos_all[s : s + n] for s, n in zip(starts, lens)])
+        sin = torch.cat([sin_all[s : s + n] for s, n in zip(starts, lens)])
         hd, lh = self.shape.head_dim, self.local_heads
         allowed = self._batch_mask(starts, lens)
         for i, layer in enumerate(self.layers):
@@ -402,11 +426,11 @@ class TPTransformer:
             q, k, v = self._rotate(q, cos, sin), self._rotate(k, cos, sin), self.arith.act(v)
             offset = 0
             for cache, start, n in zip(caches, starts, lens):
-                cache.k[i, start:start + n] = k[offset:offset + n]
-                cache.v[i, start:start + n] = v[offset:offset + n]
+                cache.k[i, start : start + n] = k[offset : offset + n]
+                cache.v[i, start : start + n] = v[offset : offset + n]
                 offset += n
-            keys = torch.cat([c.k[i, :s + n] for c, s, n in zip(caches, starts, lens)])
-            values = torch.cat([c.v[i, :s + n] for c, s, n in zip(caches, starts, lens)])
+            keys = torch.cat([c.k[i, : s + n] for c, s, n in zip(caches, starts, lens)])
+            values = torch.cat([c.v[i, : s + n] for c, s, n in zip(caches, starts, lens)])
             attn = self._attend_masked(q, keys, values, allowed)
             out = self.collective.allreduce((attn.reshape(total, lh * hd) @ layer.wo.T).contiguous())
             x = self.arith.act(x + out)
@@ -418,34 +442,38 @@ class TPTransformer:
         return list(torch.split(self._norm(x) @ self.lm_head.T, lens))
 
 
-def build_models(shape: ModelShape, draft_layers: int, draft_noise: float, seed: int,
-                 rank: int, world: int, dtype: torch.dtype, device, collective: Collective,
-                 share_embedding: bool = True, residual_scale: float = 1.0
-                 ) -> tuple[TPTransformer, TPTransformer]:
+def build_models(
+    shape: ModelShape,
+    draft_layers: int,
+    draft_noise: float,
+    seed: int,
+    rank: int,
+    world: int,
+    dtype: torch.dtype,
+    device,
+    collective: Collective,
+    share_embedding: bool = True,
+    residual_scale: float = 1.0,
+) -> tuple[TPTransformer, TPTransformer]:
     """The target model and its draft (the target's first `draft_layers` layers with
     relative weight noise `draft_noise`; embedding shared or a noisy copy; head shared)."""
     shape.check(world)
     if not 1 <= draft_layers <= shape.layers:
         raise ValueError(f"draft layers {draft_layers} must be between 1 and {shape.layers}")
     arith = Arithmetic(dtype)
-    layers = [make_layer(shape, i, seed, rank, world, arith, device, residual_scale)
-              for i in range(shape.layers)]
+    layers = [make_layer(shape, i, seed, rank, world, arith, device, residual_scale) for i in range(shape.layers)]
     rows = shape.vocab // world
     embed_raw = _normal((rows, shape.hidden), seed, ("embedding", rank, world), device)
-    embedding = round_to_grid(embed_raw, ACT_FRAC_BITS, ACT_BOUND) if arith.exact \
-        else embed_raw.to(dtype)
-    lm_head = arith.weight(_normal((shape.vocab, shape.hidden), seed, ("lm_head",), device)
-                           / math.sqrt(shape.hidden))
+    embedding = round_to_grid(embed_raw, ACT_FRAC_BITS, ACT_BOUND) if arith.exact else embed_raw.to(dtype)
+    lm_head = arith.weight(_normal((shape.vocab, shape.hidden), seed, ("lm_head",), device) / math.sqrt(shape.hidden))
     target = TPTransformer(shape, layers, embedding, lm_head, collective, rank, world, arith)
     draft_shape = ModelShape(draft_layers, shape.hidden, shape.heads, shape.vocab, shape.ffn)
-    draft_layer_list = [perturb_layer(layers[i], draft_noise, seed, i, rank, world, arith)
-                        for i in range(draft_layers)]
+    draft_layer_list = [perturb_layer(layers[i], draft_noise, seed, i, rank, world, arith) for i in range(draft_layers)]
     draft_embedding = embedding
     if not share_embedding:
         noisy = embedding.to(torch.float64) + draft_noise * _normal(
-            tuple(embedding.shape), seed, ("draft-embedding", rank, world), device)
-        draft_embedding = round_to_grid(noisy, ACT_FRAC_BITS, ACT_BOUND) if arith.exact \
-            else noisy.to(dtype)
-    draft = TPTransformer(draft_shape, draft_layer_list, draft_embedding, lm_head, collective,
-                          rank, world, arith)
+            tuple(embedding.shape), seed, ("draft-embedding", rank, world), device
+        )
+        draft_embedding = round_to_grid(noisy, ACT_FRAC_BITS, ACT_BOUND) if arith.exact else noisy.to(dtype)
+    draft = TPTransformer(draft_shape, draft_layer_list, draft_embedding, lm_head, collective, rank, world, arith)
     return target, draft

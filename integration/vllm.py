@@ -75,20 +75,33 @@ def server_args_for_steps(args: list[str], steps: int) -> list[str]:
     if steps == 0:
         return rest
     if not config or not (config.get("method") or config.get("model")):
-        raise ValueError(f"steps > 0 needs {SPEC_OPTION} with a method (eagle, eagle3, mtp, "
-                         'ngram, ...) and its draft model, e.g. \'{"method": "ngram", '
-                         '"prompt_lookup_max": 4}\'')
+        raise ValueError(
+            f"steps > 0 needs {SPEC_OPTION} with a method (eagle, eagle3, mtp, "
+            'ngram, ...) and its draft model, e.g. \'{"method": "ngram", '
+            '"prompt_lookup_max": 4}\''
+        )
     config["num_speculative_tokens"] = steps
     return [*rest, SPEC_OPTION, json.dumps(config, separators=(",", ":"))]
 
 
-ENGINE = Engine(name="vllm", command=DEFAULT_COMMAND, args_for_steps=server_args_for_steps,
-                api="openai", tp_options=("--tensor-parallel-size", "--tensor_parallel_size"))
+ENGINE = Engine(
+    name="vllm",
+    command=DEFAULT_COMMAND,
+    args_for_steps=server_args_for_steps,
+    api="openai",
+    tp_options=("--tensor-parallel-size", "--tensor_parallel_size"),
+)
 
 
 class VLLMServer(Server):
     """A Server of engine vLLM."""
 
-    def __init__(self, server_args: list[str], profile_env: dict[str, str] | None = None,
-                 steps: int = 0, log_path: str = "vllm-server.log", **kw):
+    def __init__(
+        self,
+        server_args: list[str],
+        profile_env: dict[str, str] | None = None,
+        steps: int = 0,
+        log_path: str = "vllm-server.log",
+        **kw,
+    ):
         super().__init__(ENGINE, server_args, profile_env, steps, log_path, **kw)

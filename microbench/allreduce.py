@@ -42,11 +42,11 @@ import socket
 import sys
 import warnings
 
+from microbench import check, nccllib, nccllog, options, output, teardown, timing
 from nccl_tune import fileio, stats, store
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import debuglog, settings
-from nccl_tune.errors import NcclTuneError
-from microbench import check, nccllib, nccllog, options, output, teardown, timing
 
 PROG = options.PROG
 FAULT_VAR = "MICROBENCH_FAULT"
@@ -102,8 +102,12 @@ def _free_port() -> int:
 
 # Task counts that schedulers and MPI launchers give each process they start. Without
 # torchrun's RANK/WORLD_SIZE, every such task would measure a world of one on its own.
-SCHEDULER_WORLD_VARS = (("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"), ("SLURM_NTASKS", "SLURM_PROCID"),
-                        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"), ("PMI_SIZE", "PMI_RANK"))
+SCHEDULER_WORLD_VARS = (
+    ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"),
+    ("SLURM_NTASKS", "SLURM_PROCID"),
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+    ("PMI_SIZE", "PMI_RANK"),
+)
 
 
 def scheduler_without_torchrun(environ) -> tuple[str, int, str | None] | None:
@@ -126,15 +130,17 @@ def scheduler_without_torchrun(environ) -> tuple[str, int, str | None] | None:
 def _standalone_env() -> None:
     """Outside torchrun: a world of one process on this host."""
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+        os.environ.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+        )
 
 
 class Bench:
     """One rank's run: resolved options, process groups, log capture and output."""
 
-    def __init__(self, args, plan: options.Plan | None, env_process: dict[str, str],
-                 torch_env: dict[str, str] | None = None):
+    def __init__(
+        self, args, plan: options.Plan | None, env_process: dict[str, str], torch_env: dict[str, str] | None = None
+    ):
         import torch
 
         self.args, self.plan, self.env_process = args, plan, env_process
@@ -145,8 +151,10 @@ class Bench:
         self.backend, self.mode = resolve_backend_mode(args.backend, args.mode, args.verify)
         self.verify = self.backend == "nccl" if args.verify is None else args.verify
         if args.gap_us and self.backend != "gloo":
-            raise NcclTuneError("--gap-us times collectives by host stamps, which only gloo on "
-                                "CPU completes on the host; on GPUs use --mode graph")
+            raise NcclTuneError(
+                "--gap-us times collectives by host stamps, which only gloo on "
+                "CPU completes on the host; on GPUs use --mode graph"
+            )
         self.torch_dtype = getattr(torch, options.DTYPES[args.dtype][0])
         self.elem, self.max_exact = options.DTYPES[args.dtype][1:]
         self.device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
@@ -203,13 +211,17 @@ class Bench:
         self.gpus = [f[1] for f in facts] if self.backend == "nccl" else None
         self.nnodes = len(set(self.hosts))
         if self.args.gap_us and self.nnodes > 1:
-            raise NcclTuneError("--gap-us compares every rank's host clock, so every rank must "
-                                f"run on one host (these run on {self.nnodes})")
+            raise NcclTuneError(
+                "--gap-us compares every rank's host clock, so every rank must "
+                f"run on one host (these run on {self.nnodes})"
+            )
         self.conf_files = merge_conf_files([(f[0], f[2]) for f in facts])
         # Only NCCL reads the conf files: gloo cells cannot lose what NCCL never set.
-        clash = (options.conf_file_conflicts(self.conf_files, self.cells(),
-                                             self.plan.no_cache if self.plan else ())
-                 if self.backend == "nccl" else None)
+        clash = (
+            options.conf_file_conflicts(self.conf_files, self.cells(), self.plan.no_cache if self.plan else ())
+            if self.backend == "nccl"
+            else None
+        )
         if clash:
             raise NcclTuneError(clash)
         self.versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
@@ -227,42 +239,68 @@ class Bench:
             if self.capture.probe():
                 note += "; timed iterations run with per-collective lines off (ncclResetDebugInit)"
             elif self.mode == "eager":
-                note += ("; this NCCL lacks ncclResetDebugInit, so per-collective lines stay off "
-                         "to keep timed eager runs free of NCCL's logging: algorithm/protocol "
-                         "cannot be confirmed")
+                note += (
+                    "; this NCCL lacks ncclResetDebugInit, so per-collective lines stay off "
+                    "to keep timed eager runs free of NCCL's logging: algorithm/protocol "
+                    "cannot be confirmed"
+                )
         notes = []
-        for name, value in (self.capture.previous.items() if self.capture else ()):
+        for name, value in self.capture.previous.items() if self.capture else ():
             if value is not None:
                 notes.append(f"note: your {name}={value} is replaced while verifying")
         if self.backend == "nccl":
             v = self.versions
-            notes.append(f"libnccl: {v.get('nccl_library') or '(not found)'} ncclGetVersion "
-                         f"{v.get('nccl_library_version') or '-'}; torch built with {v.get('nccl_build') or '-'}")
+            notes.append(
+                f"libnccl: {v.get('nccl_library') or '(not found)'} ncclGetVersion "
+                f"{v.get('nccl_library_version') or '-'}; torch built with {v.get('nccl_build') or '-'}"
+            )
         if self.versions.get("nccl_note"):
             notes.append(f"note: NCCL versions differ: {self.versions['nccl_note']}")
         if self.backend == "nccl":
-            notes.append("timing: " + timing.TIMING_METHODS[timing.timing_method("cuda")]
-                         + ("" if self.sleep_rate else " (no torch.cuda._sleep here: without "
-                            "the head start, host launch latency can be inside)"))
+            notes.append(
+                "timing: "
+                + timing.TIMING_METHODS[timing.timing_method("cuda")]
+                + (
+                    ""
+                    if self.sleep_rate
+                    else " (no torch.cuda._sleep here: without the head start, host launch latency can be inside)"
+                )
+            )
         notes += options.torch_env_notes(self.torch_env, self.mode)
-        return {"run_id": self.run_id, "world_size": self.world, "nnodes": self.nnodes,
-                "hosts": self.hosts, "backend": self.backend, "mode": self.mode, "op": a.op,
-                "dtype": a.dtype, "warmup": a.warmup, "iters": a.iters, "graph_ops": a.graph_ops, "ops_per_sample": a.ops_per_sample,
-                "gap_us": a.gap_us, "versions": self.versions, "env_process": self.env_process,
-                "torch_env": self.torch_env,
-                "conf_files": output.read_conf_files(os.environ), "gpus": self.gpus,
-                "verify_note": note, "notes": notes}
+        return {
+            "run_id": self.run_id,
+            "world_size": self.world,
+            "nnodes": self.nnodes,
+            "hosts": self.hosts,
+            "backend": self.backend,
+            "mode": self.mode,
+            "op": a.op,
+            "dtype": a.dtype,
+            "warmup": a.warmup,
+            "iters": a.iters,
+            "graph_ops": a.graph_ops,
+            "ops_per_sample": a.ops_per_sample,
+            "gap_us": a.gap_us,
+            "versions": self.versions,
+            "env_process": self.env_process,
+            "torch_env": self.torch_env,
+            "conf_files": output.read_conf_files(os.environ),
+            "gpus": self.gpus,
+            "verify_note": note,
+            "notes": notes,
+        }
 
     # ---------------------------------------------------------------- bookkeeping
 
     def _expired(self, what: str, seconds: float) -> None:
-        message = expiry_message(self.rank, self.args.op, what, seconds, self.backend,
-                                 self.nccl_warnings())
+        message = expiry_message(self.rank, self.args.op, what, seconds, self.backend, self.nccl_warnings())
         if self.rank == 0 and self.current.get("cell") is not None and self.args.out:
             try:
-                store.append_record(self.args.out, self._record(self.current["cell"], self.current["bytes"],
-                                                                status="timeout", error=message))
-            except Exception:  # noqa: BLE001 - the process is going down; the line below says why
+                store.append_record(
+                    self.args.out,
+                    self._record(self.current["cell"], self.current["bytes"], status="timeout", error=message),
+                )
+            except Exception:
                 pass
         _say(message)
         teardown.exit_now(124)
@@ -290,7 +328,7 @@ class Bench:
         found = [None] * self.world
         try:
             dist.all_gather_object(found, error)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             cause = _first_line(exc)
             if "closed by peer" in cause or "Connection reset" in cause:
                 cause = "a peer closed its connection: another rank probably died"
@@ -320,23 +358,39 @@ class Bench:
         a = self.args
         extra = dict(cell.extra)
         return store.make_record(
-            run_id=self.run_id, cell=cell.cell, env=cell.env, backend=self.backend, op=a.op,
-            mode=self.mode, world_size=self.world, nnodes=self.nnodes, bytes=nbytes,
-            count=nbytes // self.elem, dtype=a.dtype, iters=cell.iters or a.iters,
+            run_id=self.run_id,
+            cell=cell.cell,
+            env=cell.env,
+            backend=self.backend,
+            op=a.op,
+            mode=self.mode,
+            world_size=self.world,
+            nnodes=self.nnodes,
+            bytes=nbytes,
+            count=nbytes // self.elem,
+            dtype=a.dtype,
+            iters=cell.iters or a.iters,
             warmup=cell.warmup if cell.warmup is not None else a.warmup,
             graph_ops=a.graph_ops if self.mode == "graph" else None,
             ops_per_sample=a.ops_per_sample if self.mode != "graph" else a.graph_ops,
             gap_us=a.gap_us or None,
-            versions=self._versions(), gpus=self.gpus, round=cell.round, label=a.label,
-            env_process=self.env_process, hosts=sorted(set(self.hosts)),
-            conf_files=self.conf_files, torch_nccl_env=self.torch_env,
-            timing_method=timing.timing_method(self.device.type, a.gap_us), **extra, **fields)
+            versions=self._versions(),
+            gpus=self.gpus,
+            round=cell.round,
+            label=a.label,
+            env_process=self.env_process,
+            hosts=sorted(set(self.hosts)),
+            conf_files=self.conf_files,
+            torch_nccl_env=self.torch_env,
+            timing_method=timing.timing_method(self.device.type, a.gap_us),
+            **extra,
+            **fields,
+        )
 
     def _versions(self) -> dict:
         if self.backend != "nccl" or not self.log_version:
             return dict(self.versions)
-        return {**self.versions, **nccllib.version_record(self.nccl_build, self.nccl_loaded,
-                                                          self.log_version)}
+        return {**self.versions, **nccllib.version_record(self.nccl_build, self.nccl_loaded, self.log_version)}
 
     def emit(self, record: dict) -> None:
         """Rank 0: append to --out (flushed), print the row or the JSON line."""
@@ -385,12 +439,10 @@ class Bench:
         snapshot = self.capture.snapshot() if self.capture else None
         # What this process's environment holds for the per-cell variables as the cell's
         # communicator is made (recorded under nocache plans: the mechanics, also on gloo).
-        watched = {*no_cache, *cell.comm_env, *(n for n, s in settings.CATALOGUE.items()
-                                                 if s.scope == "communicator")}
+        watched = {*no_cache, *cell.comm_env, *(n for n, s in settings.CATALOGUE.items() if s.scope == "communicator")}
         self.env_at_init = {n: os.environ.get(n) for n in sorted(watched)} if no_cache else None
         self.watchdog.beat(f"creating the process group of cell {cell.cell}")
-        group = dist.new_group(backend=self.backend,
-                               timeout=datetime.timedelta(seconds=self.group_timeout))
+        group = dist.new_group(backend=self.backend, timeout=datetime.timedelta(seconds=self.group_timeout))
         sizes = self.args.sizes_bytes
         for index, requested in enumerate(sizes):
             self.current = {"cell": cell, "bytes": requested}
@@ -400,7 +452,7 @@ class Bench:
                     result = self.measure(group, requested, cell)
                 except Fatal:
                     raise
-                except Exception as exc:  # noqa: BLE001 - reported to all ranks, recorded
+                except Exception as exc:
                     error = with_warnings(_first_line(exc), self.nccl_warnings(snapshot))
             errors = self.exchange_errors(error)
             if errors:
@@ -410,8 +462,7 @@ class Bench:
                 self.failed_or_wrong = True
                 status = "timeout" if all("timed out" in e.lower() for _, e in errors) else "failed"
                 for nbytes in sizes[index:]:
-                    self.emit(self._record(cell, nbytes, status=status, error=text,
-                                           effective=None, correct=None))
+                    self.emit(self._record(cell, nbytes, status=status, error=text, effective=None, correct=None))
                 if self.rank == 0 and not self.plan:
                     _say(f"cell {cell.cell} failed at {requested} bytes: {text}")
                 break
@@ -441,36 +492,59 @@ class Bench:
             effective = debuglog.confirm_effective(cell.env, observed, self.args.op, nbytes, self.world)
             effective = self._confirm_no_cache(cell, observed, effective)
             if effective is not None and not self.capture.per_collective:
-                effective["detail"] += ("; per-collective lines were off for the whole run (this "
-                                        "NCCL lacks ncclResetDebugInit, and they would have been "
-                                        "written inside the timed eager runs)")
+                effective["detail"] += (
+                    "; per-collective lines were off for the whole run (this "
+                    "NCCL lacks ncclResetDebugInit, and they would have been "
+                    "written inside the timed eager runs)"
+                )
             if effective is not None and self.world == 1:
-                effective["detail"] += ("; world size 1: NCCL runs no algorithm (ncclLaunchOneRank "
-                                        "copies or does nothing), so nothing can be confirmed")
+                effective["detail"] += (
+                    "; world size 1: NCCL runs no algorithm (ncclLaunchOneRank "
+                    "copies or does nothing), so nothing can be confirmed"
+                )
         status = "ok"
         if checked and wrong:
             status = "wrong"
             self.failed_or_wrong = True
             if not self.plan:
                 _say(f"cell {cell.cell}: {wrong} wrong element(s) at {nbytes} bytes")
-        nocache_fields = ({"env_at_init": self.env_at_init, "no_cache": list(self.plan.no_cache)}
-                          if self.env_at_init is not None else {})
-        return self._record(cell, nbytes, **nocache_fields, lat_us=lat, samples_us=samples,
-                            algbw_gbps=algbw,
-                            busbw_gbps=busbw, correct=(wrong == 0) if checked else None,
-                            wrong=wrong if checked else None, effective=effective, status=status,
-                            timing=dict(self.last_timing) or None, nccl_log=self._log_state())
+        nocache_fields = (
+            {"env_at_init": self.env_at_init, "no_cache": list(self.plan.no_cache)}
+            if self.env_at_init is not None
+            else {}
+        )
+        return self._record(
+            cell,
+            nbytes,
+            **nocache_fields,
+            lat_us=lat,
+            samples_us=samples,
+            algbw_gbps=algbw,
+            busbw_gbps=busbw,
+            correct=(wrong == 0) if checked else None,
+            wrong=wrong if checked else None,
+            effective=effective,
+            status=status,
+            timing=dict(self.last_timing) or None,
+            nccl_log=self._log_state(),
+        )
 
     def _log_state(self) -> dict | None:
         """Which of NCCL's log controls applied (None when the log is not captured)."""
         if not self.capture:
             return None
         available = self.capture.probe()
-        return {"reset_debug_init": available,
-                "note": nccllib.reset_debug_init_note(available, self.versions.get("nccl")),
-                "per_collective_lines": ("off during timed iterations" if available else
-                                         "on throughout (graph replays log nothing)"
-                                         if self.capture.per_collective else "off throughout")}
+        return {
+            "reset_debug_init": available,
+            "note": nccllib.reset_debug_init_note(available, self.versions.get("nccl")),
+            "per_collective_lines": (
+                "off during timed iterations"
+                if available
+                else "on throughout (graph replays log nothing)"
+                if self.capture.per_collective
+                else "off throughout"
+            ),
+        }
 
     def _confirm_no_cache(self, cell, observed: dict, effective: dict | None) -> dict | None:
         """Under isolation nocache: add whether NCCL re-read the plan's cached variables
@@ -485,9 +559,11 @@ class Bench:
         reread = debuglog.confirm_reread(cell.env, observed, names, self.no_cache_seen)
         listed = [n for n in os.environ.get("NCCL_NO_CACHE", "").split(",") if n]
         if reread is not None and not set(names) <= set(listed) and "ALL" not in listed:
-            reread = {"confirmed": False, "detail": f"NCCL_NO_CACHE={','.join(listed) or '(unset)'} "
-                                                    f"in this process lacks {', '.join(names)}; "
-                                                    + reread["detail"]}
+            reread = {
+                "confirmed": False,
+                "detail": f"NCCL_NO_CACHE={','.join(listed) or '(unset)'} "
+                f"in this process lacks {', '.join(names)}; " + reread["detail"],
+            }
         if effective is None or reread is None:
             return effective
         flags = (effective.get("confirmed"), reread["confirmed"])
@@ -504,8 +580,7 @@ class Bench:
         pairs = []
         for _ in range(copies):
             inp = torch.zeros(n_in, dtype=self.torch_dtype, device=self.device)
-            out = inp if self.args.op == "allreduce" else torch.zeros(n_out, dtype=self.torch_dtype,
-                                                                       device=self.device)
+            out = inp if self.args.op == "allreduce" else torch.zeros(n_out, dtype=self.torch_dtype, device=self.device)
             pairs.append((inp, out))
         return pairs
 
@@ -548,20 +623,25 @@ class Bench:
         now = timing.measure_sleep_rate()
         if now and (self.sleep_rate is None or now > self.sleep_rate):
             self.sleep_rate = now
-        device_align = timing.DeviceAlign(pre, timing.head_start_us(slowest.item()), self.sleep_rate,
-                                          rate_before_loop=now)
-        self.last_timing.update(host_enqueue_us=round(host_us, 2),
-                                host_enqueue_slowest_us=round(slowest.item(), 2),
-                                **device_align.describe())
+        device_align = timing.DeviceAlign(
+            pre, timing.head_start_us(slowest.item()), self.sleep_rate, rate_before_loop=now
+        )
+        self.last_timing.update(
+            host_enqueue_us=round(host_us, 2),
+            host_enqueue_slowest_us=round(slowest.item(), 2),
+            **device_align.describe(),
+        )
         return device_align
 
     def _align(self):
         import torch
 
         if self.device.type == "cuda":
+
             def align():
                 torch.cuda.synchronize()
                 self.barrier()
+
             return align
         return self.barrier
 
@@ -604,11 +684,9 @@ class Bench:
             if graph is not None:
                 samples = timing.cuda_graph(graph, copies, align, iters, beat, device_align)
             elif a.gap_us:  # stamps, turned into latencies across ranks in gather_samples
-                samples = timing.cpu_gapped(ops[0], align, iters, beat, a.ops_per_sample,
-                                            a.gap_us * 1e-6)
+                samples = timing.cpu_gapped(ops[0], align, iters, beat, a.ops_per_sample, a.gap_us * 1e-6)
             elif self.device.type == "cuda":
-                samples = timing.cuda_eager(ops[0], align, iters, beat, a.ops_per_sample,
-                                            device_align)
+                samples = timing.cuda_eager(ops[0], align, iters, beat, a.ops_per_sample, device_align)
             else:
                 samples = timing.cpu_eager(ops[0], align, iters, beat, a.ops_per_sample)
             if device_align is not None:  # what the samples really got, not what was asked
@@ -649,8 +727,10 @@ def nccl_conf_files(environ) -> dict[str, dict[str, str]]:
     NCCL takes any variable the environment does not set from them (DESIGN.md 5), so
     every record says which exist: a setting may come from there, not from the cell.
     """
-    return {path: {k: v for k, v in values.items() if k.startswith("NCCL_")}
-            for path, values in output.read_conf_files(environ).items()}
+    return {
+        path: {k: v for k, v in values.items() if k.startswith("NCCL_")}
+        for path, values in output.read_conf_files(environ).items()
+    }
 
 
 def merge_conf_files(per_rank: list[tuple[str, dict]]) -> dict[str, dict[str, str]]:
@@ -672,8 +752,9 @@ def resolve_backend_mode(backend: str, mode: str, verify: bool | None = None) ->
     import torch
     import torch.distributed as dist
 
-    return options.check_backend_mode(backend, mode, verify, cuda=torch.cuda.is_available(),
-                                      nccl=dist.is_nccl_available())
+    return options.check_backend_mode(
+        backend, mode, verify, cuda=torch.cuda.is_available(), nccl=dist.is_nccl_available()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -684,11 +765,13 @@ def main(argv: list[str] | None = None) -> int:
     if scheduled:
         variable, tasks, task = scheduled
         if task in (None, "0"):  # one line, not one per task
-            _say(f"error: started as one of {tasks} tasks ({variable}={tasks}) without torchrun's "
-                 "RANK/WORLD_SIZE, so each task would measure a world of 1 alone; start torchrun "
-                 "under the scheduler, one per node: srun --ntasks-per-node 1 python -m "
-                 "torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d "
-                 f"--rdzv-endpoint HOST:PORT -m {PROG} ...")
+            _say(
+                f"error: started as one of {tasks} tasks ({variable}={tasks}) without torchrun's "
+                "RANK/WORLD_SIZE, so each task would measure a world of 1 alone; start torchrun "
+                "under the scheduler, one per node: srun --ntasks-per-node 1 python -m "
+                "torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d "
+                f"--rdzv-endpoint HOST:PORT -m {PROG} ..."
+            )
         return 2
     try:
         args = options.parse_args(argv)
@@ -723,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say(f"rank {bench.rank}: interrupted")
         code = 130
-    except Exception as exc:  # noqa: BLE001 - one line naming the rank and cause, no traceback
+    except Exception as exc:
         # NCCL's WARN lines went to its debug file, not to this output: the launcher sees
         # them only here, in the line that names the rank.
         _say(f"rank {bench.rank}: failed: " + with_warnings(_first_line(exc), bench.nccl_warnings()))
@@ -743,13 +826,16 @@ def with_warnings(error: str, warns: list[str], keep: int = 2) -> str:
     return f"{error} [NCCL WARN: {text}]"
 
 
-def expiry_message(rank: int, op: str, what: str, seconds: float, backend: str,
-                   warns: list[str] | None = None) -> str:
+def expiry_message(rank: int, op: str, what: str, seconds: float, backend: str, warns: list[str] | None = None) -> str:
     """The watchdog's line: rank, operation, what it was doing, and why it is a timeout."""
-    where = (" (an NCCL collective that never completes blocks in a device sync: NCCL "
-             "returns once the call is queued)") if backend == "nccl" else ""
-    return with_warnings(f"rank {rank}: timeout: {op} made no progress for {seconds:.0f} s "
-                         f"while {what}{where}", warns or [])
+    where = (
+        (" (an NCCL collective that never completes blocks in a device sync: NCCL returns once the call is queued)")
+        if backend == "nccl"
+        else ""
+    )
+    return with_warnings(
+        f"rank {rank}: timeout: {op} made no progress for {seconds:.0f} s while {what}{where}", warns or []
+    )
 
 
 if __name__ == "__main__":

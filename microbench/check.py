@@ -52,7 +52,7 @@ def expected_values(op: str, rank: int, world: int, count: int, max_exact: int) 
     if op == "reduce_scatter":
         chunk = count // world
         total = sum(pattern(q, count, bound) for q in range(world))
-        return total[rank * chunk:(rank + 1) * chunk]
+        return total[rank * chunk : (rank + 1) * chunk]
     if op == "all_gather":
         chunk = count // world
         return np.concatenate([pattern(q, chunk, bound) for q in range(world)])

@@ -17,8 +17,8 @@ torch's; `versions.nccl_note` says when they differ.
 
 from __future__ import annotations
 
-from nccl_tune.nccl import ncclinfo
 from microbench.nccllog import loaded_nccl_paths
+from nccl_tune.nccl import ncclinfo
 
 
 def loaded_library(maps_path: str = "/proc/self/maps") -> dict:
@@ -32,18 +32,20 @@ def loaded_library(maps_path: str = "/proc/self/maps") -> dict:
     errors = []
     for path in paths:
         try:
-            return {"path": path, "version": ncclinfo.library_version(path), "error": None,
-                    "mapped": paths}
+            return {"path": path, "version": ncclinfo.library_version(path), "error": None, "mapped": paths}
         except (OSError, AttributeError) as exc:
             errors.append(f"{path}: {exc}")
     try:
         version = ncclinfo.library_version(None)  # ctypes.CDLL(None): the loaded objects
-        return {"path": "(linked into the process)", "version": version, "error": None,
-                "mapped": paths}
+        return {"path": "(linked into the process)", "version": version, "error": None, "mapped": paths}
     except (OSError, AttributeError):
         pass
-    return {"path": paths[0] if paths else None, "version": None, "mapped": paths,
-            "error": "; ".join(errors) or "no libnccl is mapped into this process"}
+    return {
+        "path": paths[0] if paths else None,
+        "version": None,
+        "mapped": paths,
+        "error": "; ".join(errors) or "no libnccl is mapped into this process",
+    }
 
 
 def build_version(torch_module) -> str | None:
@@ -51,7 +53,7 @@ def build_version(torch_module) -> str | None:
     before); None where torch has no NCCL."""
     try:
         version = torch_module.cuda.nccl.version()
-    except Exception:  # noqa: BLE001 - a torch without NCCL: unknown
+    except Exception:
         return None
     if isinstance(version, int):
         version = ncclinfo.decode_version(version)
@@ -76,13 +78,17 @@ def version_record(build: str | None, loaded: dict | None, log_version: str | No
         trusted, source = build, "torch's build version (the loaded library was not found)"
     else:
         trusted, source = None, None
-    out = {"nccl": trusted, "nccl_source": source, "nccl_build": build,
-           "nccl_library": loaded.get("path"), "nccl_library_version": lib_version,
-           "nccl_log": log_version}
+    out = {
+        "nccl": trusted,
+        "nccl_source": source,
+        "nccl_build": build,
+        "nccl_library": loaded.get("path"),
+        "nccl_library_version": lib_version,
+        "nccl_log": log_version,
+    }
     notes = []
     if lib_version and build and not _same(lib_version, build):
-        notes.append(f"the loaded libnccl {loaded.get('path')} is {lib_version}, torch was "
-                     f"built with {build}")
+        notes.append(f"the loaded libnccl {loaded.get('path')} is {lib_version}, torch was built with {build}")
     if log_version and lib_version and not _same(log_version, lib_version):
         notes.append(f"NCCL's log says {log_version}, ncclGetVersion {lib_version}")
     elif log_version and not lib_version and build and not _same(log_version, build):
@@ -105,4 +111,3 @@ def reset_debug_init_note(available: bool | None, version: str | None) -> str:
     if parsed and parsed < (2, 24, 3):
         return f"NCCL {version} has no ncclResetDebugInit (it exists from 2.24.3)"
     return "ncclResetDebugInit not found in the loaded libnccl"
-

@@ -58,11 +58,11 @@ def find_reset_function():
     candidates = loaded_nccl_paths()
     for path in candidates:
         try:
-            return getattr(ctypes.CDLL(path), "ncclResetDebugInit")
+            return ctypes.CDLL(path).ncclResetDebugInit
         except (OSError, AttributeError):
             continue
     try:  # NCCL linked into an already-loaded library (the process's global namespace)
-        return getattr(ctypes.CDLL(None), "ncclResetDebugInit")
+        return ctypes.CDLL(None).ncclResetDebugInit
     except (OSError, AttributeError):
         return None
 

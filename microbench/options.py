@@ -19,11 +19,10 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from nccl_tune import vocab
-from nccl_tune import fileio
-from nccl_tune.nccl import settings
-from nccl_tune.live import grammar
+from nccl_tune import fileio, vocab
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import grammar
+from nccl_tune.nccl import settings
 
 PROG = "microbench.allreduce"
 
@@ -34,22 +33,28 @@ DTYPES: dict[str, tuple[str, int, int]] = {
     "fp16": ("float16", 2, 2048),
     "fp32": ("float32", 4, 1 << 24),
 }
-DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16",
-                 "float32": "fp32", "float": "fp32"}
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
 OPS = ("allreduce", "reduce_scatter", "all_gather")
 BACKENDS = ("auto", "nccl", "gloo")
 MODES = ("auto", "graph", "eager")
 DEFAULT_TOKENS = "1,2,3,4,6,8"
 DEFAULT_HIDDEN = 7168
 DEFAULT_DTYPE = "bf16"
-WORLD_ONE_NOTE = ("a world of 1 rank measures no communication (an allreduce over one rank "
-                  "moves no data: busbw is 0); use 2 ranks or more (nccl-tune bench --nproc 2)")
+WORLD_ONE_NOTE = (
+    "a world of 1 rank measures no communication (an allreduce over one rank "
+    "moves no data: busbw is 0); use 2 ranks or more (nccl-tune bench --nproc 2)"
+)
 DEFAULT_ITERS = 200  # timed iterations per size (the sweep counts budgets in these)
 DEFAULT_WARMUP = 20
 # The NCCL_DEBUG family is instrumentation, not a setting under test: it never enters
 # a cell's env (so NCCL_DEBUG=INFO does not turn a baseline run into another cell).
-DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
-              "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT")
+DEBUG_VARS = (
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_TIMESTAMP_LEVELS",
+    "NCCL_DEBUG_TIMESTAMP_FORMAT",
+)
 
 
 def canonical_dtype(name: str) -> str:
@@ -76,8 +81,7 @@ def _int_list(text: str, option: str) -> list[int]:
     return vocab.parse_counts(text, option, vocab.MAX_TOKENS)
 
 
-def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
-                  dtype: str) -> list[int]:
+def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None, dtype: str) -> list[int]:
     """Message sizes in bytes, in the order given, duplicates dropped.
 
     Either explicit `sizes` ("1K,14336,64K") or decode sizes tokens x hidden x dtype
@@ -96,16 +100,17 @@ def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
         if hidden is not None and not 0 < hidden <= vocab.MAX_HIDDEN:
             raise NcclTuneError(f"--hidden: {hidden} must be an integer in [1, {vocab.MAX_HIDDEN}]")
         counts = _int_list(tokens or DEFAULT_TOKENS, "--tokens")
-        values = [vocab.check_bytes(t * (hidden or DEFAULT_HIDDEN) * elem, "--tokens x --hidden")
-                  for t in counts]
+        values = [vocab.check_bytes(t * (hidden or DEFAULT_HIDDEN) * elem, "--tokens x --hidden") for t in counts]
     for value in values:
         if value % elem:
-            raise NcclTuneError(f"--sizes: {value} bytes is not a multiple of the {elem}-byte "
-                                f"{canonical_dtype(dtype)} element")
+            raise NcclTuneError(
+                f"--sizes: {value} bytes is not a multiple of the {elem}-byte {canonical_dtype(dtype)} element"
+            )
     return list(dict.fromkeys(values))
 
 
 # ---------------------------------------------------------------- plans
+
 
 @dataclass
 class Cell:
@@ -140,8 +145,7 @@ def _str_map(value, where: str, path: str) -> dict[str, str]:
         if not isinstance(key, str) or not key.startswith("NCCL_"):
             raise NcclTuneError(f"{where}: '{key}' is not an NCCL_* variable", path=path)
         if not isinstance(val, str):
-            raise NcclTuneError(f"{where}.{key} must be a string, got {type(val).__name__}",
-                                path=path)
+            raise NcclTuneError(f"{where}.{key} must be a string, got {type(val).__name__}", path=path)
     return dict(value)
 
 
@@ -173,9 +177,11 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
         raise NcclTuneError("'cells' must be a non-empty list", path=path)
     no_cache = data.get("no_cache") or []
     if not isinstance(no_cache, list) or not all(
-            isinstance(n, str) and settings.rereads_under_no_cache(n) for n in no_cache):
-        raise NcclTuneError("no_cache must list cached NCCL_PARAM variables that NCCL_NO_CACHE "
-                            f"re-reads, got {no_cache!r}", path=path)
+        isinstance(n, str) and settings.rereads_under_no_cache(n) for n in no_cache
+    ):
+        raise NcclTuneError(
+            f"no_cache must list cached NCCL_PARAM variables that NCCL_NO_CACHE re-reads, got {no_cache!r}", path=path
+        )
     per_comm = lambda key: settings.scope_of(key) == "communicator" or key in no_cache  # noqa: E731
     cells = []
     for index, item in enumerate(cells_data):
@@ -190,13 +196,17 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
         comm_env = _str_map(item.get("comm_env", {}), f"{where}.comm_env", path)
         for key in comm_env:
             if not per_comm(key):
-                raise NcclTuneError(f"{where}.comm_env: {key} is process-scoped; only "
-                                    "communicator-scoped variables (and those the plan's no_cache "
-                                    "lists) can change inside a process", path=path)
+                raise NcclTuneError(
+                    f"{where}.comm_env: {key} is process-scoped; only "
+                    "communicator-scoped variables (and those the plan's no_cache "
+                    "lists) can change inside a process",
+                    path=path,
+                )
         expected = {k: v for k, v in env.items() if per_comm(k)}
         if comm_env != expected:
-            raise NcclTuneError(f"{where}.comm_env {comm_env} is not the communicator-scoped "
-                                f"part of env {expected}", path=path)
+            raise NcclTuneError(
+                f"{where}.comm_env {comm_env} is not the communicator-scoped part of env {expected}", path=path
+            )
         cell_name = item.get("cell")
         if not isinstance(cell_name, str) or not cell_name:
             raise NcclTuneError(f"{where}.cell must be a non-empty string", path=path)
@@ -207,10 +217,17 @@ def parse_plan(data, path: str = "<plan>") -> Plan:
         extra = {} if extra is None else extra
         if not isinstance(extra, dict):
             raise NcclTuneError(f"{where}.extra must be an object", path=path)
-        cells.append(Cell(cell=cell_name, env=env, comm_env=comm_env, round=round_,
-                          iters=_opt_count(item.get("iters"), f"{where}.iters", path),
-                          warmup=_opt_count(item.get("warmup"), f"{where}.warmup", path),
-                          extra=dict(extra)))
+        cells.append(
+            Cell(
+                cell=cell_name,
+                env=env,
+                comm_env=comm_env,
+                round=round_,
+                iters=_opt_count(item.get("iters"), f"{where}.iters", path),
+                warmup=_opt_count(item.get("warmup"), f"{where}.warmup", path),
+                extra=dict(extra),
+            )
+        )
     return Plan(run_id=run_id, cells=cells, no_cache=tuple(no_cache))
 
 
@@ -221,8 +238,7 @@ def load_plan(path: str) -> Plan:
 
 def settings_env(environ) -> dict[str, str]:
     """The NCCL_* settings of an environment, less the NCCL_DEBUG family, sorted."""
-    return {k: environ[k] for k in sorted(environ)
-            if k.startswith("NCCL_") and k not in DEBUG_VARS}
+    return {k: environ[k] for k in sorted(environ) if k.startswith("NCCL_") and k not in DEBUG_VARS}
 
 
 def torch_nccl_env(environ) -> dict[str, str]:
@@ -241,9 +257,10 @@ def torch_env_notes(torch_env: dict[str, str], mode: str) -> list[str]:
     if torch_env:
         notes.append("TORCH_NCCL_* at start: " + " ".join(f"{k}={v}" for k, v in torch_env.items()))
     if torch_env.get("TORCH_NCCL_BLOCKING_WAIT", "").strip().lower() in _TRUE:
-        notes.append("note: TORCH_NCCL_BLOCKING_WAIT makes every wait poll on the host (eager "
-                     "host overhead rises)" + ("; it has been reported to hang CUDA graph capture"
-                                               if mode == "graph" else ""))
+        notes.append(
+            "note: TORCH_NCCL_BLOCKING_WAIT makes every wait poll on the host (eager "
+            "host overhead rises)" + ("; it has been reported to hang CUDA graph capture" if mode == "graph" else "")
+        )
     for name in ("TORCH_NCCL_ENABLE_TIMING", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DESYNC_DEBUG"):
         value = torch_env.get(name, "").strip().lower()
         if value and value not in ("0", "false", "no", "off", "n"):
@@ -251,8 +268,7 @@ def torch_env_notes(torch_env: dict[str, str], mode: str) -> list[str]:
     return notes
 
 
-def conf_conflicts(conf_files, comm_envs: list[dict[str, str]],
-                   no_cache=()) -> list[tuple[str, str, int]]:
+def conf_conflicts(conf_files, comm_envs: list[dict[str, str]], no_cache=()) -> list[tuple[str, str, int]]:
     """(path, name, index of the first cell setting it) for each communicator-scoped name
     a conf file sets that some of the cells (their comm_env) set and others do not.
 
@@ -276,18 +292,19 @@ def conf_conflicts(conf_files, comm_envs: list[dict[str, str]],
     return found
 
 
-def conf_file_conflicts(conf_files: dict[str, dict[str, str]], cells: list[Cell],
-                        no_cache=()) -> str | None:
+def conf_file_conflicts(conf_files: dict[str, dict[str, str]], cells: list[Cell], no_cache=()) -> str | None:
     """Why a plan's cells cannot share this process given NCCL's conf files (see
     conf_conflicts), as one line; None when they can."""
     clashes = conf_conflicts(conf_files, [c.comm_env for c in cells], no_cache)
     if not clashes:
         return None
     path, name, index = clashes[0]
-    return (f"NCCL conf file {path} sets {name}, which cell {cells[index].cell} also sets: once "
-            "that cell has run, the file's value is gone from this process for the cells that "
-            "do not set it; measure these cells one per process (nccl-tune sweep --isolation "
-            "process) or remove the setting from the file")
+    return (
+        f"NCCL conf file {path} sets {name}, which cell {cells[index].cell} also sets: once "
+        "that cell has run, the file's value is gone from this process for the cells that "
+        "do not set it; measure these cells one per process (nccl-tune sweep --isolation "
+        "process) or remove the setting from the file"
+    )
 
 
 def single_cell(environ) -> Cell:
@@ -310,23 +327,26 @@ def apply_comm_env(comm_env: dict[str, str], environ=None, no_cache=()) -> None:
     environ.update(comm_env)
 
 
-def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str],
-                         no_cache=()) -> str | None:
+def process_env_mismatch(cell_env: dict[str, str], process_env: dict[str, str], no_cache=()) -> str | None:
     """A process-scoped variable of the cell that the process does not carry, described
     (those `no_cache` lists are set per cell, not by the launcher)."""
     for name, value in cell_env.items():
         if name in no_cache:
             continue
         if settings.scope_of(name) == "process" and process_env.get(name) != value:
-            return (f"cell needs {name}={value} but the process has "
-                    f"{name}={process_env.get(name, '(unset)')}: the launcher must set it")
+            return (
+                f"cell needs {name}={value} but the process has "
+                f"{name}={process_env.get(name, '(unset)')}: the launcher must set it"
+            )
     return None
 
 
 # ---------------------------------------------------------------- what can run here
 
-def check_backend_mode(backend: str, mode: str | None, verify: bool | None, *, cuda: bool,
-                       nccl: bool = True) -> tuple[str, str]:
+
+def check_backend_mode(
+    backend: str, mode: str | None, verify: bool | None, *, cuda: bool, nccl: bool = True
+) -> tuple[str, str]:
     """(backend, mode) resolved for a machine with (`cuda`) or without CUDA GPUs, or
     NcclTuneError for a combination no rank could run. The one rule for `nccl-tune bench`,
     `nccl-tune sweep` (before launching) and every microbench rank, so all refuse alike.
@@ -338,19 +358,20 @@ def check_backend_mode(backend: str, mode: str | None, verify: bool | None, *, c
     if backend == "auto":
         backend = "nccl" if cuda and nccl else "gloo"
     if backend == "nccl" and not (cuda and nccl):
-        raise NcclTuneError("--backend nccl needs CUDA GPUs and a torch built with NCCL "
-                            f"(torch.cuda.is_available() is {cuda})")
+        raise NcclTuneError(
+            f"--backend nccl needs CUDA GPUs and a torch built with NCCL (torch.cuda.is_available() is {cuda})"
+        )
     if mode in (None, "auto"):
         mode = "graph" if backend == "nccl" else "eager"
     if mode == "graph" and not cuda:
-        raise NcclTuneError("--mode graph needs CUDA (torch.cuda.is_available() is False); "
-                            "use --mode eager")
+        raise NcclTuneError("--mode graph needs CUDA (torch.cuda.is_available() is False); use --mode eager")
     if mode == "graph" and backend != "nccl":
-        raise NcclTuneError("--mode graph needs the NCCL backend (gloo collectives cannot be "
-                            "captured in a CUDA graph)")
+        raise NcclTuneError("--mode graph needs the NCCL backend (gloo collectives cannot be captured in a CUDA graph)")
     if verify and backend != "nccl":
-        raise NcclTuneError(f"--verify-effective needs the NCCL backend (backend {backend} has "
-                            "no NCCL log): drop it, or use --backend nccl")
+        raise NcclTuneError(
+            f"--verify-effective needs the NCCL backend (backend {backend} has "
+            "no NCCL log): drop it, or use --backend nccl"
+        )
     return backend, mode
 
 
@@ -376,61 +397,82 @@ def preflight(args: argparse.Namespace, *, cuda: bool, nccl: bool = True, writes
 
 # ---------------------------------------------------------------- the command line
 
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises NcclTuneError (one line, exit 2) instead of printing usage."""
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def error(self, message: str):
         raise NcclTuneError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `python -m microbench.allreduce` (and of `nccl-tune bench`)."""
     # allow_abbrev=False: `--iter 10` is refused, as nccl-tune's (click's) options are.
-    p = _Parser(prog=PROG, allow_abbrev=False,
-                description="Small-message collective latency, per rank and slowest-rank, with "
-                "a correctness check; run it under torchrun (`nccl-tune bench` wraps it).")
+    p = _Parser(
+        prog=PROG,
+        allow_abbrev=False,
+        description="Small-message collective latency, per rank and slowest-rank, with "
+        "a correctness check; run it under torchrun (`nccl-tune bench` wraps it).",
+    )
     p.add_argument("--sizes", help="message sizes in bytes: 1K,14336,64K,1M (K=1024)")
     p.add_argument("--tokens", help=f"decode sizes: tokens x hidden x dtype (default {DEFAULT_TOKENS})")
     p.add_argument("--hidden", type=int, help=f"hidden size for --tokens (default {DEFAULT_HIDDEN})")
     p.add_argument("--dtype", default=DEFAULT_DTYPE, help="bf16 (default), fp16 or fp32")
     p.add_argument("--op", default="allreduce", choices=OPS, help="collective (default allreduce)")
-    p.add_argument("--backend", default="auto", choices=BACKENDS,
-                   help="auto: nccl with CUDA, else gloo")
-    p.add_argument("--mode", default="auto", choices=MODES,
-                   help="graph (CUDA graphs; default on CUDA) or eager (default on CPU)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                   help=f"untimed iterations first (default {DEFAULT_WARMUP})")
-    p.add_argument("--iters", type=int, default=DEFAULT_ITERS,
-                   help=f"timed iterations (default {DEFAULT_ITERS})")
-    p.add_argument("--graph-ops", type=int, default=10,
-                   help="collectives captured per CUDA graph replay (default 10)")
-    p.add_argument("--ops-per-sample", type=int, default=1,
-                   help="eager mode: collectives run back to back per timed sample, which "
-                        "is then divided by them, as graph mode does per replay (default 1: "
-                        "one aligned collective per sample)")
-    p.add_argument("--gap-us", type=float, default=0.0,
-                   help="eager mode on CPU (gloo): busy compute of this many microseconds "
-                        "before each collective, as a decode step has between its "
-                        "allreduces; each collective is then timed from the last rank's "
-                        "arrival until all are done, from every rank's host clock (default "
-                        "0: collectives back to back, slowest rank's time)")
-    p.add_argument("--check", dest="check", action="store_true", default=True,
-                   help="check results after timing (default)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl with CUDA, else gloo")
+    p.add_argument(
+        "--mode", default="auto", choices=MODES, help="graph (CUDA graphs; default on CUDA) or eager (default on CPU)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=DEFAULT_WARMUP, help=f"untimed iterations first (default {DEFAULT_WARMUP})"
+    )
+    p.add_argument("--iters", type=int, default=DEFAULT_ITERS, help=f"timed iterations (default {DEFAULT_ITERS})")
+    p.add_argument("--graph-ops", type=int, default=10, help="collectives captured per CUDA graph replay (default 10)")
+    p.add_argument(
+        "--ops-per-sample",
+        type=int,
+        default=1,
+        help="eager mode: collectives run back to back per timed sample, which "
+        "is then divided by them, as graph mode does per replay (default 1: "
+        "one aligned collective per sample)",
+    )
+    p.add_argument(
+        "--gap-us",
+        type=float,
+        default=0.0,
+        help="eager mode on CPU (gloo): busy compute of this many microseconds "
+        "before each collective, as a decode step has between its "
+        "allreduces; each collective is then timed from the last rank's "
+        "arrival until all are done, from every rank's host clock (default "
+        "0: collectives back to back, slowest rank's time)",
+    )
+    p.add_argument(
+        "--check", dest="check", action="store_true", default=True, help="check results after timing (default)"
+    )
     p.add_argument("--no-check", dest="check", action="store_false")
     p.add_argument("--out", help="append one JSON record per size to this .jsonl file")
-    p.add_argument("--json", action="store_true",
-                   help="print records as JSON lines on stdout instead of the table")
+    p.add_argument("--json", action="store_true", help="print records as JSON lines on stdout instead of the table")
     p.add_argument("--label", help="free text stored in every record")
-    p.add_argument("--verify-effective", dest="verify", action="store_true", default=None,
-                   help="capture NCCL's own log and record what it ran (default with NCCL)")
+    p.add_argument(
+        "--verify-effective",
+        dest="verify",
+        action="store_true",
+        default=None,
+        help="capture NCCL's own log and record what it ran (default with NCCL)",
+    )
     p.add_argument("--no-verify-effective", dest="verify", action="store_false")
-    p.add_argument("--show-nccl-log", action="store_true",
-                   help="print the NCCL log lines captured for each cell (rank 0, stderr)")
-    p.add_argument("--keep-nccl-log", metavar="DIR",
-                   help="move each rank's captured NCCL log folder into the existing folder "
-                        "DIR when the rank ends, on every exit path (default: removed)")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds a collective may take before the run fails (default 300)")
+    p.add_argument(
+        "--show-nccl-log", action="store_true", help="print the NCCL log lines captured for each cell (rank 0, stderr)"
+    )
+    p.add_argument(
+        "--keep-nccl-log",
+        metavar="DIR",
+        help="move each rank's captured NCCL log folder into the existing folder "
+        "DIR when the rank ends, on every exit path (default: removed)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds a collective may take before the run fails (default 300)"
+    )
     p.add_argument("--plan", help="JSON plan of cells to measure in turn (written by nccl-tune sweep)")
     p.add_argument("--run-id", help="run id for the records (default: new, or the plan's)")
     return p

@@ -10,8 +10,17 @@ import os
 
 from nccl_tune.store import cell_label
 
-COLUMNS = (("size", 12), ("count", 11), ("type", 10), ("time_p50(us)", 13), ("p99(us)", 10),
-           ("cv%", 7), ("algbw", 8), ("busbw", 8), ("#wrong", 7))
+COLUMNS = (
+    ("size", 12),
+    ("count", 11),
+    ("type", 10),
+    ("time_p50(us)", 13),
+    ("p99(us)", 10),
+    ("cv%", 7),
+    ("algbw", 8),
+    ("busbw", 8),
+    ("#wrong", 7),
+)
 # nccl-tune's dtype names -> the names nccl-tests prints in its type column.
 NCCL_TYPE = {"bf16": "bfloat16", "fp16": "half", "fp32": "float"}
 
@@ -32,17 +41,18 @@ def header_lines(info: dict) -> list[str]:
         f"backend {info.get('backend')}  mode {info.get('mode')}  op {info.get('op')}  "
         f"dtype {info.get('dtype')}  warmup {info.get('warmup')}  iters {info.get('iters')}"
         + (f"  graph-ops {info.get('graph_ops')}" if info.get("mode") == "graph" else "")
-        + (f"  ops-per-sample {info.get('ops_per_sample')}"
-           if info.get("mode") != "graph" and (info.get("ops_per_sample") or 1) > 1 else "")
-        + (f"  gap-us {info.get('gap_us'):g} (timed from the last rank's arrival)"
-           if info.get("gap_us") else ""),
+        + (
+            f"  ops-per-sample {info.get('ops_per_sample')}"
+            if info.get("mode") != "graph" and (info.get("ops_per_sample") or 1) > 1
+            else ""
+        )
+        + (f"  gap-us {info.get('gap_us'):g} (timed from the last rank's arrival)" if info.get("gap_us") else ""),
         "versions: " + "  ".join(f"{k} {versions.get(k) or '-'}" for k in ("torch", "cuda", "nccl")),
         "NCCL_* at start: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none)"),
     ]
     if conf:
         for path, values in conf.items():
-            lines.append(f"NCCL conf file {path}: "
-                         + (" ".join(f"{k}={v}" for k, v in values.items()) or "(empty)"))
+            lines.append(f"NCCL conf file {path}: " + (" ".join(f"{k}={v}" for k, v in values.items()) or "(empty)"))
     gpus = info.get("gpus")
     if gpus:
         names: dict[str, int] = {}
@@ -83,16 +93,23 @@ def effective_text(effective: dict | None) -> str:
 def row(record: dict) -> str:
     """One table row for a record (a failed one shows its status and error instead)."""
     lat = record.get("lat_us") or {}
-    cells = [str(record.get("bytes")), str(record.get("count", "-")),
-             NCCL_TYPE.get(record.get("dtype"), str(record.get("dtype")))]
+    cells = [
+        str(record.get("bytes")),
+        str(record.get("count", "-")),
+        NCCL_TYPE.get(record.get("dtype"), str(record.get("dtype"))),
+    ]
     if record.get("status") in ("failed", "timeout"):
         text = "".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS))
         return f"{text}  {record['status']}: {record.get('error')}"
     cv = lat.get("cv")
-    cells += [_num(lat.get("p50"), ".2f"), _num(lat.get("p99"), ".2f"),
-              _num(cv * 100 if cv is not None else None, ".1f"),
-              _num(record.get("algbw_gbps"), ".3f"), _num(record.get("busbw_gbps"), ".3f"),
-              _num(record.get("wrong"), "d")]
+    cells += [
+        _num(lat.get("p50"), ".2f"),
+        _num(lat.get("p99"), ".2f"),
+        _num(cv * 100 if cv is not None else None, ".1f"),
+        _num(record.get("algbw_gbps"), ".3f"),
+        _num(record.get("busbw_gbps"), ".3f"),
+        _num(record.get("wrong"), "d"),
+    ]
     text = "".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS))
     return f"{text}  {effective_text(record.get('effective'))}"
 

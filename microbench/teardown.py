@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -43,7 +43,7 @@ def run() -> None:
         for callback in todo:
             try:
                 callback()
-            except Exception:  # noqa: BLE001 - the process is going down: clean what we can
+            except Exception:
                 pass
 
 
@@ -53,12 +53,12 @@ def exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     os._exit(code)
 
 
-def _on_signal(signum, frame) -> None:  # noqa: ARG001
+def _on_signal(signum, frame) -> None:
     # Installed only so that Python's C-level handler (which feeds the wakeup pipe)
     # replaces the default action; the watcher thread does the exit, once.
     return None
@@ -99,7 +99,6 @@ def install() -> bool:
         os.close(read_fd)
         os.close(write_fd)
         return False
-    threading.Thread(target=_watch, args=(read_fd,), name="microbench-teardown",
-                     daemon=True).start()
+    threading.Thread(target=_watch, args=(read_fd,), name="microbench-teardown", daemon=True).start()
     _watching = True
     return True

@@ -48,14 +48,19 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 Op = Callable[[], object]
 
 
-def cpu_eager(op: Op, align: Callable[[], object], iters: int,
-              beat: Callable[[], object] = lambda: None, per_sample: int = 1,
-              clock: Callable[[], float] = time.perf_counter) -> list[float]:
+def cpu_eager(
+    op: Op,
+    align: Callable[[], object],
+    iters: int,
+    beat: Callable[[], object] = lambda: None,
+    per_sample: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
     """Wall-clock microseconds per call: `iters` samples, each `per_sample` calls of a
     blocking `op` run back to back after one alignment, divided by `per_sample`
     (`clock` in seconds; a test passes its own to check the arithmetic exactly)."""
@@ -78,9 +83,14 @@ def spin(seconds: float, clock: Callable[[], float] = time.perf_counter) -> None
         pass
 
 
-def cpu_gapped(op: Op, align: Callable[[], object], iters: int,
-               beat: Callable[[], object] = lambda: None, per_sample: int = 1,
-               gap_s: float = 0.0) -> list[float]:
+def cpu_gapped(
+    op: Op,
+    align: Callable[[], object],
+    iters: int,
+    beat: Callable[[], object] = lambda: None,
+    per_sample: int = 1,
+    gap_s: float = 0.0,
+) -> list[float]:
     """Host stamps of `iters` samples, each one alignment then `per_sample` times: `gap_s`
     of busy compute (untimed), then one blocking `op` stamped on entry and exit.
 
@@ -111,19 +121,18 @@ def last_arrival_us(stamps_by_rank: Sequence[Sequence[float]], per_sample: int) 
     if len(lengths) != 1 or not stamps_by_rank or next(iter(lengths)) % (2 * per_sample):
         raise ValueError(f"stamps of unequal or partial length: {sorted(lengths)}")
     ops = next(iter(lengths)) // 2
-    per_op = [max(s[2 * i + 1] for s in stamps_by_rank) - max(s[2 * i] for s in stamps_by_rank)
-              for i in range(ops)]
-    return [sum(per_op[i:i + per_sample]) * 1e6 / per_sample for i in range(0, ops, per_sample)]
+    per_op = [max(s[2 * i + 1] for s in stamps_by_rank) - max(s[2 * i] for s in stamps_by_rank) for i in range(ops)]
+    return [sum(per_op[i : i + per_sample]) * 1e6 / per_sample for i in range(0, ops, per_sample)]
 
 
 # The timing method of each timer (a record's `timing_method`) and what it means.
 TIMING_METHODS = {
     "cpu-barrier": "host wall clock around the op(s) after a gloo barrier (gloo on CPU)",
     "cpu-last-arrival": "host stamps of every rank; each op from the last rank's arrival "
-                        "until the last rank is done (gloo on CPU, --gap-us)",
+    "until the last rank is done (gloo on CPU, --gap-us)",
     "device-aligned": "CUDA events after an untimed collective of the same group and a "
-                      "device-side head start: ranks leave the alignment together and the "
-                      "host's launch is not inside the interval",
+    "device-side head start: ranks leave the alignment together and the "
+    "host's launch is not inside the interval",
 }
 HEAD_START_MIN_US = 20.0
 HEAD_START_MAX_US = 5000.0
@@ -190,8 +199,7 @@ class DeviceAlign:
     busy wait to the start event) and `host_after_us` the host's time from enqueuing the
     wait to enqueuing the end event; `describe` turns them into the record's fields."""
 
-    def __init__(self, pre: Op, head_start_us: float, rate: float | None,
-                 rate_before_loop: float | None = None):
+    def __init__(self, pre: Op, head_start_us: float, rate: float | None, rate_before_loop: float | None = None):
         self.pre = pre
         self.rate = rate
         self.rate_before_loop = rate_before_loop
@@ -217,17 +225,20 @@ class DeviceAlign:
         achieved = median(self.achieved_us)
         short = sum(1 for a, h in zip(self.achieved_us, self.host_after_us) if h >= a)
         host_after = median(self.host_after_us)
-        out = {"head_start_us": round(achieved, 1) if achieved is not None else None,
-               "head_start_basis": (f"measured: CUDA events around the busy wait, median of "
-                                    f"{len(self.achieved_us)} samples") if self.achieved_us
-                                   else None,
-               "head_start_min_us": round(min(self.achieved_us), 1) if self.achieved_us else None,
-               "head_start_intended_us": round(self.head_start_us, 1) if self.head_start_us else None,
-               "host_after_head_start_us": round(host_after, 2) if host_after is not None else None,
-               "head_start_short": short if self.achieved_us else None,
-               "gpu_cycles_per_us": round(self.rate, 1) if self.rate else None,
-               "gpu_cycles_per_us_before_loop": (round(self.rate_before_loop, 1)
-                                                 if self.rate_before_loop else None)}
+        out = {
+            "head_start_us": round(achieved, 1) if achieved is not None else None,
+            "head_start_basis": (
+                f"measured: CUDA events around the busy wait, median of {len(self.achieved_us)} samples"
+            )
+            if self.achieved_us
+            else None,
+            "head_start_min_us": round(min(self.achieved_us), 1) if self.achieved_us else None,
+            "head_start_intended_us": round(self.head_start_us, 1) if self.head_start_us else None,
+            "host_after_head_start_us": round(host_after, 2) if host_after is not None else None,
+            "head_start_short": short if self.achieved_us else None,
+            "gpu_cycles_per_us": round(self.rate, 1) if self.rate else None,
+            "gpu_cycles_per_us_before_loop": (round(self.rate_before_loop, 1) if self.rate_before_loop else None),
+        }
         return out
 
 
@@ -270,9 +281,15 @@ def measure_sleep_rate(cycles: int = 200_000, runs: int = 3) -> float | None:
     return cycles_per_us(cycles, elapsed)
 
 
-def _cuda_timed(run: Op, divisor: int, align: Callable[[], object], iters: int,
-                beat: Callable[[], object], device_align: DeviceAlign | None,
-                clock: Callable[[], float] = time.perf_counter) -> list[float]:
+def _cuda_timed(
+    run: Op,
+    divisor: int,
+    align: Callable[[], object],
+    iters: int,
+    beat: Callable[[], object],
+    device_align: DeviceAlign | None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
     """CUDA-event microseconds of `iters` aligned calls of `run`, each divided by `divisor`.
 
     `align` runs on the host (device sync, gloo barrier); `device_align` (a DeviceAlign)
@@ -303,11 +320,17 @@ def _cuda_timed(run: Op, divisor: int, align: Callable[[], object], iters: int,
     return [s.elapsed_time(e) * 1000.0 / divisor for s, e in zip(starts, ends)]
 
 
-def cuda_eager(op: Op, align: Callable[[], object], iters: int,
-               beat: Callable[[], object] = lambda: None, per_sample: int = 1,
-               device_align: DeviceAlign | None = None) -> list[float]:
+def cuda_eager(
+    op: Op,
+    align: Callable[[], object],
+    iters: int,
+    beat: Callable[[], object] = lambda: None,
+    per_sample: int = 1,
+    device_align: DeviceAlign | None = None,
+) -> list[float]:
     """CUDA-event microseconds per collective: `iters` samples, each `per_sample`
     collectives enqueued back to back after one alignment, divided by `per_sample`."""
+
     def run() -> None:
         for _ in range(per_sample):
             op()
@@ -338,9 +361,14 @@ def capture_graph(ops: Sequence[Op]):
     return graph
 
 
-def cuda_graph(graph, ops_per_replay: int, align: Callable[[], object], iters: int,
-               beat: Callable[[], object] = lambda: None,
-               device_align: DeviceAlign | None = None) -> list[float]:
+def cuda_graph(
+    graph,
+    ops_per_replay: int,
+    align: Callable[[], object],
+    iters: int,
+    beat: Callable[[], object] = lambda: None,
+    device_align: DeviceAlign | None = None,
+) -> list[float]:
     """Per-op microseconds of `iters` aligned replays: replay time / ops_per_replay."""
     return _cuda_timed(graph.replay, ops_per_replay, align, iters, beat, device_align)
 
@@ -352,8 +380,13 @@ class Watchdog:
     it every iteration. The thread is a daemon and polls a few times a second.
     """
 
-    def __init__(self, timeout_s: float, on_expire: Callable[[str, float], None],
-                 poll_s: float | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        timeout_s: float,
+        on_expire: Callable[[str, float], None],
+        poll_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.timeout_s = timeout_s
         self.on_expire = on_expire
         self.poll_s = poll_s if poll_s is not None else min(1.0, max(0.05, timeout_s / 20))
@@ -369,7 +402,7 @@ class Watchdog:
         if what is not None:
             self.what = what
 
-    def start(self) -> "Watchdog":
+    def start(self) -> Watchdog:
         """Start watching; returns self."""
         self.last = self.clock()
         self._thread.start()

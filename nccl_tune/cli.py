@@ -38,34 +38,47 @@ ARGV_KEY = "nccl_tune.words"  # ctx.meta: the words after `nccl-tune` (command_l
 
 # name -> (module:attribute, one-line description); the order is the workflow's.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("nccl_tune.commands.doctor:doctor",
-               "Show NCCL libraries, torch, GPUs, topology, conf files and NCCL_* env."),
-    "bench": ("nccl_tune.commands.bench:bench",
-              "Measure small-message collective latency (torchrun microbench.allreduce)."),
-    "sweep": ("nccl_tune.commands.sweep:sweep",
-              "Measure a grid of NCCL settings safely: timeouts, resume, rounds."),
-    "import-nccl-tests": ("nccl_tune.commands.import_nccl_tests:import_nccl_tests",
-                          "Convert nccl-tests output (text or -J JSON) into results records."),
-    "report": ("nccl_tune.commands.report:report",
-               "Summarise results: per cell and size, intervals and verdicts vs baseline."),
-    "recommend": ("nccl_tune.commands.recommend:recommend",
-                  "Turn latencies into time saved per token; pick and export a profile."),
-    "model": ("nccl_tune.commands.model:model",
-              "Predict NCCL's choice and latency, or fit the model to your measurements."),
-    "spec-plan": ("nccl_tune.commands.spec_plan:spec_plan",
-                  "Plan the speculative draft step count from verify/draft timings."),
-    "validate": ("nccl_tune.commands.validate:validate",
-                 "A/B a profile on a real TP speculative decode loop (built-in or SGLang)."),
-    "lint": ("nccl_tune.commands.lint:lint",
-             "Check .env profiles: values, unknown names, unsafe LL128, quoting."),
-    "profiles": ("nccl_tune.commands.profiles:profiles",
-                 "List and show the shipped profiles with their provenance."),
-    "exec": ("nccl_tune.commands.exec_:exec_",
-             "Run a command with a profile applied (no shell involved)."),
-    "check": ("nccl_tune.commands.check:check",
-              "Check that a running process (and its workers) carries a profile."),
-    "logs": ("nccl_tune.commands.logs:logs",
-             "Summarise SGLang/vLLM server logs; check NCCL's own log per rank (logs nccl)."),
+    "doctor": (
+        "nccl_tune.commands.doctor:doctor",
+        "Show NCCL libraries, torch, GPUs, topology, conf files and NCCL_* env.",
+    ),
+    "bench": (
+        "nccl_tune.commands.bench:bench",
+        "Measure small-message collective latency (torchrun microbench.allreduce).",
+    ),
+    "sweep": ("nccl_tune.commands.sweep:sweep", "Measure a grid of NCCL settings safely: timeouts, resume, rounds."),
+    "import-nccl-tests": (
+        "nccl_tune.commands.import_nccl_tests:import_nccl_tests",
+        "Convert nccl-tests output (text or -J JSON) into results records.",
+    ),
+    "report": (
+        "nccl_tune.commands.report:report",
+        "Summarise results: per cell and size, intervals and verdicts vs baseline.",
+    ),
+    "recommend": (
+        "nccl_tune.commands.recommend:recommend",
+        "Turn latencies into time saved per token; pick and export a profile.",
+    ),
+    "model": (
+        "nccl_tune.commands.model:model",
+        "Predict NCCL's choice and latency, or fit the model to your measurements.",
+    ),
+    "spec-plan": (
+        "nccl_tune.commands.spec_plan:spec_plan",
+        "Plan the speculative draft step count from verify/draft timings.",
+    ),
+    "validate": (
+        "nccl_tune.commands.validate:validate",
+        "A/B a profile on a real TP speculative decode loop (built-in or SGLang).",
+    ),
+    "lint": ("nccl_tune.commands.lint:lint", "Check .env profiles: values, unknown names, unsafe LL128, quoting."),
+    "profiles": ("nccl_tune.commands.profiles:profiles", "List and show the shipped profiles with their provenance."),
+    "exec": ("nccl_tune.commands.exec_:exec_", "Run a command with a profile applied (no shell involved)."),
+    "check": ("nccl_tune.commands.check:check", "Check that a running process (and its workers) carries a profile."),
+    "logs": (
+        "nccl_tune.commands.logs:logs",
+        "Summarise SGLang/vLLM server logs; check NCCL's own log per rank (logs nccl).",
+    ),
 }
 
 
@@ -131,6 +144,7 @@ def with_contract(command: click.Command) -> click.Command:
         with_contract(sub)
     callback = command.callback
     if callback is not None:
+
         @functools.wraps(callback)
         def checked(*args, **kwargs):
             vocab.check_apart(click.get_current_context())
@@ -177,8 +191,11 @@ def emit_json(obj: Any) -> None:
     except ValueError:
         where: list[str] = []
         text = json.dumps(_finite_only(obj, "$", where), indent=2, default=str, allow_nan=False)
-        click.echo(f"warning: --json: non-finite number(s) written as null at {', '.join(where[:5])}"
-                   + (f" and {len(where) - 5} more" if len(where) > 5 else ""), err=True)
+        click.echo(
+            f"warning: --json: non-finite number(s) written as null at {', '.join(where[:5])}"
+            + (f" and {len(where) - 5} more" if len(where) > 5 else ""),
+            err=True,
+        )
     click.echo(text)
 
 

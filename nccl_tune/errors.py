@@ -30,12 +30,12 @@ EXIT_DONE = 0
 EXIT_CODES: dict[int, str] = {
     EXIT_DONE: "done",
     EXIT_RUN_FAILED: "ran, but the outcome is a failure: every measurement failed (or the "
-                     "baseline did), or a file that was asked for was not written",
+    "baseline did), or a file that was asked for was not written",
     EXIT_BAD_INPUT: "bad input or usage, refused before anything runs (one `Error:` line)",
     EXIT_NOT_EXECUTABLE: "`exec`: the command exists but cannot be executed",
     EXIT_NOT_FOUND: "`exec`: no such command",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); the message names the command that "
-                      "resumes, where the work can be resumed",
+    "resumes, where the work can be resumed",
 }
 
 

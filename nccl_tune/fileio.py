@@ -53,10 +53,11 @@ import re
 import stat
 import tempfile
 from array import array
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from nccl_tune.errors import NcclTuneError
 
@@ -72,8 +73,9 @@ MAX_LOG_LINE = 64 * 1024  # a log line is matched only up to here (see iter_line
 # Suffixes matplotlib's default backends write (FigureCanvasBase.get_supported_filetypes()
 # with Agg, PDF, PS, SVG and PGF, matplotlib 3.6-3.10); tests/test_fileio.py checks the
 # list against the installed matplotlib.
-PLOT_SUFFIXES = frozenset({"eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba",
-                           "svg", "svgz", "tif", "tiff", "webp"})
+PLOT_SUFFIXES = frozenset(
+    {"eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff", "webp"}
+)
 PLOT_DEFAULT_SUFFIX = "png"
 
 KERNEL_TREES = ("/proc", "/sys")
@@ -89,6 +91,7 @@ class OutputKind(str, Enum):
 
 
 # ---------------------------------------------------------------- outputs
+
 
 def _label(path, option: str | None) -> str:
     return f"{option} {path}" if option else str(path)
@@ -159,8 +162,7 @@ def is_results_line(raw: bytes | str) -> bool:
     except ValueError:
         return False
     schema = record.get("schema") if isinstance(record, dict) else None
-    return (isinstance(schema, int) and not isinstance(schema, bool) and schema >= 1
-            and "cell" in record)
+    return isinstance(schema, int) and not isinstance(schema, bool) and schema >= 1 and "cell" in record
 
 
 def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str | None = None) -> Path:
@@ -190,8 +192,7 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         if source is None or str(source) == "":
             continue
         if _same_file(target, resolved, source):
-            raise NcclTuneError(f"{label}: is the same file as the input {source}; "
-                                "write to another file")
+            raise NcclTuneError(f"{label}: is the same file as the input {source}; write to another file")
     try:
         info = os.stat(target)
     except (FileNotFoundError, NotADirectoryError):  # the folder check below says which
@@ -223,13 +224,14 @@ def check_output(path, *, kind: OutputKind, inputs: Sequence = (), option: str |
         except NcclTuneError as exc:
             raise NcclTuneError(f"{label}: {exc.message}") from None
         if problem:
-            raise NcclTuneError(f"{label}: exists and is not a nccl-tune results file ({problem}); "
-                                "results are appended only to results files: choose another file")
+            raise NcclTuneError(
+                f"{label}: exists and is not a nccl-tune results file ({problem}); "
+                "results are appended only to results files: choose another file"
+            )
     return Path(target)
 
 
-def check_outputs(outputs: Sequence[tuple[str, Any, OutputKind]], *, inputs: Sequence = ()
-                  ) -> dict[str, Path]:
+def check_outputs(outputs: Sequence[tuple[str, Any, OutputKind]], *, inputs: Sequence = ()) -> dict[str, Path]:
     """`check_output` for each (option, path, kind) given a path, and no two of them
     naming one file: {option: the path that will be written}. For commands that write
     several files (recommend's --export, --export-conf, --tuner-csv and --plot)."""
@@ -241,8 +243,9 @@ def check_outputs(outputs: Sequence[tuple[str, Any, OutputKind]], *, inputs: Seq
         resolved = os.path.realpath(target)
         for other, earlier in checked.items():
             if os.path.realpath(earlier) == resolved:
-                raise NcclTuneError(f"{_label(path, option)}: is the same file as {other} {earlier}; "
-                                    "give each output its own file")
+                raise NcclTuneError(
+                    f"{_label(path, option)}: is the same file as {other} {earlier}; give each output its own file"
+                )
         checked[option] = target
     return checked
 
@@ -262,8 +265,10 @@ def check_not_busy(path, *, option: str | None = None) -> None:
     holder = _busy(str(path))
     if holder is not None:
         who = f"another process (pid {holder})" if holder else "another process"
-        raise NcclTuneError(f"{_label(path, option)}: {who} is writing results to this file; wait "
-                            "for it to finish or choose another file")
+        raise NcclTuneError(
+            f"{_label(path, option)}: {who} is writing results to this file; wait "
+            "for it to finish or choose another file"
+        )
 
 
 def _busy(path: str) -> int | None:
@@ -359,6 +364,7 @@ def write_atomic(path, text: str) -> None:
 
 # ---------------------------------------------------------------- results appends
 
+
 def _lock_holder(info: os.stat_result) -> int | None:
     """The pid holding a flock on the file `info` describes, from /proc/locks (Linux)."""
     want = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
@@ -374,7 +380,7 @@ def _lock_holder(info: os.stat_result) -> int | None:
     return None
 
 
-_HELD: dict[tuple[int, int], "ResultsLock"] = {}  # (st_dev, st_ino) -> this process's lock
+_HELD: dict[tuple[int, int], ResultsLock] = {}  # (st_dev, st_ino) -> this process's lock
 _HELD_ERRNOS = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)  # another process holds it
 # A file system that cannot lock (an NFS mount without lockd, some FUSE file systems):
 # refusing every write there would make the tool useless on shared home folders, so the
@@ -400,7 +406,7 @@ class ResultsLock:
         self.locked = True  # False on a file system without locks (see _NO_LOCKS_ERRNOS)
         self.key: tuple[int, int] | None = None
 
-    def acquire(self) -> "ResultsLock":
+    def acquire(self) -> ResultsLock:
         """Open (creating) and lock the file; NcclTuneError when another process holds it."""
         label = _label(self.path, self.option)
         try:
@@ -428,8 +434,9 @@ class ResultsLock:
                 raise NcclTuneError(f"{label}: cannot lock ({exc.strerror})") from None
             holder = _lock_holder(info)
             who = f"another process (pid {holder})" if holder else "another process"
-            raise NcclTuneError(f"{label}: {who} is writing results to this file; wait for it to "
-                                "finish or choose another file") from None
+            raise NcclTuneError(
+                f"{label}: {who} is writing results to this file; wait for it to finish or choose another file"
+            ) from None
         self.fd, self.key = fd, key
         _HELD[key] = self
         return self
@@ -462,7 +469,7 @@ class ResultsLock:
             os.close(self.fd)  # closing the descriptor releases the flock
             self.fd = None
 
-    def __enter__(self) -> "ResultsLock":
+    def __enter__(self) -> ResultsLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
@@ -514,6 +521,7 @@ def append_lines(path, lines: Sequence[str]) -> None:
 
 # ---------------------------------------------------------------- inputs
 
+
 def _a(what: str) -> str:
     """'a grid file', 'an NCCL log', 'an SGLang log': the article by how the word sounds."""
     first = what.split()[0] if what.split() else what
@@ -543,8 +551,11 @@ def _decode(data: bytes, path: str, what: str, first_line: int = 1) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + first_line
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise NcclTuneError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); "
-                            f"{_a(what)} is UTF-8", path=path, line=line) from None
+        raise NcclTuneError(
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); {_a(what)} is UTF-8",
+            path=path,
+            line=line,
+        ) from None
 
 
 def _char_boundary(raw: bytes) -> bytes:
@@ -556,7 +567,7 @@ def _char_boundary(raw: bytes) -> bytes:
         lead = raw[end - 1]
         need = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
         if len(raw) - (end - 1) < need:
-            return raw[:end - 1]
+            return raw[: end - 1]
     return raw
 
 
@@ -570,8 +581,10 @@ def read_bytes(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
             if stat.S_ISDIR(info.st_mode):
                 raise NcclTuneError(f"is a folder, not {_a(what)}", path=shown)
             if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
-                raise NcclTuneError(f"{_size_words(info.st_size)}: more than the {_size_words(max_bytes)} "
-                                    f"{_a(what)} may have", path=shown)
+                raise NcclTuneError(
+                    f"{_size_words(info.st_size)}: more than the {_size_words(max_bytes)} {_a(what)} may have",
+                    path=shown,
+                )
             data = handle.read(max_bytes + 1)
         except OSError as exc:
             raise NcclTuneError(f"cannot read the {what}: {exc.strerror}", path=shown) from None
@@ -590,8 +603,7 @@ def read_size(path, *, what: str) -> int | None:
     return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
-def read_text(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES,
-              max_line: int | None = None) -> str:
+def read_text(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES, max_line: int | None = None) -> str:
     """A file's text: strict UTF-8, at most `max_bytes`, each line at most `max_line`
     characters when given. NcclTuneError naming the file (and line) otherwise."""
     shown = str(path)
@@ -599,8 +611,11 @@ def read_text(path, *, what: str, max_bytes: int = MAX_TEXT_BYTES,
     if max_line is not None and len(text) > max_line:
         for number, line in enumerate(text.split("\n"), start=1):
             if len(line) > max_line:
-                raise NcclTuneError(f"a line of {len(line)} characters: more than the {max_line} "
-                                    f"{_a(what)} line may have", path=shown, line=number)
+                raise NcclTuneError(
+                    f"a line of {len(line)} characters: more than the {max_line} {_a(what)} line may have",
+                    path=shown,
+                    line=number,
+                )
     return text
 
 
@@ -655,8 +670,9 @@ def parse_json(text: str, *, path: str, what: str, max_depth: int = MAX_JSON_DEP
     try:
         data = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        raise NcclTuneError(f"not JSON ({exc.msg}, column {exc.colno}); {_a(what)} is JSON",
-                            path=path, line=exc.lineno) from None
+        raise NcclTuneError(
+            f"not JSON ({exc.msg}, column {exc.colno}); {_a(what)} is JSON", path=path, line=exc.lineno
+        ) from None
     except (ValueError, RecursionError) as exc:  # NaN, Infinity, a 5,000-digit integer
         raise NcclTuneError(f"not valid JSON for {_a(what)}: {exc}", path=path) from None
     bad = _non_finite(data)
@@ -697,17 +713,16 @@ def _non_finite(data: Any) -> str | None:
     return None
 
 
-def load_json(path, *, what: str, max_bytes: int = MAX_JSON_BYTES,
-              max_depth: int = MAX_JSON_DEPTH) -> Any:
+def load_json(path, *, what: str, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """A JSON file's value by the input policy: strict UTF-8, at most `max_bytes`, nested
     at most `max_depth` (checked before parsing, without recursion), no NaN, Infinity or
     numbers out of range. NcclTuneError naming the file (and line) otherwise."""
-    return parse_json(read_text(path, what=what, max_bytes=max_bytes), path=str(path), what=what,
-                      max_depth=max_depth)
+    return parse_json(read_text(path, what=what, max_bytes=max_bytes), path=str(path), what=what, max_depth=max_depth)
 
 
-def iter_byte_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES,
-                    on_long: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_byte_lines(
+    path, *, what: str, max_line: int = MAX_LINE_BYTES, on_long: Callable[[int, int], None] | None = None
+) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes without the newline) of a file of any size, streamed.
 
     A line longer than `max_line` bytes is cut there (the rest is read and dropped in
@@ -734,16 +749,24 @@ def iter_byte_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES,
                         length -= more.endswith(b"\n")
                         break
                 if on_long is None:
-                    raise NcclTuneError(f"a line of {length} bytes: more than the "
-                                        f"{_size_words(max_line)} {_a(what)} line may have",
-                                        path=shown, line=number)
+                    raise NcclTuneError(
+                        f"a line of {length} bytes: more than the {_size_words(max_line)} {_a(what)} line may have",
+                        path=shown,
+                        line=number,
+                    )
                 on_long(number, length)
                 raw = _char_boundary(raw[:max_line])
             yield number, raw.rstrip(b"\n").rstrip(b"\r")
 
 
-def iter_lines(path, *, what: str, max_line: int = MAX_LINE_BYTES, strict: bool = True,
-               on_long: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str]]:
+def iter_lines(
+    path,
+    *,
+    what: str,
+    max_line: int = MAX_LINE_BYTES,
+    strict: bool = True,
+    on_long: Callable[[int, int], None] | None = None,
+) -> Iterator[tuple[int, str]]:
     """(line number, text without the newline) of a file of any size, streamed: lines
     cut as `iter_byte_lines` cuts them. `strict`: bytes that are not UTF-8 are an
     NcclTuneError naming the line (a file a user gives); otherwise they are replaced (a
@@ -767,8 +790,9 @@ def results_file_problem(path) -> str | None:
     RESULTS_PROBE_LINES non-blank lines (one torn or corrupt line at the top of a real
     results file does not disqualify it; a profile or a model file has none)."""
     seen = 0
-    for _, raw in iter_byte_lines(path, what="results file", max_line=MAX_LINE_BYTES,
-                                  on_long=lambda number, length: None):
+    for _, raw in iter_byte_lines(
+        path, what="results file", max_line=MAX_LINE_BYTES, on_long=lambda number, length: None
+    ):
         if not raw.strip():
             continue
         if is_results_line(raw):

@@ -6,7 +6,7 @@ default linear interpolation; CV is the sample standard deviation over the mean.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -24,16 +24,32 @@ def summarize(samples: Sequence[float]) -> dict:
     """min, p10, p50, p90, p99, max, mean, cv and n of a sample (empty -> all None, n 0)."""
     values = np.asarray(samples, dtype=float)
     if values.size == 0:
-        return {"min": None, "p10": None, "p50": None, "p90": None, "p99": None,
-                "max": None, "mean": None, "cv": None, "n": 0}
+        return {
+            "min": None,
+            "p10": None,
+            "p50": None,
+            "p90": None,
+            "p99": None,
+            "max": None,
+            "mean": None,
+            "cv": None,
+            "n": 0,
+        }
     p10, p50, p90, p99 = np.percentile(values, [10, 50, 90, 99])
     mean = float(values.mean())
     # One sample has no spread to estimate: cv is unknown (None), not 0.
     std = float(values.std(ddof=1)) if values.size > 1 else None
-    return {"min": float(values.min()), "p10": float(p10), "p50": float(p50),
-            "p90": float(p90), "p99": float(p99), "max": float(values.max()),
-            "mean": mean, "cv": (std / mean) if mean and std is not None else None,
-            "n": int(values.size)}
+    return {
+        "min": float(values.min()),
+        "p10": float(p10),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "max": float(values.max()),
+        "mean": mean,
+        "cv": (std / mean) if mean and std is not None else None,
+        "n": int(values.size),
+    }
 
 
 def slowest_rank(per_rank: Sequence[Sequence[float]]) -> list[float]:
@@ -42,8 +58,7 @@ def slowest_rank(per_rank: Sequence[Sequence[float]]) -> list[float]:
     `per_rank[r][i]` is rank r's time for iteration i; all ranks must have the same count.
     """
     if len({len(row) for row in per_rank}) > 1:
-        raise ValueError("ranks have different numbers of samples: "
-                         + ", ".join(str(len(row)) for row in per_rank))
+        raise ValueError("ranks have different numbers of samples: " + ", ".join(str(len(row)) for row in per_rank))
     table = np.asarray(per_rank, dtype=float)
     if table.ndim != 2:
         raise ValueError("expected one row of samples per rank")
@@ -63,8 +78,9 @@ def _rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def bootstrap_ci(values: Sequence[float], statistic=np.median, confidence: float = 0.95,
-                 n_boot: int = 2000, seed: int | None = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float], statistic=np.median, confidence: float = 0.95, n_boot: int = 2000, seed: int | None = 0
+) -> tuple[float, float]:
     """Percentile-bootstrap interval of `statistic` (the median by default).
 
     With one value the interval is that value (no spread can be estimated).
@@ -81,9 +97,14 @@ def bootstrap_ci(values: Sequence[float], statistic=np.median, confidence: float
     return float(lo), float(hi)
 
 
-def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], statistic=np.median,
-                      confidence: float = 0.95, n_boot: int = 2000,
-                      seed: int | None = 0) -> tuple[float, float, float]:
+def bootstrap_diff_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    statistic=np.median,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int | None = 0,
+) -> tuple[float, float, float]:
     """stat(a) - stat(b) and its percentile-bootstrap interval (samples resampled apart)."""
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if xa.size == 0 or xb.size == 0:
@@ -99,8 +120,9 @@ def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], statistic=np.media
     return delta, float(lo), float(hi)
 
 
-def paired_diff_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
-                   n_boot: int = 2000, seed: int | None = 0) -> tuple[float, float, float]:
+def paired_diff_ci(
+    a: Sequence[float], b: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int | None = 0
+) -> tuple[float, float, float]:
     """Median of the paired differences a[i] - b[i] (same round) and its bootstrap interval.
 
     Pairing by round cancels drift that hits both cells of a round alike.
@@ -188,14 +210,12 @@ def tied(best_rounds: dict, other_rounds: dict, confidence: float = 0.95) -> boo
     return lo <= 0 <= hi
 
 
-def paired_t_ci(a: Sequence[float], b: Sequence[float],
-                confidence: float = 0.95) -> tuple[float, float, float]:
+def paired_t_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean of paired differences a[i] - b[i] (same round) and its t interval."""
     return t_ci(_paired(a, b), confidence)
 
 
-def welch_t_ci(a: Sequence[float], b: Sequence[float],
-               confidence: float = 0.95) -> tuple[float, float, float]:
+def welch_t_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """mean(a) - mean(b) and its Welch (unequal variances) t interval."""
     from scipy.stats import t as student_t
 
@@ -207,7 +227,7 @@ def welch_t_ci(a: Sequence[float], b: Sequence[float],
     se = float(np.sqrt(va + vb))
     if se == 0:
         return delta, delta, delta
-    dof = (va + vb) ** 2 / (va ** 2 / (xa.size - 1) + vb ** 2 / (xb.size - 1))
+    dof = (va + vb) ** 2 / (va**2 / (xa.size - 1) + vb**2 / (xb.size - 1))
     half = float(student_t.ppf(0.5 + confidence / 2, dof) * se)
     return delta, delta - half, delta + half
 

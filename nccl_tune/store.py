@@ -13,7 +13,7 @@ import math
 import socket
 import time
 import uuid
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
@@ -27,10 +27,34 @@ BASELINE = "baseline"
 
 # Every record carries these keys (None where unknown); writers may add more.
 FIELDS = (
-    "schema", "run_id", "cell", "env", "backend", "op", "mode", "world_size", "nnodes",
-    "bytes", "dtype", "iters", "lat_us", "samples_us", "algbw_gbps", "busbw_gbps",
-    "correct", "wrong", "effective", "versions", "host", "gpus", "topology", "status",
-    "error", "time", "round", "label",
+    "schema",
+    "run_id",
+    "cell",
+    "env",
+    "backend",
+    "op",
+    "mode",
+    "world_size",
+    "nnodes",
+    "bytes",
+    "dtype",
+    "iters",
+    "lat_us",
+    "samples_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "correct",
+    "wrong",
+    "effective",
+    "versions",
+    "host",
+    "gpus",
+    "topology",
+    "status",
+    "error",
+    "time",
+    "round",
+    "label",
 )
 LAT_KEYS = ("min", "p10", "p50", "p90", "p99", "max", "mean", "cv", "n")
 
@@ -41,6 +65,7 @@ LAT_KEYS = ("min", "p10", "p50", "p90", "p99", "max", "mean", "cv", "n")
 # fields have other types (a hand edit, another tool's output, a bug elsewhere) is
 # skipped like a corrupt line: readers (report, recommend, sweep resume, validate)
 # index, hash and compute with these values. Every field may also be absent or null.
+
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -55,8 +80,7 @@ def _finite_nonneg(value) -> bool:
 
 
 def _str_map(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                           for k, v in value.items())
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
 def _str_list(value) -> bool:
@@ -78,10 +102,12 @@ def _lat(value) -> bool:
 
 
 def _effective(value) -> bool:
-    return (isinstance(value, dict)
-            and all(value.get(k) is None or isinstance(value[k], str) for k in ("algo", "proto", "detail"))
-            and (value.get("channels") is None or _is_int(value["channels"]))
-            and value.get("confirmed") in (None, True, False))
+    return (
+        isinstance(value, dict)
+        and all(value.get(k) is None or isinstance(value[k], str) for k in ("algo", "proto", "detail"))
+        and (value.get("channels") is None or _is_int(value["channels"]))
+        and value.get("confirmed") in (None, True, False)
+    )
 
 
 # field -> (check of a non-null value, what it must be)
@@ -98,17 +124,19 @@ FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "dtype": (lambda v: isinstance(v, str), "a string"),
     "iters": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "lat_us": (_lat, "an object of finite non-negative numbers (n an integer)"),
-    "samples_us": (lambda v: isinstance(v, list) and all(_finite_nonneg(x) for x in v),
-                   "a list of finite non-negative numbers"),
+    "samples_us": (
+        lambda v: isinstance(v, list) and all(_finite_nonneg(x) for x in v),
+        "a list of finite non-negative numbers",
+    ),
     "algbw_gbps": (_finite_nonneg, "a finite non-negative number"),
     "busbw_gbps": (_finite_nonneg, "a finite non-negative number"),
     "correct": (lambda v: isinstance(v, bool), "true or false"),
     "wrong": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "effective": (_effective, "an object with string algo/proto/detail, integer channels and "
-                              "boolean confirmed"),
-    "versions": (lambda v: isinstance(v, dict) and all(x is None or isinstance(x, str)
-                                                       for x in v.values()),
-                 "an object of version strings"),
+    "effective": (_effective, "an object with string algo/proto/detail, integer channels and boolean confirmed"),
+    "versions": (
+        lambda v: isinstance(v, dict) and all(x is None or isinstance(x, str) for x in v.values()),
+        "an object of version strings",
+    ),
     "host": (lambda v: isinstance(v, str), "a string"),
     "hosts": (_str_list, "a list of strings"),
     "gpus": (_str_list, "a list of strings"),
@@ -125,8 +153,10 @@ FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "isolation": (lambda v: isinstance(v, str), "a string"),
     "source_file": (lambda v: isinstance(v, str), "a string"),
     "sweep": (lambda v: isinstance(v, dict), "an object (the sweep's identity)"),
-    "conf_files": (lambda v: isinstance(v, dict) and all(_str_map(x) for x in v.values()),
-                   "an object of path: {NAME: value}"),
+    "conf_files": (
+        lambda v: isinstance(v, dict) and all(_str_map(x) for x in v.values()),
+        "an object of path: {NAME: value}",
+    ),
 }
 
 
@@ -228,8 +258,17 @@ def supersede(path: str, keys: Iterable[tuple], **marks) -> int:
     keys = sorted({tuple(k) for k in keys}, key=repr)
     if not keys:
         return 0
-    append_record(path, {"schema": MARKER_SCHEMA, "kind": SUPERSEDE, "cell": None,
-                         "time": now_iso(), "supersedes": [list(k) for k in keys], **marks})
+    append_record(
+        path,
+        {
+            "schema": MARKER_SCHEMA,
+            "kind": SUPERSEDE,
+            "cell": None,
+            "time": now_iso(),
+            "supersedes": [list(k) for k in keys],
+            **marks,
+        },
+    )
     return len(keys)
 
 
@@ -260,8 +299,7 @@ def _line_problem(raw: bytes) -> tuple[str | None, dict | None]:
     return field_problem(record), record
 
 
-def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None
-                          ) -> Iterator[tuple[int, dict]]:
+def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, record) of the valid records of one file; skipped lines go to `warn`.
 
     The input policy (nccl_tune.fileio): a file that is not a results file at all (a
@@ -283,8 +321,9 @@ def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None
     def say(message: str) -> None:
         (warn if found else held.append)(message)
 
-    for number, raw in fileio.iter_byte_lines(path, what="results file", max_line=fileio.MAX_LINE_BYTES,
-                                              on_long=long_lines.__setitem__):
+    for number, raw in fileio.iter_byte_lines(
+        path, what="results file", max_line=fileio.MAX_LINE_BYTES, on_long=long_lines.__setitem__
+    ):
         if not raw.strip():
             continue
         if number in long_lines:
@@ -299,8 +338,9 @@ def iter_numbered_records(path: str, warn: Callable[[str], None] | None = None
             else:
                 blank_or_bad += 1
                 if blank_or_bad >= fileio.RESULTS_PROBE_LINES:
-                    raise NcclTuneError(f"not a nccl-tune results file (none of its first "
-                                        f"{blank_or_bad} lines is a record)", path=path)
+                    raise NcclTuneError(
+                        f"not a nccl-tune results file (none of its first {blank_or_bad} lines is a record)", path=path
+                    )
         if problem:
             say(f"{path}:{number}: skipped: {problem}")
             continue

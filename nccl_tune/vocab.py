@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -74,6 +75,7 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 # ---------------------------------------------------------------- numbers
 
+
 class Finite(click.FloatRange):
     """A float that is finite (NaN and infinity refused) and lies in [min, max].
 
@@ -82,8 +84,7 @@ class Finite(click.FloatRange):
 
     name = "number"
 
-    def __init__(self, min: float | None = None, *, max: float, min_open: bool = False,
-                 max_open: bool = False):
+    def __init__(self, min: float | None = None, *, max: float, min_open: bool = False, max_open: bool = False):
         super().__init__(min=min, max=max, min_open=min_open, max_open=max_open)
 
     def convert(self, value: Any, param, ctx) -> float:
@@ -118,8 +119,7 @@ def parse_size(text: str, option: str = "--sizes") -> int:
 def check_bytes(value: int, what: str = "size") -> int:
     """`value` when it is a message size the tool can mean, else NcclTuneError."""
     if value > MAX_BYTES:
-        raise NcclTuneError(f"{what}: {value} bytes is more than one GPU holds "
-                            f"(at most {MAX_BYTES} = 256 GiB)")
+        raise NcclTuneError(f"{what}: {value} bytes is more than one GPU holds (at most {MAX_BYTES} = 256 GiB)")
     return value
 
 
@@ -142,8 +142,7 @@ def parse_counts(text: str, option: str, maximum: int, noun: str = "positive int
         if not item.isdigit() or not item.strip("0"):
             raise NcclTuneError(f"{option}: '{item[:30]}' is not a positive integer")
         if len(item) > 20 or int(item) > maximum:  # the length first: int() of 5000 digits raises
-            raise NcclTuneError(f"{option}: {item[:30]}{'...' if len(item) > 30 else ''} is more "
-                                f"than {maximum}")
+            raise NcclTuneError(f"{option}: {item[:30]}{'...' if len(item) > 30 else ''} is more than {maximum}")
         out.append(int(item))
     return out
 
@@ -186,6 +185,7 @@ class CountList(_Checked):
 
 
 # ---------------------------------------------------------------- files
+
 
 def _option_name(param) -> str:
     if param is None:
@@ -269,6 +269,7 @@ def check_apart(ctx: click.Context) -> None:
 
 
 # ---------------------------------------------------------------- provenance
+
 
 class Provenance(str, Enum):
     """Where a figure comes from: the one field every output's trust words follow."""

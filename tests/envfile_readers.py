@@ -38,8 +38,10 @@ class Refused(Exception):
 
 # Go's unicode.IsSpace: '\t', '\n', '\v', '\f', '\r', ' ', U+0085, U+00A0 and the other
 # White_Space characters of Unicode's PropList.txt.
-GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-                     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+GO_SPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def docker_env_file(text: str, host_env: dict[str, str] | None = None) -> list[tuple[str, str]]:
@@ -173,7 +175,7 @@ def nccl_conf_file(text: str) -> list[tuple[str, str]]:
         if raw == b"":
             continue
         # fgets(line, 4096): pieces of at most 4095 bytes; only the last keeps the '\n'.
-        chunks = [raw[i:i + 4095] for i in range(0, len(raw), 4095)]
+        chunks = [raw[i : i + 4095] for i in range(0, len(raw), 4095)]
         for chunk in chunks:
             line = chunk[:-1] if chunk.endswith(b"\r") else chunk
             if line.startswith(b"#") or b"=" not in line:

@@ -23,9 +23,18 @@ from nccl_tune.measure import grid as gridlib
 Extra = dict | Callable[[int], dict]
 
 
-def record(env: dict | None = None, nbytes: int = 14336, *, samples: Iterable[float] | None = None,
-           p50: float | None = None, round_: int | None = 0, backend: str = "nccl",
-           world_size: int = 8, op: str = "allreduce", **fields) -> dict:
+def record(
+    env: dict | None = None,
+    nbytes: int = 14336,
+    *,
+    samples: Iterable[float] | None = None,
+    p50: float | None = None,
+    round_: int | None = 0,
+    backend: str = "nccl",
+    world_size: int = 8,
+    op: str = "allreduce",
+    **fields,
+) -> dict:
     """One results record (store.make_record): `lat_us` summarised from `samples` (which
     are kept as `samples_us`), or just {"p50": p50}; any other field passes through."""
     lat_us = fields.pop("lat_us", None)
@@ -35,15 +44,31 @@ def record(env: dict | None = None, nbytes: int = 14336, *, samples: Iterable[fl
         fields.setdefault("samples_us", samples)
     elif p50 is not None:
         lat_us = {"p50": p50}
-    return store.make_record(env={} if env is None else env, backend=backend, op=op,
-                             world_size=world_size, bytes=nbytes, lat_us=lat_us, round=round_,
-                             **fields)
+    return store.make_record(
+        env={} if env is None else env,
+        backend=backend,
+        op=op,
+        world_size=world_size,
+        bytes=nbytes,
+        lat_us=lat_us,
+        round=round_,
+        **fields,
+    )
 
 
-def sweep_records(cells: Sequence[tuple], sizes: Sequence[int], *, rounds: int, noise: float,
-                  samples: int, seed: int = 0, drift_sd: float | None = None,
-                  drift: Sequence[float] | None = None, first_round: int = 0,
-                  **fields) -> list[dict]:
+def sweep_records(
+    cells: Sequence[tuple],
+    sizes: Sequence[int],
+    *,
+    rounds: int,
+    noise: float,
+    samples: int,
+    seed: int = 0,
+    drift_sd: float | None = None,
+    drift: Sequence[float] | None = None,
+    first_round: int = 0,
+    **fields,
+) -> list[dict]:
     """Records of a sweep: `cells` = [(env, lat_fn(bytes) -> us[, extra])], where extra
     is a dict of record fields or a function of the size returning one.
 
@@ -56,8 +81,7 @@ def sweep_records(cells: Sequence[tuple], sizes: Sequence[int], *, rounds: int, 
     fields = {"nnodes": 1, "dtype": "bf16", "iters": samples, "correct": True, **fields}
     out = []
     for index in range(rounds):
-        shift = (drift[index] if drift is not None
-                 else rng.normal(0, drift_sd) if drift_sd is not None else 0.0)
+        shift = drift[index] if drift is not None else rng.normal(0, drift_sd) if drift_sd is not None else 0.0
         for env, lat_fn, *extra in cells:
             for nbytes in sizes:
                 values = lat_fn(nbytes) + shift + rng.normal(0, noise, samples)
@@ -92,8 +116,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def welch_verdict(profile_runs: Sequence[float], baseline_runs: Sequence[float],
-                  confidence: float = 0.95) -> tuple[str, float, float]:
+def welch_verdict(
+    profile_runs: Sequence[float], baseline_runs: Sequence[float], confidence: float = 0.95
+) -> tuple[str, float, float]:
     """(verdict, lo, hi) of validate's rule, recomputed with scipy: the Welch t interval
     of mean profile tok/s minus mean baseline tok/s; 'helps' above 0, 'hurts' below."""
     a, b = np.array(profile_runs, float), np.array(baseline_runs, float)
@@ -102,7 +127,7 @@ def welch_verdict(profile_runs: Sequence[float], baseline_runs: Sequence[float],
     if va + vb == 0:
         lo = hi = diff
     else:
-        dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+        dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
         half = scipy_stats.t.ppf(0.5 + confidence / 2, dof) * np.sqrt(va + vb)
         lo, hi = diff - half, diff + half
     verdict = "helps" if lo > 0 else "hurts" if hi < 0 else "no significant difference"
@@ -112,6 +137,8 @@ def welch_verdict(profile_runs: Sequence[float], baseline_runs: Sequence[float],
 def validate_verdict(data: dict) -> tuple[str, float, float]:
     """welch_verdict of a `validate --json` output: its best profile row against its best
     baseline row, each the step count with the highest mean tok/s (read from the rows)."""
-    best = {c: max((r for r in data["rows"] if r["config"] == c and r["tok_s"]),
-                   key=lambda r: r["tok_s"]) for c in ("baseline", "profile")}
+    best = {
+        c: max((r for r in data["rows"] if r["config"] == c and r["tok_s"]), key=lambda r: r["tok_s"])
+        for c in ("baseline", "profile")
+    }
     return welch_verdict(best["profile"]["runs_tok_s"], best["baseline"]["runs_tok_s"])

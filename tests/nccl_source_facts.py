@@ -22,25 +22,30 @@ _NAME_RE = re.compile(r'"([A-Z0-9_]+)"')
 
 
 def _git(mirror: str, *args: str) -> str:
-    return subprocess.run(["git", "-C", mirror, *args], capture_output=True, text=True,
-                          timeout=120).stdout
+    return subprocess.run(["git", "-C", mirror, *args], capture_output=True, text=True, timeout=120).stdout
 
 
 def facts(mirror: str, tag: str) -> dict:
     """The facts of one tag of the mirror."""
-    no_cache = sorted(line.split(":", 1)[1] for line in
-                      _git(mirror, "grep", "-l", "NO_CACHE", tag, "--", "src").splitlines())
+    no_cache = sorted(
+        line.split(":", 1)[1] for line in _git(mirror, "grep", "-l", "NO_CACHE", tag, "--", "src").splitlines()
+    )
     params = _git(mirror, "grep", "-h", "NCCL_PARAM(", tag, "--", "src")
     names = sorted({name for line in params.splitlines() for name in _NAME_RE.findall(line)})
     paths = _git(mirror, "show", f"{tag}:src/graph/paths.cc")
-    return {"no_cache_files": no_cache, "param_names": names,
-            "static_p2p_level": "static int ncclTopoUserP2pLevel" in paths}
+    return {
+        "no_cache_files": no_cache,
+        "param_names": names,
+        "static_p2p_level": "static int ncclTopoUserP2pLevel" in paths,
+    }
 
 
 def all_facts(mirror: str) -> dict:
     """The shipped file's content."""
-    return {"source": "git tags of github.com/NVIDIA/nccl, read by tests/nccl_source_facts.py",
-            "tags": {tag: facts(mirror, tag) for tag in TAGS}}
+    return {
+        "source": "git tags of github.com/NVIDIA/nccl, read by tests/nccl_source_facts.py",
+        "tags": {tag: facts(mirror, tag) for tag in TAGS},
+    }
 
 
 if __name__ == "__main__":

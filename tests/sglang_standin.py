@@ -27,9 +27,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Behaviour:
     """What the stand-in does (shared by the handler threads)."""
 
-    def __init__(self, spec_steps: int = 0, accepted: tuple[int, ...] = (1, 2), token_delay: float = 0.0,
-                 first_token_delay: float = 0.0, die_after: int | None = None, log=None,
-                 on_death=None):
+    def __init__(
+        self,
+        spec_steps: int = 0,
+        accepted: tuple[int, ...] = (1, 2),
+        token_delay: float = 0.0,
+        first_token_delay: float = 0.0,
+        die_after: int | None = None,
+        log=None,
+        on_death=None,
+    ):
         self.spec_steps = spec_steps
         # Draft tokens accepted in each verify cycle, in turn (capped at the step count):
         # the stand-in plays speculative decoding cycle by cycle, and counts its verifies
@@ -45,8 +52,13 @@ class Behaviour:
 
     def meta(self, tokens: int, finished: bool) -> dict:
         """meta_info as SGLang returns it (spec_verify_ct only on a finished request)."""
-        meta = {"id": "standin", "prompt_tokens": 12, "completion_tokens": tokens,
-                "cached_tokens": 0, "finish_reason": {"type": "length", "length": tokens} if finished else None}
+        meta = {
+            "id": "standin",
+            "prompt_tokens": 12,
+            "completion_tokens": tokens,
+            "cached_tokens": 0,
+            "finish_reason": {"type": "length", "length": tokens} if finished else None,
+        }
         if finished:
             meta["e2e_latency"] = 0.0
             if self.spec_steps:
@@ -104,8 +116,10 @@ def make_handler(behaviour: Behaviour):
             with behaviour.lock:
                 behaviour.requests += 1
                 dying = behaviour.die_after is not None and behaviour.requests > behaviour.die_after
-            behaviour.log("Prefill batch. #new-seq: 1, #new-token: 12, #cached-token: 0, "
-                          "token usage: 0.00, #running-req: 0, #queue-req: 0")
+            behaviour.log(
+                "Prefill batch. #new-seq: 1, #new-token: 12, #cached-token: 0, "
+                "token usage: 0.00, #running-req: 0, #queue-req: 0"
+            )
             time.sleep(behaviour.first_token_delay)
             if body.get("stream"):
                 self._stream(tokens, dying)
@@ -116,8 +130,10 @@ def make_handler(behaviour: Behaviour):
                 self._json(200, {"text": "x" * tokens, "meta_info": behaviour.meta(tokens, True)})
             rate = 1.0 / behaviour.token_delay if behaviour.token_delay else 1000.0
             accept = f"accept len: {behaviour.accept_len_logged():.2f}, " if behaviour.spec_steps else ""
-            behaviour.log(f"Decode batch, #running-req: 1, #token: {tokens}, token usage: 0.00, "
-                          f"{accept}cuda graph: True, gen throughput (token/s): {rate:.2f}, #queue-req: 0")
+            behaviour.log(
+                f"Decode batch, #running-req: 1, #token: {tokens}, token usage: 0.00, "
+                f"{accept}cuda graph: True, gen throughput (token/s): {rate:.2f}, #queue-req: 0"
+            )
 
         def _stream(self, tokens: int, dying: bool) -> None:
             self.send_response(200)
@@ -164,11 +180,14 @@ def main() -> int:
         print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP0] {line}", flush=True)
 
     algo = repr(args.speculative_algorithm) if args.speculative_algorithm else "None"
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] server_args=ServerArgs(model_path='standin', "
-          f"tp_size={args.tp_size}, speculative_algorithm={algo}, "
-          f"speculative_num_steps={args.speculative_num_steps or None}, "
-          f"speculative_eagle_topk={args.speculative_eagle_topk}, "
-          f"speculative_num_draft_tokens={args.speculative_num_draft_tokens})", flush=True)
+    print(
+        f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] server_args=ServerArgs(model_path='standin', "
+        f"tp_size={args.tp_size}, speculative_algorithm={algo}, "
+        f"speculative_num_steps={args.speculative_num_steps or None}, "
+        f"speculative_eagle_topk={args.speculative_eagle_topk}, "
+        f"speculative_num_draft_tokens={args.speculative_num_draft_tokens})",
+        flush=True,
+    )
     # A "TP worker": a child that inherits the environment, as SGLang's spawned workers do.
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     log(f"Init torch distributed begin. worker pid={worker.pid}")
@@ -184,8 +203,13 @@ def main() -> int:
         worker.kill()
         os._exit(3)
 
-    behaviour = Behaviour(spec_steps=args.speculative_num_steps, token_delay=args.standin_token_delay,
-                          die_after=args.standin_die_after, log=log, on_death=die)
+    behaviour = Behaviour(
+        spec_steps=args.speculative_num_steps,
+        token_delay=args.standin_token_delay,
+        die_after=args.standin_die_after,
+        log=log,
+        on_death=die,
+    )
     server = ThreadingHTTPServer((args.host, args.port), make_handler(behaviour))
     print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] The server is fired up and ready to roll!", flush=True)
     try:

@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import subprocess_env
-from nccl_tune.live import procenv
+
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import procenv
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,10 @@ def test_missing_and_different(server):
     (root,) = procenv.check_processes(wanted, pid)
     assert not root.ok
     assert [(v.name, v.status, v.actual) for v in root.variables] == [
-        ("NCCL_PROTO", "different", "LL"), ("NCCL_ALGO", "ok", "Ring"), ("NCCL_BUFFSIZE", "missing", None)]
+        ("NCCL_PROTO", "different", "LL"),
+        ("NCCL_ALGO", "ok", "Ring"),
+        ("NCCL_BUFFSIZE", "missing", None),
+    ]
 
 
 def test_tree_finds_the_child_and_the_grandchild(server):
@@ -94,7 +97,10 @@ def test_tree_finds_the_child_and_the_grandchild(server):
     for found in (child, grand):
         assert not found.ok
         assert {v.name: (v.status, v.actual) for v in found.variables} == {
-            "NCCL_PROTO": ("ok", "LL"), "NCCL_ALGO": ("missing", None), "NCCL_NTHREADS": ("different", "256")}
+            "NCCL_PROTO": ("ok", "LL"),
+            "NCCL_ALGO": ("missing", None),
+            "NCCL_NTHREADS": ("different", "256"),
+        }
     assert procenv.descendants(pid) == [worker, grandchild]
 
 
@@ -107,8 +113,9 @@ def test_cli_exit_codes_and_json(server, profile_file, cli_runner):
     assert f"pid {worker}: NCCL_ALGO missing (profile: Ring)" in tree.output
     assert f"pid {worker}: NCCL_NTHREADS different: process 256, profile 512" in tree.output
     assert f"pid {grandchild}: NCCL_ALGO missing (profile: Ring)" in tree.output
-    data = json.loads(cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid),
-                                              "--tree", "--json"]).stdout)
+    data = json.loads(
+        cli_runner.invoke(cli, ["check", "--profile", str(profile_file), "--pid", str(pid), "--tree", "--json"]).stdout
+    )
     assert [(d["pid"], d["ok"]) for d in data] == [(pid, True), (worker, False), (grandchild, False)]
     assert data[0]["extra"] == {"NCCL_DEBUG": "WARN"}
 
@@ -123,8 +130,7 @@ def test_unreadable_process_is_exit_2(profile_file, cli_runner):
 
 
 def test_compare_env_is_pure():
-    checks, extra = procenv.compare_env({"NCCL_A": "1", "NCCL_B": "2"},
-                                        {"NCCL_A": "1", "NCCL_C": "3", "PATH": "/bin"})
+    checks, extra = procenv.compare_env({"NCCL_A": "1", "NCCL_B": "2"}, {"NCCL_A": "1", "NCCL_C": "3", "PATH": "/bin"})
     assert [(c.name, c.status) for c in checks] == [("NCCL_A", "ok"), ("NCCL_B", "missing")]
     assert extra == {"NCCL_C": "3"}
 
@@ -152,18 +158,51 @@ def test_readme_example_server_with_two_workers():
     # The README's check example, with the shipped example server and profile.
     from conftest import REPO_ROOT
 
-    argv = [sys.executable, "-m", "nccl_tune", "exec", "--clean", "--profile", "pcie-8gpu-decode", "--",
-            sys.executable, str(REPO_ROOT / "examples" / "server_with_two_workers.py"), "60"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env(NCCL_DEBUG="INFO"), cwd=REPO_ROOT)
+    argv = [
+        sys.executable,
+        "-m",
+        "nccl_tune",
+        "exec",
+        "--clean",
+        "--profile",
+        "pcie-8gpu-decode",
+        "--",
+        sys.executable,
+        str(REPO_ROOT / "examples" / "server_with_two_workers.py"),
+        "60",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(NCCL_DEBUG="INFO"),
+        cwd=REPO_ROOT,
+    )
     try:
         words = proc.stdout.readline().replace(",", "").split()
         assert words[0] == "server" and words[2] == "workers", words
         server, first, second = int(words[1]), int(words[3]), int(words[4])
         assert server == proc.pid  # exec replaced nccl-tune: the server keeps its pid
-        done = subprocess.run([sys.executable, "-m", "nccl_tune", "check", "--profile", "pcie-8gpu-decode",
-                               "--pid", str(server), "--tree", "--json"], capture_output=True, text=True,
-                              env=subprocess_env(), cwd=REPO_ROOT, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nccl_tune",
+                "check",
+                "--profile",
+                "pcie-8gpu-decode",
+                "--pid",
+                str(server),
+                "--tree",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            cwd=REPO_ROOT,
+            timeout=60,
+        )
         assert done.returncode == 1, done.stdout + done.stderr
         by_pid = {p["pid"]: p for p in json.loads(done.stdout)}
         assert by_pid[server]["ok"] and by_pid[first]["ok"] and not by_pid[second]["ok"]
@@ -189,8 +228,9 @@ def test_a_kernel_thread_is_named_not_reported_missing(profile_file, cli_runner)
     result = cli_runner.invoke(cli, ["check", "--profile", profile_file, "--pid", str(pid)])
     assert result.exit_code == 2
     comm = procenv.read_comm(pid)
-    assert result.output.strip() == (f"Error: pid {pid} ({comm}) is a kernel thread: it has no "
-                                     "environment to check (give a server's pid)")
+    assert result.output.strip() == (
+        f"Error: pid {pid} ({comm}) is a kernel thread: it has no environment to check (give a server's pid)"
+    )
 
 
 def test_kernel_thread_flag_is_read_from_stat(monkeypatch):

@@ -30,7 +30,7 @@ from nccl_tune.measure import grid
 REPO = Path(__file__).resolve().parents[1]
 NUMBER_TYPES = (click.types.IntParamType, click.types.FloatParamType)
 # Numbers every physical option refuses, whatever its range.
-ALWAYS_BAD_NUMBERS = ("nan", "inf", "1e300", str(10 ** 30))
+ALWAYS_BAD_NUMBERS = ("nan", "inf", "1e300", str(10**30))
 BAD_NCCL = ("NCCL_PROTOO=LL", "NCCL_PROTO=LLL")
 
 
@@ -46,8 +46,9 @@ LEAVES = [leaf for name in COMMANDS for leaf in _leaves(cli.get_command(None, na
 
 
 def _params(command: click.Command) -> list[click.Parameter]:
-    return [p for p in command.params
-            if not (isinstance(p, click.Option) and (p.is_flag or p.hidden)) and p.name != "help"]
+    return [
+        p for p in command.params if not (isinstance(p, click.Option) and (p.is_flag or p.hidden)) and p.name != "help"
+    ]
 
 
 def _label(param: click.Parameter) -> str:
@@ -61,6 +62,7 @@ def _words(param: click.Parameter, value: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- the bad classes
+
 
 def _number_cases(kind) -> list[str]:
     bad = list(ALWAYS_BAD_NUMBERS)
@@ -88,13 +90,16 @@ def _cases(command: click.Command) -> list[tuple[click.Parameter, str, str]]:
         if isinstance(kind, vocab.InputFile):
             out += [(param, "missing", "{d}/absent.file"), (param, "a folder", "{d}")]
         elif isinstance(kind, vocab.OutputFile):
-            out += [(param, "a folder", "{d}"), (param, "no such folder", "{d}/absent/out.file"),
-                    (param, "/proc", "/proc/nccl-tune-contract.out"),
-                    (param, "not writable", "{ro}/out.file")]
+            out += [
+                (param, "a folder", "{d}"),
+                (param, "no such folder", "{d}/absent/out.file"),
+                (param, "/proc", "/proc/nccl-tune-contract.out"),
+                (param, "not writable", "{ro}/out.file"),
+            ]
         elif isinstance(kind, (vocab.Finite, vocab.Count)):
             out += [(param, f"number {v}", v) for v in _number_cases(kind)]
         elif isinstance(kind, (vocab.ByteSizes, vocab.CountList)):
-            out += [(param, f"list {v}", v) for v in ("nan", "inf", "-1", "0", "1e300", str(10 ** 30))]
+            out += [(param, f"list {v}", v) for v in ("nan", "inf", "-1", "0", "1e300", str(10**30))]
         elif isinstance(kind, click.Choice):
             out.append((param, "misspelt choice", _misspelt(list(kind.choices))))
         elif isinstance(kind, (envcheck.Assignments, grid.SetOption)):
@@ -104,8 +109,7 @@ def _cases(command: click.Command) -> list[tuple[click.Parameter, str, str]]:
     return out
 
 
-CASES = [(path, command, param, what, value) for path, command in LEAVES
-         for param, what, value in _cases(command)]
+CASES = [(path, command, param, what, value) for path, command in LEAVES for param, what, value in _cases(command)]
 
 
 def _filler(param: click.Parameter, scratch: Path, name: str) -> str:
@@ -142,11 +146,16 @@ APART = []  # (path, command, output param, other param): an output the same fil
 for _path, _command in LEAVES:
     _outs = [p for p in _params(_command) if isinstance(p.type, vocab.OutputFile)]
     _others = [p for p in _params(_command) if isinstance(p.type, vocab.InputFile)] + _outs
-    APART += [(_path, _command, out, other) for out in _outs for other in _others
-              if other is not out and not (other in _outs and _outs.index(other) > _outs.index(out))]
+    APART += [
+        (_path, _command, out, other)
+        for out in _outs
+        for other in _others
+        if other is not out and not (other in _outs and _outs.index(other) > _outs.index(out))
+    ]
 
 
 # ---------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(scope="module")
 def unwritable(tmp_path_factory):
@@ -161,8 +170,7 @@ def unwritable(tmp_path_factory):
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in folder.rglob("*") if p.is_file()}
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
 
 
 def _check_refused(result, param: click.Parameter) -> str:
@@ -175,6 +183,7 @@ def _check_refused(result, param: click.Parameter) -> str:
 
 
 # ---------------------------------------------------------------- the walk
+
 
 def _case_id(case) -> str:
     path, _, param, what, value = case
@@ -193,21 +202,28 @@ def test_a_bad_value_is_refused_on_one_line(case, cli_runner, tmp_path, request)
     result = cli_runner.invoke(cli, [*path, *_words(param, value)])
     line = _check_refused(result, param)
     assert _label(param) in line, (line, result.output)
-    why = {"missing": getattr(param.type, "missing", None), "a folder": "is a folder",
-           "no such folder": "does not exist", "/proc": "is under /proc", "not writable": "not writable",
-           "nccl": value.split("=")[-1] if value.endswith("LLL") else "NCCL_PROTOO",
-           "nccl name": "NCCL_PROTOO"}.get(what)
+    why = {
+        "missing": getattr(param.type, "missing", None),
+        "a folder": "is a folder",
+        "no such folder": "does not exist",
+        "/proc": "is under /proc",
+        "not writable": "not writable",
+        "nccl": value.split("=")[-1] if value.endswith("LLL") else "NCCL_PROTOO",
+        "nccl name": "NCCL_PROTOO",
+    }.get(what)
     assert why is None or why in line, (why, line)  # refused for the reason the class tests
     assert _digests(scratch) == before
 
 
-@pytest.mark.parametrize("case", APART, ids=[f"{' '.join(p)} {_label(o)} = {_label(i)}"
-                                             for p, _, o, i in APART])
+@pytest.mark.parametrize("case", APART, ids=[f"{' '.join(p)} {_label(o)} = {_label(i)}" for p, _, o, i in APART])
 def test_an_output_is_never_the_same_file_as_an_input(case, cli_runner, tmp_path):
     path, command, out_param, other = case
     # a plot keeps a suffix matplotlib writes (fileio's suffix rule): name the shared file so
-    shared = tmp_path / ("shared.png" if vocab.OutputKind.PLOT in (out_param.type.kind, getattr(
-        other.type, "kind", None)) else "shared.file")
+    shared = tmp_path / (
+        "shared.png"
+        if vocab.OutputKind.PLOT in (out_param.type.kind, getattr(other.type, "kind", None))
+        else "shared.file"
+    )
     shared.write_text('{"schema": 1, "cell": "baseline"}\n')
     if isinstance(other.type, vocab.OutputFile):
         shared.unlink()  # two outputs: the file need not exist yet
@@ -239,8 +255,18 @@ def test_every_parameter_says_what_it_is():
 
 def test_the_walk_covers_every_command_and_option():
     commands = {" ".join(path) for path, _ in LEAVES}
-    assert {"sweep", "recommend", "model fit", "model predict", "logs nccl", "profiles convert",
-            "validate", "bench", "exec", "check"} <= commands
+    assert {
+        "sweep",
+        "recommend",
+        "model fit",
+        "model predict",
+        "logs nccl",
+        "profiles convert",
+        "validate",
+        "bench",
+        "exec",
+        "check",
+    } <= commands
     covered = {(path, _label(param)) for path, _, param, _, _ in CASES}
     # Every typed parameter of every command is fed at least one bad value.
     assert len(covered) >= 90, len(covered)
@@ -249,11 +275,12 @@ def test_the_walk_covers_every_command_and_option():
 
 # ---------------------------------------------------------------- exit codes and JSON
 
+
 @pytest.mark.parametrize("page", ["README.md", "docs/reference.md"])
 def test_the_pages_state_the_exit_code_table(page):
     text = (REPO / page).read_text()
-    section = text[text.index("## Exit codes"):]
-    section = section[:section.find("\n## ", 4)]
+    section = text[text.index("## Exit codes") :]
+    section = section[: section.find("\n## ", 4)]
     rows = [line for line in section.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
     assert sorted(int(row.split("|")[1]) for row in rows) == sorted(EXIT_CODES)
 
@@ -278,8 +305,7 @@ def test_emit_json_is_strict(capsys):
     captured = capsys.readouterr()
     import json
 
-    assert json.loads(captured.out, parse_constant=lambda c: pytest.fail(c)) == \
-        {"a": [1.5, None], "b": {"c": None}}
+    assert json.loads(captured.out, parse_constant=lambda c: pytest.fail(c)) == {"a": [1.5, None], "b": {"c": None}}
     assert captured.err.strip() == "warning: --json: non-finite number(s) written as null at $.a[1], $.b.c"
 
 
@@ -293,4 +319,3 @@ def test_microbench_refuses_abbreviations(cli_runner):
     result = cli_runner.invoke(cli, ["bench", "--iter", "10", "--dry-run"])
     assert result.exit_code == 2
     assert result.output.strip() == "Error: unrecognized arguments: --iter 10"
-

@@ -5,15 +5,15 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from conftest import python_cmd, subprocess_env
 
 pytestmark = pytest.mark.slow
 
 
 def run(*args, cwd=None):
-    return subprocess.run(python_cmd("-m", "nccl_tune", *args), capture_output=True, text=True,
-                          env=subprocess_env(), timeout=60, cwd=cwd)
+    return subprocess.run(
+        python_cmd("-m", "nccl_tune", *args), capture_output=True, text=True, env=subprocess_env(), timeout=60, cwd=cwd
+    )
 
 
 @pytest.fixture
@@ -44,7 +44,9 @@ ONE_LINE = [
 ]
 
 
-@pytest.mark.parametrize("args,fragment", ONE_LINE, ids=[" ".join(a[:2]) + f" #{i}" for i, (a, _) in enumerate(ONE_LINE)])
+@pytest.mark.parametrize(
+    "args,fragment", ONE_LINE, ids=[" ".join(a[:2]) + f" #{i}" for i, (a, _) in enumerate(ONE_LINE)]
+)
 def test_tool_errors_are_one_line(files, args, fragment):
     gone = subprocess.Popen(["true"])  # a pid that existed and has exited
     gone.wait()
@@ -61,9 +63,9 @@ USAGE = [
     ["lint", "--nope", "x.env"],
     ["profiles", "show"],
     ["profiles", "frobnicate"],
-    ["exec", "--", "true"],                                 # no --profile
-    ["exec", "--profile", "{d}/good.env"],                  # no command
-    ["check", "--profile", "{d}/good.env"],                 # no --pid
+    ["exec", "--", "true"],  # no --profile
+    ["exec", "--profile", "{d}/good.env"],  # no command
+    ["check", "--profile", "{d}/good.env"],  # no --pid
     ["check", "--profile", "{d}/good.env", "--pid", "0"],
     ["check", "--profile", "{d}/good.env", "--pid", "abc"],
     ["doctor", "--topo-file"],
@@ -80,13 +82,14 @@ def test_usage_errors_exit_2(files, args):
 
 def test_help_imports_no_torch():
     # How fast --help is, is measured by bench/cli_startup.py; here only what it imports.
-    code = ("import sys; from nccl_tune.cli import cli\n"
-            "for name in ('lint', 'profiles', 'exec', 'check', 'doctor'):\n"
-            "    cli.get_command(None, name)\n"
-            "try:\n    cli(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
-    done = subprocess.run(python_cmd("-c", code), capture_output=True, text=True,
-                          env=subprocess_env(), timeout=60)
+    code = (
+        "import sys; from nccl_tune.cli import cli\n"
+        "for name in ('lint', 'profiles', 'exec', 'check', 'doctor'):\n"
+        "    cli.get_command(None, name)\n"
+        "try:\n    cli(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
+    )
+    done = subprocess.run(python_cmd("-c", code), capture_output=True, text=True, env=subprocess_env(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "NO-TORCH"
     for name in ("lint", "profiles", "exec", "check", "doctor"):

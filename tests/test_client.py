@@ -46,8 +46,11 @@ def serve():
 
 def test_request_body_is_greedy_with_eos_ignored():
     body = client.request_body("hi", 7, True)
-    assert body == {"text": "hi", "sampling_params": {"max_new_tokens": 7, "temperature": 0,
-                                                      "ignore_eos": True}, "stream": True}
+    assert body == {
+        "text": "hi",
+        "sampling_params": {"max_new_tokens": 7, "temperature": 0, "ignore_eos": True},
+        "stream": True,
+    }
 
 
 def test_streaming_runs_figures_ttft_and_accept_length(serve):
@@ -124,8 +127,10 @@ def test_accept_length_counts_accepted_tokens_per_verify_from_sglangs_correct_dr
     assert 13 * accept_length(32, 13, 18) == pytest.approx(32 - 1)
     assert accept_length(32, 13, None) == pytest.approx(32 / 13)  # releases without the count
     assert accept_length(32, 0, 0) is None and accept_length(1, None, None) is None
-    runs = [RunResult(0, 0, 32, 1.0, 32.0, accept_len=None, spec_verify_ct=13, spec_correct_drafts=18),
-            RunResult(1, 1, 32, 1.0, 32.0, accept_len=None, spec_verify_ct=17, spec_correct_drafts=14)]
+    runs = [
+        RunResult(0, 0, 32, 1.0, 32.0, accept_len=None, spec_verify_ct=13, spec_correct_drafts=18),
+        RunResult(1, 1, 32, 1.0, 32.0, accept_len=None, spec_verify_ct=17, spec_correct_drafts=14),
+    ]
     assert summarize_runs(runs)["accept_len"] == pytest.approx(1 + 32 / 30)
     runs[1].spec_correct_drafts = None  # one run without the count: tokens / verifies for all
     assert summarize_runs(runs)["accept_len"] == pytest.approx(64 / 30)

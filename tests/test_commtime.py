@@ -40,9 +40,15 @@ def test_ranges_that_are_not_stamped_everywhere_are_refused():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 4).flatmap(lambda ranks: st.lists(
-    st.lists(st.tuples(st.floats(0, 5), st.floats(0, 3)), min_size=ranks, max_size=ranks),
-    min_size=1, max_size=12)))
+@given(
+    st.integers(2, 4).flatmap(
+        lambda ranks: st.lists(
+            st.lists(st.tuples(st.floats(0, 5), st.floats(0, 3)), min_size=ranks, max_size=ranks),
+            min_size=1,
+            max_size=12,
+        )
+    )
+)
 def test_split_telescopes_into_the_runs_time(steps):
     # Build a synchronised run: each rank computes, enters; the call ends for everyone
     # after the last arrival plus a transfer time.

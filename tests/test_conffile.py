@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import subprocess_env
-from nccl_tune.live import conffile, procenv, profile
+
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import conffile, procenv, profile
 
 ENV = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16"}
 
@@ -21,19 +21,18 @@ def test_conf_text_reads_back_as_nccl_reads_it_and_as_a_profile():
     assert conffile.read_like_nccl(text) == ENV
     assert profile.parse_profile(text).env == ENV  # also a valid nccl-tune profile
     assert "# saving: 4.6 ms per token" in text
-    assert all(line.startswith("#") or "=" not in line or " " not in line
-               for line in text.splitlines())
+    assert all(line.startswith("#") or "=" not in line or " " not in line for line in text.splitlines())
 
 
 def test_nccl_reading_rules():
     # No trimming, no quote removal, first line of a name wins, '#' only in column 0.
-    text = "NCCL_A = 1\nNCCL_B=\"x\"\nNCCL_C=1\nNCCL_C=2\n # NCCL_D=3\n#NCCL_E=4\nno equals\r\n"
-    assert conffile.read_like_nccl(text) == {"NCCL_A ": " 1", "NCCL_B": '"x"', "NCCL_C": "1",
-                                             " # NCCL_D": "3"}
+    text = 'NCCL_A = 1\nNCCL_B="x"\nNCCL_C=1\nNCCL_C=2\n # NCCL_D=3\n#NCCL_E=4\nno equals\r\n'
+    assert conffile.read_like_nccl(text) == {"NCCL_A ": " 1", "NCCL_B": '"x"', "NCCL_C": "1", " # NCCL_D": "3"}
 
 
-@pytest.mark.parametrize("env, words", [({"TORCH_NCCL_X": "1"}, "not an NCCL variable"),
-                                        ({"NCCL_CONF_FILE": "/x"}, "never read")])
+@pytest.mark.parametrize(
+    "env, words", [({"TORCH_NCCL_X": "1"}, "not an NCCL variable"), ({"NCCL_CONF_FILE": "/x"}, "never read")]
+)
 def test_what_a_conf_file_cannot_carry_is_refused(env, words):
     with pytest.raises(NcclTuneError, match=words):
         conffile.render_conf(env)
@@ -66,8 +65,9 @@ def test_recommend_export_conf_matches_the_env_export(tmp_path, cli_runner):
     env = profile.load_profile(str(env_out)).env
     assert env and conffile.read_like_nccl(conf_out.read_text()) == env
     assert "# source: modelled" in conf_out.read_text()
-    refused = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm",
-                                      "--export-conf", str(tmp_path / "no.conf")])
+    refused = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--topology", "pcie-shm", "--export-conf", str(tmp_path / "no.conf")]
+    )
     assert "not written" in refused.output and not (tmp_path / "no.conf").exists()
 
 
@@ -78,14 +78,19 @@ def test_conf_supply_of_a_process_the_environment_wins(tmp_path):
     env = subprocess_env(HOME=str(home), NCCL_DEBUG="WARN")
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        check = procenv.check_process({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring",
-                                       "NCCL_DEBUG": "WARN", "NCCL_NTHREADS": "512"}, proc.pid)
+        check = procenv.check_process(
+            {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_DEBUG": "WARN", "NCCL_NTHREADS": "512"}, proc.pid
+        )
     finally:
         proc.kill()
         proc.wait()
     status = {v.name: (v.status, v.actual) for v in check.variables}
-    assert status == {"NCCL_PROTO": ("conf", "LL"), "NCCL_ALGO": ("conf-different", "Tree"),
-                      "NCCL_DEBUG": ("ok", "WARN"), "NCCL_NTHREADS": ("missing", None)}
+    assert status == {
+        "NCCL_PROTO": ("conf", "LL"),
+        "NCCL_ALGO": ("conf-different", "Tree"),
+        "NCCL_DEBUG": ("ok", "WARN"),
+        "NCCL_NTHREADS": ("missing", None),
+    }
     assert check.conf["NCCL_PROTO"]["path"] == str(home / ".nccl.conf")
     assert "NCCL_DEBUG" not in check.conf  # the environment wins over the conf file
 
@@ -100,8 +105,7 @@ def test_check_cli_reports_conf_values(tmp_path, cli_runner):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
         result = cli_runner.invoke(cli, ["check", "--profile", str(prof), "--pid", str(proc.pid)])
-        as_json = cli_runner.invoke(cli, ["check", "--profile", str(prof), "--pid", str(proc.pid),
-                                          "--json"])
+        as_json = cli_runner.invoke(cli, ["check", "--profile", str(prof), "--pid", str(proc.pid), "--json"])
     finally:
         proc.kill()
         proc.wait()

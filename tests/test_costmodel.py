@@ -28,8 +28,10 @@ def test_one_node_ring_latency_is_baselat_plus_2n_minus_1_hops(link, proto, nran
 
 # tuning.cc (2.2x-2.30) as NCCL writes its tables, order LL / LL128 / Simple.
 TUNING_CC_BASE_LAT = {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4)}
-TUNING_CC_HW_LAT = {"nvlink": {"Tree": (.6, 1.25, 4.0), "Ring": (.6, 1.9, 3.4)},
-                    "pci": {"Tree": (1.0, 1.9, 4.0), "Ring": (1.0, 2.5, 5.7)}}
+TUNING_CC_HW_LAT = {
+    "nvlink": {"Tree": (0.6, 1.25, 4.0), "Ring": (0.6, 1.9, 3.4)},
+    "pci": {"Tree": (1.0, 1.9, 4.0), "Ring": (1.0, 2.5, 5.7)},
+}
 
 
 @pytest.mark.parametrize("link", ["nvlink", "pci"])
@@ -37,8 +39,7 @@ TUNING_CC_HW_LAT = {"nvlink": {"Tree": (.6, 1.25, 4.0), "Ring": (.6, 1.9, 3.4)},
 def test_nccl_constants_match_tuning_cc(link, algo):
     # Read back from the model's behaviour, not from its tables: one rank more adds two
     # allreduce steps (2(n-1)), so hwLat = (L(3) - L(2)) / 2 and baseLat = L(2) - 2 hwLat.
-    for proto, base, hop in zip(("LL", "LL128", "Simple"), TUNING_CC_BASE_LAT[algo],
-                                TUNING_CC_HW_LAT[link][algo]):
+    for proto, base, hop in zip(("LL", "LL128", "Simple"), TUNING_CC_BASE_LAT[algo], TUNING_CC_HW_LAT[link][algo]):
         two = cm.latency_term_us("allreduce", 2, algo, proto, link)
         three = cm.latency_term_us("allreduce", 3, algo, proto, link)
         assert (three - two) / 2 == pytest.approx(hop), (proto, "hwLat")
@@ -65,10 +66,16 @@ def test_per_collective_proto_for_another_function_keeps_ll128_default():
     assert all(proto != "LL128" for _, proto in pairs)
 
 
-SIZES = [2 ** p for p in range(6, 24)]
-ENVS = [{}, {"NCCL_P2P_LEVEL": "SYS"}, {"NCCL_PROTO": "Simple"}, {"NCCL_ALGO": "Tree"},
-        {"NCCL_NTHREADS": "128"}, {"NCCL_BUFFSIZE": "65536", "NCCL_PROTO": "Simple"},
-        {"NCCL_MAX_NCHANNELS": "1"}]
+SIZES = [2**p for p in range(6, 24)]
+ENVS = [
+    {},
+    {"NCCL_P2P_LEVEL": "SYS"},
+    {"NCCL_PROTO": "Simple"},
+    {"NCCL_ALGO": "Tree"},
+    {"NCCL_NTHREADS": "128"},
+    {"NCCL_BUFFSIZE": "65536", "NCCL_PROTO": "Simple"},
+    {"NCCL_MAX_NCHANNELS": "1"},
+]
 
 
 def _nondecreasing(values):
@@ -86,8 +93,20 @@ def test_latency_monotone_in_size_for_each_algorithm_and_protocol(name, env):
         times = []
         for b in SIZES:
             channels, _ = cm.launch_shape(b, algo, proto, res_pool, nt, 8)
-            times.append(cm.op_time_us("allreduce", b, 8, algo, proto, link, channels, nt,
-                                       int(env.get("NCCL_BUFFSIZE", 4 << 20)), pool=res_pool))
+            times.append(
+                cm.op_time_us(
+                    "allreduce",
+                    b,
+                    8,
+                    algo,
+                    proto,
+                    link,
+                    channels,
+                    nt,
+                    int(env.get("NCCL_BUFFSIZE", 4 << 20)),
+                    pool=res_pool,
+                )
+            )
         assert _nondecreasing(times), (algo, proto, times)
 
 
@@ -147,8 +166,7 @@ def test_choice_uses_nccls_view_but_time_uses_the_real_transport():
 def test_p2p_level_alone_saves_little_on_an_intel_two_socket_box():
     # Fitted to the published 4-GPU p2pmark table (default 15.4 us vs P2P_LEVEL=SYS 13.4 us
     # at 32 KB): a few us per 8-rank allreduce, not the 38 us an earlier guess assumed.
-    saved = cm.latency_us(14336, 8, "pcie-shm") - cm.latency_us(14336, 8, "pcie-shm",
-                                                                {"NCCL_P2P_LEVEL": "SYS"})
+    saved = cm.latency_us(14336, 8, "pcie-shm") - cm.latency_us(14336, 8, "pcie-shm", {"NCCL_P2P_LEVEL": "SYS"})
     assert 2 < saved < 8
 
 
@@ -192,8 +210,10 @@ def test_nthreads_matters_only_where_it_limits_threads():
     big = 1 << 20
     simple = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"}
     # Ring/Simple defaults to 256 threads on PCIe; 512 makes it faster in the model.
-    assert (cm.choose("allreduce", big, 8, {**simple, "NCCL_NTHREADS": "512"}, topo).time_us
-            < cm.choose("allreduce", big, 8, simple, topo).time_us)
+    assert (
+        cm.choose("allreduce", big, 8, {**simple, "NCCL_NTHREADS": "512"}, topo).time_us
+        < cm.choose("allreduce", big, 8, simple, topo).time_us
+    )
     assert cm.max_threads("Ring", "Simple", "pci", {}) == 256
     assert cm.max_threads("Ring", "LL", "pci", {"NCCL_NTHREADS": "96"}) == 96
     assert cm.max_threads("Ring", "LL128", "nvlink", {}) == 640
@@ -202,11 +222,12 @@ def test_nthreads_matters_only_where_it_limits_threads():
 def test_buffsize_only_affects_simple():
     topo = cm.topology("pcie")
     ll = {"NCCL_PROTO": "LL"}
-    assert (cm.latency_us(1 << 20, 8, "pcie", {**ll, "NCCL_BUFFSIZE": "65536"})
-            == cm.latency_us(1 << 20, 8, "pcie", ll))
+    assert cm.latency_us(1 << 20, 8, "pcie", {**ll, "NCCL_BUFFSIZE": "65536"}) == cm.latency_us(1 << 20, 8, "pcie", ll)
     simple = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"}
-    assert (cm.choose("allreduce", 1 << 20, 8, {**simple, "NCCL_BUFFSIZE": "65536"}, topo).time_us
-            > cm.choose("allreduce", 1 << 20, 8, simple, topo).time_us)
+    assert (
+        cm.choose("allreduce", 1 << 20, 8, {**simple, "NCCL_BUFFSIZE": "65536"}, topo).time_us
+        > cm.choose("allreduce", 1 << 20, 8, simple, topo).time_us
+    )
 
 
 def test_simulate_times_nccls_choice_with_true_params():

@@ -29,25 +29,25 @@ PCI_BW = cm.NCCL_PARAMS.bw_per_channel["pci"]  # GB/s a channel moves over PCI (
 
 # (op, nranks, algo, proto, link, expected us, the arithmetic)
 LATENCY_TERMS = [
-    ("all_gather", 8, "Ring", "LL", "pci", 13.6),          # 6.6 + 7 x 1.0
-    ("reduce_scatter", 8, "Ring", "LL", "pci", 13.6),      # 6.6 + 7 x 1.0
-    ("all_gather", 8, "Ring", "Simple", "pci", 48.3),      # 8.4 + 7 x 5.7
+    ("all_gather", 8, "Ring", "LL", "pci", 13.6),  # 6.6 + 7 x 1.0
+    ("reduce_scatter", 8, "Ring", "LL", "pci", 13.6),  # 6.6 + 7 x 1.0
+    ("all_gather", 8, "Ring", "Simple", "pci", 48.3),  # 8.4 + 7 x 5.7
     ("reduce_scatter", 8, "Ring", "LL128", "nvlink", 27.3),  # 14.0 + 7 x 1.9
-    ("all_gather", 8, "Ring", "Simple", "nvlink", 32.2),   # 8.4 + 7 x 3.4
-    ("all_gather", 4, "Ring", "LL", "nvlink", 8.4),        # 6.6 + 3 x 0.6
+    ("all_gather", 8, "Ring", "Simple", "nvlink", 32.2),  # 8.4 + 7 x 3.4
+    ("all_gather", 4, "Ring", "LL", "nvlink", 8.4),  # 6.6 + 3 x 0.6
     ("reduce_scatter", 2, "Ring", "Simple", "pci", 14.1),  # 8.4 + 1 x 5.7
-    ("allreduce", 8, "Ring", "LL", "pci", 20.6),           # 6.6 + 14 x 1.0
+    ("allreduce", 8, "Ring", "LL", "pci", 20.6),  # 6.6 + 14 x 1.0
     # broadcast and reduce: one hop when every channel runs the same ring (sameChannels,
     # as NCCL's search gets on one node); tuning.cc charges n hops only otherwise
-    ("broadcast", 8, "Ring", "LL", "pci", 7.6),            # 6.6 + 1 x 1.0
-    ("reduce", 8, "Ring", "Simple", "nvlink", 11.8),       # 8.4 + 1 x 3.4
-    ("allreduce", 8, "Ring", "Simple", "pci", 88.2),       # 8.4 + 14 x 5.7
-    ("allreduce", 4, "Ring", "LL128", "nvlink", 25.4),     # 14.0 + 6 x 1.9
-    ("allreduce", 8, "Tree", "LL", "pci", 20.8),           # 6.8 + 14 x 1.0
-    ("allreduce", 8, "Tree", "Simple", "nvlink", 64.4),    # 8.4 + 14 x 4.0
-    ("allreduce", 2, "Tree", "LL128", "nvlink", 16.5),     # 14.0 + 2 x 1.25
-    ("allreduce", 8, "NVLS", "Simple", "nvlink", 25.0),    # hwLat[NVLINK][NVLS] alone
-    ("all_gather", 8, "NVLS", "Simple", "nvlink", 25.0),   # the same for every collective
+    ("broadcast", 8, "Ring", "LL", "pci", 7.6),  # 6.6 + 1 x 1.0
+    ("reduce", 8, "Ring", "Simple", "nvlink", 11.8),  # 8.4 + 1 x 3.4
+    ("allreduce", 8, "Ring", "Simple", "pci", 88.2),  # 8.4 + 14 x 5.7
+    ("allreduce", 4, "Ring", "LL128", "nvlink", 25.4),  # 14.0 + 6 x 1.9
+    ("allreduce", 8, "Tree", "LL", "pci", 20.8),  # 6.8 + 14 x 1.0
+    ("allreduce", 8, "Tree", "Simple", "nvlink", 64.4),  # 8.4 + 14 x 4.0
+    ("allreduce", 2, "Tree", "LL128", "nvlink", 16.5),  # 14.0 + 2 x 1.25
+    ("allreduce", 8, "NVLS", "Simple", "nvlink", 25.0),  # hwLat[NVLINK][NVLS] alone
+    ("all_gather", 8, "NVLS", "Simple", "nvlink", 25.0),  # the same for every collective
 ]
 
 
@@ -70,12 +70,15 @@ def test_simple_over_pcie_times_with_the_fitted_constants_per_ring_step():
     # 1.5 us per ring step (ModelParams.pcie_simple_time, fitted to 2x L40S and 8x 5090
     # results), and through host memory each step also pays SHM's extra over PCI for
     # Simple, 6.7 - 5.7 = 1.0 us. all_gather on 8 ranks has 7 steps.
-    assert cm.latency_term_us("all_gather", 8, "Ring", "Simple", "pci",
-                              for_time=True) == pytest.approx(25.5)   # 15 + 7 x 1.5
-    assert cm.latency_term_us("all_gather", 8, "Ring", "Simple", "shm",
-                              for_time=True) == pytest.approx(32.5)   # 15 + 7 x (1.5 + 1.0)
-    assert cm.latency_term_us("allreduce", 8, "Ring", "Simple", "shm",
-                              for_time=True) == pytest.approx(50.0)   # 15 + 14 x (1.5 + 1.0)
+    assert cm.latency_term_us("all_gather", 8, "Ring", "Simple", "pci", for_time=True) == pytest.approx(
+        25.5
+    )  # 15 + 7 x 1.5
+    assert cm.latency_term_us("all_gather", 8, "Ring", "Simple", "shm", for_time=True) == pytest.approx(
+        32.5
+    )  # 15 + 7 x (1.5 + 1.0)
+    assert cm.latency_term_us("allreduce", 8, "Ring", "Simple", "shm", for_time=True) == pytest.approx(
+        50.0
+    )  # 15 + 14 x (1.5 + 1.0)
 
 
 # Where NCCL's estimate switches from Ring/LL to Ring/Simple on 8 ranks of the `pcie` kind
@@ -125,17 +128,23 @@ def test_the_designs_log_example_runs_on_one_channel():
 #   AllReduce     Ring LL 16.6 = 6.6 + 2 x 5.0   LL128 31.0 = 14.0 + 2 x 8.5   Simple 36.4 = 8.4 + 2 x 14.0
 # The model's latency term, given that per-step latency as a link, must print the same.
 NCCL_2_29_7_TABLE = {
-    ("all_gather", "LL"): 11.6, ("all_gather", "LL128"): 22.5, ("all_gather", "Simple"): 22.4,
-    ("reduce_scatter", "LL"): 11.6, ("reduce_scatter", "LL128"): 22.5,
+    ("all_gather", "LL"): 11.6,
+    ("all_gather", "LL128"): 22.5,
+    ("all_gather", "Simple"): 22.4,
+    ("reduce_scatter", "LL"): 11.6,
+    ("reduce_scatter", "LL128"): 22.5,
     ("reduce_scatter", "Simple"): 22.4,
-    ("allreduce", "LL"): 16.6, ("allreduce", "LL128"): 31.0, ("allreduce", "Simple"): 36.4,
+    ("allreduce", "LL"): 16.6,
+    ("allreduce", "LL128"): 31.0,
+    ("allreduce", "Simple"): 36.4,
 }
 
 
 @pytest.mark.parametrize("op,proto", sorted(NCCL_2_29_7_TABLE))
 def test_latency_term_reproduces_nccls_printed_table(op, proto):
     net_step = {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}  # tuning.cc hwLat[NET][Tree]
-    params = cm.NCCL_PARAMS.perturbed(hw_lat={
-        **cm.NCCL_PARAMS.hw_lat, "net": {("Ring", p): v for p, v in net_step.items()}})
+    params = cm.NCCL_PARAMS.perturbed(
+        hw_lat={**cm.NCCL_PARAMS.hw_lat, "net": {("Ring", p): v for p, v in net_step.items()}}
+    )
     got = cm.latency_term_us(op, 2, "Ring", proto, "net", params)
     assert got == pytest.approx(NCCL_2_29_7_TABLE[(op, proto)])

@@ -25,8 +25,9 @@ def _ids(pages):
 
 
 def _report(failures) -> str:
-    return "\n".join(f"{b.name}: `$ {b.commands[n].text}` printed:\n  " + "\n  ".join(actual)
-                     for b, n, actual in failures)
+    return "\n".join(
+        f"{b.name}: `$ {b.commands[n].text}` printed:\n  " + "\n  ".join(actual) for b, n, actual in failures
+    )
 
 
 # The pages: every block not marked slow, each page in one fresh folder (the blocks of a
@@ -78,8 +79,10 @@ def test_regeneration_keeps_matching_placeholders_and_replaces_the_rest():
 
 def test_parse_page_reads_commands_continuations_outputs_and_options(tmp_path):
     page = tmp_path / "p.md"
-    page.write_text("text\n<!-- example: files=a.txt,b cwd=repo skip=needs eight GPUs -->\n"
-                    "```console\n$ nccl-tune x \\\n  --y 1\nout 1\n$ echo hi\nhi\n```\n")
+    page.write_text(
+        "text\n<!-- example: files=a.txt,b cwd=repo skip=needs eight GPUs -->\n"
+        "```console\n$ nccl-tune x \\\n  --y 1\nout 1\n$ echo hi\nhi\n```\n"
+    )
     [block] = dx.parse_page(page)
     assert block.options == {"files": "a.txt,b", "cwd": "repo", "skip": "needs eight GPUs"}
     assert [c.text for c in block.commands] == ["nccl-tune x \\\n  --y 1", "echo hi"]
@@ -135,38 +138,54 @@ def test_vary_spacing_lets_columns_move_but_checks_every_word():
 
 
 def test_a_run_id_with_a_hex_tail_is_normalised():
-    assert dx.line_matches("# microbench.allreduce  run 20261201T101648-887781",
-                           "# microbench.allreduce  run 20261202T000102-aeed46")
+    assert dx.line_matches(
+        "# microbench.allreduce  run 20261201T101648-887781", "# microbench.allreduce  run 20261202T000102-aeed46"
+    )
 
 
 def test_write_shows_the_working_folder_as_home_and_the_checkout_and_host_as_placeholders():
     work = "/tmp/nccl-tune-docs-ab12cd/work"
-    actual = [f"  {work}/.nccl.conf (user): absent", f"profile ({dx.REPO}/profiles/p.env)",
-              "# where: world size 8, host box7, backend sim", "mybox7 box7.local"]
+    actual = [
+        f"  {work}/.nccl.conf (user): absent",
+        f"profile ({dx.REPO}/profiles/p.env)",
+        "# where: world size 8, host box7, backend sim",
+        "mybox7 box7.local",
+    ]
     assert dx.regenerate([], actual, host="box7") == [
-        "  ~/.nccl.conf (user): absent", "profile (…/profiles/p.env)",
-        "# where: world size 8, host …, backend sim", "mybox7 ….local"]
+        "  ~/.nccl.conf (user): absent",
+        "profile (…/profiles/p.env)",
+        "# where: world size 8, host …, backend sim",
+        "mybox7 ….local",
+    ]
     assert dx.regenerate([], ["host x"], host="x") == ["host x"]  # too short to tell from words
     # what was written matches the next run on another machine, in another folder
-    assert dx.output_matches(["  ~/.nccl.conf (user): absent"],
-                             ["  /var/tmp/nccl-tune-docs-zz/work/.nccl.conf (user): absent"])
+    assert dx.output_matches(
+        ["  ~/.nccl.conf (user): absent"], ["  /var/tmp/nccl-tune-docs-zz/work/.nccl.conf (user): absent"]
+    )
 
 
 def test_regeneration_keeps_placeholder_lines_where_the_page_put_them():
     table = ["heading", "row 1", "row 2"]
     # a trailing placeholder stands for the rest of the output
-    assert dx.regenerate(["heading", "row 9", "…"], table + ["more", "and more"]) == \
-        ["heading", "row 1", "…"]
+    assert dx.regenerate(["heading", "row 9", "…"], table + ["more", "and more"]) == ["heading", "row 1", "…"]
     # a placeholder before the tail: the tail is found again after the output grew
-    assert dx.regenerate(["start", "…", "row 2"], ["start", "a", "b", "row 1", "row 2"]) == \
-        ["start", "…", "row 2"]
+    assert dx.regenerate(["start", "…", "row 2"], ["start", "a", "b", "row 1", "row 2"]) == ["start", "…", "row 2"]
     # ... and when the tail itself changed, the page's last lines are the output's last
-    assert dx.regenerate(["start", "…", "best 0.377", "results"],
-                         ["start", "a", "b", "best 0.747", "results"]) == \
-        ["start", "…", "best 0.747", "results"]
+    assert dx.regenerate(["start", "…", "best 0.377", "results"], ["start", "a", "b", "best 0.747", "results"]) == [
+        "start",
+        "…",
+        "best 0.747",
+        "results",
+    ]
     # lines between two placeholders are found where the output holds them all in a row
-    assert dx.regenerate(["h", "…", "m1", "m2", "…", "t9"],
-                         ["h", "a", "m1", "b", "m1", "m2", "c", "t"]) == ["h", "…", "m1", "m2", "…", "t"]
+    assert dx.regenerate(["h", "…", "m1", "m2", "…", "t9"], ["h", "a", "m1", "b", "m1", "m2", "c", "t"]) == [
+        "h",
+        "…",
+        "m1",
+        "m2",
+        "…",
+        "t",
+    ]
 
 
 def _page(tmp_path, body: str) -> Path:
@@ -176,17 +195,22 @@ def _page(tmp_path, body: str) -> Path:
 
 
 def test_a_page_is_one_shell_session(tmp_path):
-    page = _page(tmp_path, "```console\n$ export GREETING=hello\n```\n\n"
-                           "```console\n$ echo \"$GREETING from the next block\"\n"
-                           "hello from the next block\n```\n")
+    page = _page(
+        tmp_path,
+        "```console\n$ export GREETING=hello\n```\n\n"
+        '```console\n$ echo "$GREETING from the next block"\n'
+        "hello from the next block\n```\n",
+    )
     assert dx.run_page(page, include_slow=False, write=False) == []
 
 
 def test_a_process_left_running_fails_the_page_and_is_killed(tmp_path, monkeypatch):
     monkeypatch.setattr(dx, "LEFTOVER_GRACE_S", 0.5)
     marker = f"docs-leftover-{os.getpid()}"
-    page = _page(tmp_path, f"```console\n$ bash -c 'exec -a {marker} sleep 60' > /dev/null 2>&1 &\n"
-                           "$ echo started\nstarted\n```\n")
+    page = _page(
+        tmp_path,
+        f"```console\n$ bash -c 'exec -a {marker} sleep 60' > /dev/null 2>&1 &\n$ echo started\nstarted\n```\n",
+    )
     [(block, n, lines)] = dx.run_page(page, include_slow=False, write=False)
     assert n == 1 and lines[0] == "(the page left these processes running; they were killed)"
     assert len(lines) == 2 and marker in lines[1]
@@ -199,15 +223,16 @@ def _all_sessions() -> set[int]:
     for entry in Path("/proc").iterdir():
         try:
             stat = (entry / "stat").read_text()
-            found.add(int(stat[stat.rindex(")") + 2:].split()[3]))
+            found.add(int(stat[stat.rindex(")") + 2 :].split()[3]))
         except (OSError, ValueError, IndexError):
             continue
     return found
 
 
 def test_a_block_whose_files_outside_the_checkout_are_absent_is_skipped_with_the_reason(tmp_path):
-    page = _page(tmp_path, "<!-- example: files=../no-such-shared/table.txt -->\n"
-                           "```console\n$ cat table.txt\nwhatever\n```\n")
+    page = _page(
+        tmp_path, "<!-- example: files=../no-such-shared/table.txt -->\n```console\n$ cat table.txt\nwhatever\n```\n"
+    )
     skipped = []
     assert dx.run_page(page, include_slow=False, write=False, skipped=skipped) == []
     [(block, reason)] = skipped
@@ -216,9 +241,16 @@ def test_a_block_whose_files_outside_the_checkout_are_absent_is_skipped_with_the
 
 def test_the_script_reports_block_times_and_differences(tmp_path):
     page = _page(tmp_path, "```console\n$ echo one\ntwo\n```\n")
-    done = subprocess.run([sys.executable, str(dx.REPO / "tools" / "docs_examples.py"), "--times",
-                           str(page)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(dx.REPO / "tools" / "docs_examples.py"), "--times", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0].endswith(f"s  {page}:1") and lines[1:] == [
-        f"{page}:1: `$ echo one` printed:", "  one", "1 example(s) differ"]
+        f"{page}:1: `$ echo one` printed:",
+        "  one",
+        "1 example(s) differ",
+    ]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune.live import sysinfo
 from nccl_tune.cli import cli
+from nccl_tune.live import sysinfo
 
 KEYS = ["nccl_libraries", "torch", "gpus", "topology", "conf_files", "env"]
 
@@ -107,12 +107,15 @@ def test_conf_files_precedence(tmp_path):
     env = {"NCCL_CONF_FILE": str(mine), "NCCL_ALGO": "Tree"}
     items = sysinfo.conf_files(env, str(home), nccl_version=(2, 32, 3))
     assert [(i["role"], i["exists"], i["read_by_nccl"]) for i in items] == [
-        ("NCCL_CONF_FILE", True, True), ("user", True, False), ("system", Path("/etc/nccl.conf").is_file(), True)]
+        ("NCCL_CONF_FILE", True, True),
+        ("user", True, False),
+        ("system", Path("/etc/nccl.conf").is_file(), True),
+    ]
     # read as NCCL reads it (src/misc/param.cc setEnvFile): literally, quotes kept
     assert items[0]["sets"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_IB_HCA": "'mlx5'"}
     assert items[0]["effective"] == {"NCCL_PROTO": "LL", "NCCL_IB_HCA": "'mlx5'"}  # env wins for ALGO
-    assert items[1]["effective"] == {}                                           # not read at all
-    assert [f["line"] for f in items[0]["findings"]] == [4]                      # quoted: NCCL keeps quotes
+    assert items[1]["effective"] == {}  # not read at all
+    assert [f["line"] for f in items[0]["findings"]] == [4]  # quoted: NCCL keeps quotes
     # Before 2.23 NCCL ignores NCCL_CONF_FILE and reads ~/.nccl.conf.
     old = sysinfo.conf_files(env, str(home), nccl_version=(2, 21, 5))
     assert [(i["role"], i["read_by_nccl"]) for i in old][:2] == [("NCCL_CONF_FILE", False), ("user", True)]
@@ -128,6 +131,7 @@ def test_bad_topo_file_is_exit_2(tmp_path, cli_runner):
 
 # ---------------------------------------------------------------- which libnccl torch loads
 
+
 def _wheel_site(root: Path, *wheels: str) -> Path:
     """A site folder holding nvidia/nccl/lib/libnccl.so.2 and the dist-info of `wheels`."""
     (root / "nvidia" / "nccl" / "lib").mkdir(parents=True)
@@ -142,33 +146,38 @@ def test_a_wheels_libnccl_is_named_after_the_wheel_that_installed_it(tmp_path):
 
     cu13 = _wheel_site(tmp_path / "a", "nvidia-nccl-cu13")
     both = _wheel_site(tmp_path / "b", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
-    found = {lib.path: lib.source
-             for lib in ncclinfo.find_libraries(load=False, search=[str(cu13), str(both)])}
+    found = {lib.path: lib.source for lib in ncclinfo.find_libraries(load=False, search=[str(cu13), str(both)])}
     assert found[str(cu13 / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu13"
     assert found[str(both / "nvidia/nccl/lib/libnccl.so.2")] == "nvidia-nccl-cu12+nvidia-nccl-cu13"
 
 
 def test_two_nccl_wheels_in_one_place_are_a_warning(cli_runner, monkeypatch):
-    lib = {"source": "nvidia-nccl-cu12+nvidia-nccl-cu13", "version": "2.28.9", "path": "/s/libnccl.so.2",
-           "error": None}
-    report = {"nccl_libraries": [lib], "torch": {"version": None, "note": "not inspected"},
-              "gpus": {"devices": [], "note": "none"}, "topology": {"note": "none"},
-              "conf_files": [], "env": {"variables": {}, "findings": []}}
+    lib = {"source": "nvidia-nccl-cu12+nvidia-nccl-cu13", "version": "2.28.9", "path": "/s/libnccl.so.2", "error": None}
+    report = {
+        "nccl_libraries": [lib],
+        "torch": {"version": None, "note": "not inspected"},
+        "gpus": {"devices": [], "note": "none"},
+        "topology": {"note": "none"},
+        "conf_files": [],
+        "env": {"variables": {}, "findings": []},
+    }
     monkeypatch.setattr(sysinfo, "doctor_report", lambda topo_file=None: report)
     result = cli_runner.invoke(cli, ["doctor"])
-    assert ("  warning: nvidia-nccl-cu12 and nvidia-nccl-cu13 are all installed; each writes "
-            "/s/libnccl.so.2, so it is the last one installed: keep the one torch requires"
-            ) in result.output.splitlines()
+    assert (
+        "  warning: nvidia-nccl-cu12 and nvidia-nccl-cu13 are all installed; each writes "
+        "/s/libnccl.so.2, so it is the last one installed: keep the one torch requires"
+    ) in result.output.splitlines()
 
 
 def test_the_libnccl_torch_loads_is_the_one_import_torch_mapped_else_by_version():
     from nccl_tune.nccl.ncclinfo import NcclLibrary
 
-    libs = [NcclLibrary("/a/libnccl.so.2", "nvidia-nccl-cu12", "2.32.3"),
-            NcclLibrary("/b/libnccl.so.2", "system", "2.28.9")]
+    libs = [
+        NcclLibrary("/a/libnccl.so.2", "nvidia-nccl-cu12", "2.32.3"),
+        NcclLibrary("/b/libnccl.so.2", "system", "2.28.9"),
+    ]
     mapped = {"nccl": "2.28.9", "nccl_mapped": ["/c/libnccl.so.2"]}
-    assert sysinfo.torch_library(mapped, libs) == ("/c/libnccl.so.2",
-                                                   "mapped into this process by import torch")
+    assert sysinfo.torch_library(mapped, libs) == ("/c/libnccl.so.2", "mapped into this process by import torch")
     assert sysinfo.torch_library({"nccl": "2.28.9", "nccl_mapped": None}, libs)[0] == "/b/libnccl.so.2"
     path, basis = sysinfo.torch_library({"nccl": "2.27.3", "nccl_mapped": []}, libs)
     assert path is None and basis.startswith("no file found of torch's NCCL version 2.27.3")
@@ -178,8 +187,10 @@ def test_mapped_libraries_from_a_maps_file(tmp_path):
     from nccl_tune.nccl import ncclinfo
 
     maps = tmp_path / "maps"
-    maps.write_text("7f00-7f10 r-xp 00000000 08:01 1  /usr/lib/libc.so.6\n"
-                    "7f10-7f20 r-xp 00000000 08:01 2  /s/nvidia/nccl/lib/libnccl.so.2\n"
-                    "7f20-7f30 r--p 00010000 08:01 2  /s/nvidia/nccl/lib/libnccl.so.2\n")
+    maps.write_text(
+        "7f00-7f10 r-xp 00000000 08:01 1  /usr/lib/libc.so.6\n"
+        "7f10-7f20 r-xp 00000000 08:01 2  /s/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f20-7f30 r--p 00010000 08:01 2  /s/nvidia/nccl/lib/libnccl.so.2\n"
+    )
     assert ncclinfo.mapped_libraries(str(maps)) == ["/s/nvidia/nccl/lib/libnccl.so.2"]
     assert ncclinfo.mapped_libraries(str(tmp_path / "absent")) == []

@@ -24,8 +24,17 @@ from nccl_tune.model import engines, installed_engine
 from nccl_tune.model.installed_engine import EngineUnavailable, Machine, VllmTables
 
 MiB = 1 << 20
-ORDER = ("nccl-symm", "quick", "flashinfer-pcie-ipc", "flashinfer", "aiter", "custom",
-         "batch-invariant", "torch-symm", "nccl")
+ORDER = (
+    "nccl-symm",
+    "quick",
+    "flashinfer-pcie-ipc",
+    "flashinfer",
+    "aiter",
+    "custom",
+    "batch-invariant",
+    "torch-symm",
+    "nccl",
+)
 
 
 def _vllm_root() -> Path | None:
@@ -64,7 +73,7 @@ def _assignments(path: Path) -> dict:
 def _custom_default_max(path: Path) -> int:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.FunctionDef) and node.name == "__init__":
-            args = node.args.args[-len(node.args.defaults):]
+            args = node.args.args[-len(node.args.defaults) :]
             for arg, default in zip(args, node.args.defaults):
                 if arg.arg == "max_size":
                     return _evaluate(default, {})
@@ -89,8 +98,9 @@ def test_vllm_tp8_sm90_14336_bytes_against_the_installed_table(tmp_path, monkeyp
     assert (path.path, path.nccl) == ("custom", False)
     assert path.reason == f"14336 B < {limit} B = CUSTOM_ALL_REDUCE_MAX_SIZES['9.0'][8]"
     assert path.to_nccl[0] == "--disable-custom-all-reduce"
-    assert report.lines[0].startswith(f"engine vLLM {version}, read from {root}: TP 8, "
-                                      "compute capability 9.0, nvswitch-nvls")
+    assert report.lines[0].startswith(
+        f"engine vLLM {version}, read from {root}: TP 8, compute capability 9.0, nvswitch-nvls"
+    )
     assert report.nccl_changes_decode is False
 
 
@@ -102,7 +112,8 @@ def test_fallback_when_vllm_is_not_importable():
     assert report.basis == "cited rules" and report.paths == ()
     assert report.lines[0] == (
         "engine vllm: not read from an installed vLLM (vLLM is not importable in this Python); the "
-        f"answer below is the cited rules ({engines.SOURCES['vllm']})")
+        f"answer below is the cited rules ({engines.SOURCES['vllm']})"
+    )
     assert list(report.lines[1:]) == engines.notes("vllm", "pcie", 8, [14336])
 
 
@@ -114,15 +125,28 @@ def test_sglang_falls_back_and_says_why():
 
 def _tables(**kw) -> VllmTables:
     """vLLM-shaped tables written by hand (numbers chosen for the test, not vLLM's)."""
-    base = {"version": "test", "root": "/x", "custom_max": {"9.0": {8: 256 * 1024}},
-            "symm_max": {"9.0": {8: 64 * MiB}},
-            "nccl_symm": {"min_world_size": 4, "custom_ar_preferred_ranges": {8: (16 * 1024, 128 * 1024)},
-                          "always_use_above_world_size": 8, "after_flashinfer": True},
-            "custom_world_sizes": (2, 4, 6, 8, 16), "custom_default_max": 8 * MiB,
-            "switches": {"VLLM_ALLREDUCE_USE_FLASHINFER": True, "VLLM_USE_NCCL_SYMM_MEM": False,
-                         "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": False,
-                         "VLLM_ALLREDUCE_USE_SYMM_MEM": True, "VLLM_BATCH_INVARIANT": False},
-            "order": ORDER}
+    base = {
+        "version": "test",
+        "root": "/x",
+        "custom_max": {"9.0": {8: 256 * 1024}},
+        "symm_max": {"9.0": {8: 64 * MiB}},
+        "nccl_symm": {
+            "min_world_size": 4,
+            "custom_ar_preferred_ranges": {8: (16 * 1024, 128 * 1024)},
+            "always_use_above_world_size": 8,
+            "after_flashinfer": True,
+        },
+        "custom_world_sizes": (2, 4, 6, 8, 16),
+        "custom_default_max": 8 * MiB,
+        "switches": {
+            "VLLM_ALLREDUCE_USE_FLASHINFER": True,
+            "VLLM_USE_NCCL_SYMM_MEM": False,
+            "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": False,
+            "VLLM_ALLREDUCE_USE_SYMM_MEM": True,
+            "VLLM_BATCH_INVARIANT": False,
+        },
+        "order": ORDER,
+    }
     base.update(kw)
     return VllmTables(**base)
 
@@ -130,14 +154,17 @@ def _tables(**kw) -> VllmTables:
 NVSWITCH_H100 = Machine(8, "9.0", fully_connected=True, multicast=True, flashinfer=False)
 
 
-@pytest.mark.parametrize("nbytes, overrides, path", [
-    (14336, {}, "custom"),  # 14336 < 256 KiB
-    (300_000, {}, "torch-symm"),  # above the custom limit, below 64 MiB
-    (300_000, {"VLLM_ALLREDUCE_USE_SYMM_MEM": False}, "custom"),  # symm off: 8 MiB default limit
-    (14336, {"VLLM_USE_NCCL_SYMM_MEM": True}, "nccl-symm"),  # <= 16 KiB lower bound
-    (32768, {"VLLM_USE_NCCL_SYMM_MEM": True}, "custom"),  # inside (16 KiB, 128 KiB)
-    (14344, {}, "torch-symm"),  # 14344 % 16 == 8: custom refuses; torch symm takes multiples of 4
-])
+@pytest.mark.parametrize(
+    "nbytes, overrides, path",
+    [
+        (14336, {}, "custom"),  # 14336 < 256 KiB
+        (300_000, {}, "torch-symm"),  # above the custom limit, below 64 MiB
+        (300_000, {"VLLM_ALLREDUCE_USE_SYMM_MEM": False}, "custom"),  # symm off: 8 MiB default limit
+        (14336, {"VLLM_USE_NCCL_SYMM_MEM": True}, "nccl-symm"),  # <= 16 KiB lower bound
+        (32768, {"VLLM_USE_NCCL_SYMM_MEM": True}, "custom"),  # inside (16 KiB, 128 KiB)
+        (14344, {}, "torch-symm"),  # 14344 % 16 == 8: custom refuses; torch symm takes multiples of 4
+    ],
+)
 def test_dispatch_by_hand(nbytes, overrides, path):
     assert installed_engine.vllm_path(_tables(), NVSWITCH_H100, nbytes, overrides).path == path
 
@@ -158,18 +185,27 @@ def test_pcie_8_gpus_go_through_nccl():
 
 
 def test_unknown_dispatch_step_is_flagged():
-    data = {"tables": {}, "dispatch": [
-        {"line": 10, "test": "x.should(i)", "calls": ["x.new_fast_allreduce"]},
-        {"line": 20, "test": "ca", "calls": ["ca_comm.custom_all_reduce"]},
-        {"line": 30, "test": None, "calls": ["pynccl_comm.all_reduce"]}]}
+    data = {
+        "tables": {},
+        "dispatch": [
+            {"line": 10, "test": "x.should(i)", "calls": ["x.new_fast_allreduce"]},
+            {"line": 20, "test": "ca", "calls": ["ca_comm.custom_all_reduce"]},
+            {"line": 30, "test": None, "calls": ["pynccl_comm.all_reduce"]},
+        ],
+    }
     tables = installed_engine.parse_probe(data)
     assert tables.order == ("custom", "nccl") and tables.unknown_steps == (10,)
 
 
 def test_profile_switches_are_read_as_vllm_reads_them():
-    assert engines.switch_overrides({"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "VLLM_USE_NCCL_SYMM_MEM": "1",
-                                     "NCCL_PROTO": "LL", "VLLM_ALLREDUCE_USE_FLASHINFER": "yes"}) == {
-        "VLLM_ALLREDUCE_USE_SYMM_MEM": False, "VLLM_USE_NCCL_SYMM_MEM": True}
+    assert engines.switch_overrides(
+        {
+            "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+            "VLLM_USE_NCCL_SYMM_MEM": "1",
+            "NCCL_PROTO": "LL",
+            "VLLM_ALLREDUCE_USE_FLASHINFER": "yes",
+        }
+    ) == {"VLLM_ALLREDUCE_USE_SYMM_MEM": False, "VLLM_USE_NCCL_SYMM_MEM": True}
 
 
 def test_recommend_json_carries_the_report(cli_runner, monkeypatch):
@@ -177,9 +213,13 @@ def test_recommend_json_carries_the_report(cli_runner, monkeypatch):
         raise EngineUnavailable("vLLM is not importable in this Python")
 
     monkeypatch.setattr(installed_engine, "read_vllm", missing)
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie", "--engine",
-                                     "vllm", "--arch", "sm90", "--json"])
+    result = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--topology", "pcie", "--engine", "vllm", "--arch", "sm90", "--json"]
+    )
     assert result.exit_code == 0, result.output
     engine = json.loads(result.stdout)["engine"]
     assert (engine["name"], engine["basis"], engine["fallback"]) == (
-        "vllm", "cited rules", "not read from an installed vLLM (vLLM is not importable in this Python)")
+        "vllm",
+        "cited rules",
+        "not read from an installed vLLM (vLLM is not importable in this Python)",
+    )

@@ -7,21 +7,23 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import python_cmd, subprocess_env
 
 pytestmark = pytest.mark.slow
 
 # The child prints its argv, pid and NCCL_* environment as JSON, then exits with argv[1].
-CHILD = ("import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'pid': os.getpid(), "
-         "'env': {k: v for k, v in os.environ.items() if k.startswith('NCCL_')}})); "
-         "sys.exit(int(sys.argv[1]))")
+CHILD = (
+    "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'pid': os.getpid(), "
+    "'env': {k: v for k, v in os.environ.items() if k.startswith('NCCL_')}})); "
+    "sys.exit(int(sys.argv[1]))"
+)
 
 
 def nccl_tune_exec(args, child_args, **extra_env):
     argv = python_cmd("-m", "nccl_tune", "exec", *args, "--", sys.executable, "-c", CHILD, *child_args)
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env(**extra_env))
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(**extra_env)
+    )
 
 
 @pytest.fixture
@@ -32,8 +34,23 @@ def profile_file(tmp_path):
 
 
 def test_argv_verbatim_env_applied_and_same_pid(profile_file):
-    tricky = ["0", "two words", "'single'", '"double"', ";", "a;b", "$(echo hi)", "`id`", "$HOME",
-              "*", "", "--", "--profile", "|", ">out"]
+    tricky = [
+        "0",
+        "two words",
+        "'single'",
+        '"double"',
+        ";",
+        "a;b",
+        "$(echo hi)",
+        "`id`",
+        "$HOME",
+        "*",
+        "",
+        "--",
+        "--profile",
+        "|",
+        ">out",
+    ]
     proc = nccl_tune_exec(["--profile", str(profile_file)], tricky, NCCL_DEBUG="WARN")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -55,8 +72,14 @@ def test_exit_code_passes_through(profile_file, code):
 def test_clean_removes_foreign_nccl_vars_and_later_profiles_win(profile_file, tmp_path):
     second = tmp_path / "q.env"
     second.write_text("NCCL_ALGO=Tree\nNCCL_BUFFSIZE=1048576\n")
-    proc = nccl_tune_exec(["--clean", "--profile", str(profile_file), "--profile", str(second)], ["0"],
-                          NCCL_DEBUG="INFO", NCCL_P2P_DISABLE="1", NCCL_ALGO="Ring", OTHER_VAR="kept")
+    proc = nccl_tune_exec(
+        ["--clean", "--profile", str(profile_file), "--profile", str(second)],
+        ["0"],
+        NCCL_DEBUG="INFO",
+        NCCL_P2P_DISABLE="1",
+        NCCL_ALGO="Ring",
+        OTHER_VAR="kept",
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert json.loads(out)["env"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree", "NCCL_BUFFSIZE": "1048576"}

@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-
-from nccl_tune.measure import sweep as sweeplib
-from nccl_tune.cli import cli
 from conftest import subprocess_env
 from unwritable import drop_overrides, unwritable_folder
+
+from nccl_tune.cli import cli
+from nccl_tune.measure import sweep as sweeplib
 
 # The published codes (DESIGN.md section 8, shells and env(1) for 126/127), written out
 # rather than imported from nccl_tune.errors: a changed constant there must fail here.
@@ -30,16 +30,35 @@ except ImportError:  # pragma: no cover - torch is a dependency
 
 
 def _rec(cell, status="ok", round_=1, **extra):
-    return {"cell": cell, "status": status, "round": round_, "bytes": 1024,
-            "lat_us": {"p50": 10.0} if status == "ok" else {}, **extra}
+    return {
+        "cell": cell,
+        "status": status,
+        "round": round_,
+        "bytes": 1024,
+        "lat_us": {"p50": 10.0} if status == "ok" else {},
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------- 1: nothing compared
 
+
 def test_sweep_whose_every_launch_fails_exits_1(cli_runner, tmp_path):
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo",
-                                     "--launcher", "false {module} {args}", "--out", str(out)])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--set",
+            "NCCL_PROTO=LL",
+            "--backend",
+            "gloo",
+            "--launcher",
+            "false {module} {args}",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == EXIT_RUN_FAILED, result.output
     assert "every cell failed" in result.output
     assert out.exists()  # the failures are recorded, not lost
@@ -47,15 +66,32 @@ def test_sweep_whose_every_launch_fails_exits_1(cli_runner, tmp_path):
 
 def test_sweep_json_summary_still_printed_before_exit_1(cli_runner, tmp_path):
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo", "--json",
-                                     "--launcher", "false {module} {args}", "--out", str(out)])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--set",
+            "NCCL_PROTO=LL",
+            "--backend",
+            "gloo",
+            "--json",
+            "--launcher",
+            "false {module} {args}",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == EXIT_RUN_FAILED
     assert '"failures"' in result.output
 
 
 def test_run_failure_baseline_failed_in_every_round():
-    records = [_rec("baseline", "failed", 1), _rec("baseline", "timeout", 2),
-               _rec("c-1", "ok", 1), _rec("c-1", "ok", 2)]
+    records = [
+        _rec("baseline", "failed", 1),
+        _rec("baseline", "timeout", 2),
+        _rec("c-1", "ok", 1),
+        _rec("c-1", "ok", 2),
+    ]
     assert "baseline" in sweeplib.run_failure(records)
 
 
@@ -88,14 +124,30 @@ def test_validate_run_failure_rule():
 NOTHING_LAUNCHES = "false {module} {args}"  # any launch would record failures in --out
 
 
-@pytest.mark.parametrize("extra, words", [
-    (["--mode", "graph"], "--mode graph needs"),
-    (["--verify-effective"], "--verify-effective needs the NCCL backend"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--mode", "graph"], "--mode graph needs"),
+        (["--verify-effective"], "--verify-effective needs the NCCL backend"),
+    ],
+)
 def test_sweep_refuses_what_gloo_cannot_run(cli_runner, tmp_path, extra, words):
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=LL", "--backend", "gloo", *extra,
-                                     "--launcher", NOTHING_LAUNCHES, "--out", str(out)])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--set",
+            "NCCL_PROTO=LL",
+            "--backend",
+            "gloo",
+            *extra,
+            "--launcher",
+            NOTHING_LAUNCHES,
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert words in result.output
     assert not out.exists()
@@ -103,13 +155,13 @@ def test_sweep_refuses_what_gloo_cannot_run(cli_runner, tmp_path, extra, words):
 
 def test_sweep_refuses_unknown_variable_with_did_you_mean(cli_runner, tmp_path):
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTOO=LL", "--backend", "sim",
-                                     "--out", str(out)])
+    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTOO=LL", "--backend", "sim", "--out", str(out)])
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert "did you mean NCCL_PROTO?" in result.output and "--allow-unknown" in result.output
     assert not out.exists()
-    forced = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTOO=LL", "--backend", "sim",
-                                     "--allow-unknown", "--out", str(out)])
+    forced = cli_runner.invoke(
+        cli, ["sweep", "--set", "NCCL_PROTOO=LL", "--backend", "sim", "--allow-unknown", "--out", str(out)]
+    )
     assert forced.exit_code == 0, forced.output
     assert out.exists()
 
@@ -117,8 +169,9 @@ def test_sweep_refuses_unknown_variable_with_did_you_mean(cli_runner, tmp_path):
 def test_sweep_refuses_unknown_names_from_a_grid_file(cli_runner, tmp_path):
     grid = tmp_path / "g.toml"
     grid.write_text('[grid]\nNCCL_ALGO = ["Ring"]\n[[cells]]\nNCCL_BUFFSIZ = "4194304"\n')
-    result = cli_runner.invoke(cli, ["sweep", "--grid", str(grid), "--backend", "sim",
-                                     "--out", str(tmp_path / "r.jsonl")])
+    result = cli_runner.invoke(
+        cli, ["sweep", "--grid", str(grid), "--backend", "sim", "--out", str(tmp_path / "r.jsonl")]
+    )
     assert result.exit_code == EXIT_BAD_INPUT
     assert "NCCL_BUFFSIZ" in result.output and "did you mean NCCL_BUFFSIZE?" in result.output
 
@@ -134,12 +187,15 @@ def no_torchrun(monkeypatch):
     monkeypatch.setattr(bench, "_stream", launched)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--out", "/nonexistent/dir/r.jsonl"], "/nonexistent/dir does not exist"),
-    (["--verify-effective"], "--verify-effective needs the NCCL backend"),
-    (["--plan", "missing.json"], "missing.json: cannot read the plan"),
-    (["--mode", "graph"], "--mode graph needs"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--out", "/nonexistent/dir/r.jsonl"], "/nonexistent/dir does not exist"),
+        (["--verify-effective"], "--verify-effective needs the NCCL backend"),
+        (["--plan", "missing.json"], "missing.json: cannot read the plan"),
+        (["--mode", "graph"], "--mode graph needs"),
+    ],
+)
 def test_bench_refuses_before_torchrun(cli_runner, no_torchrun, tmp_path, args, words):
     if CUDA and args[0] in ("--verify-effective", "--mode"):
         pytest.skip("these run on a CUDA machine")
@@ -155,9 +211,14 @@ def test_bench_refuses_an_unwritable_out(cli_runner, no_torchrun, tmp_path):
     with unwritable_folder(tmp_path) as made:
         out = tmp_path / "ro" / "r.jsonl"
         if made is None:
-            done = subprocess.run([sys.executable, "-m", "nccl_tune", "bench", "--out", str(out)],
-                                  capture_output=True, text=True, env=subprocess_env(),
-                                  preexec_fn=drop_overrides, timeout=120)
+            done = subprocess.run(
+                [sys.executable, "-m", "nccl_tune", "bench", "--out", str(out)],
+                capture_output=True,
+                text=True,
+                env=subprocess_env(),
+                preexec_fn=drop_overrides,
+                timeout=120,
+            )
             code, output = done.returncode, done.stderr
         else:
             result = cli_runner.invoke(cli, ["bench", "--out", str(out)])
@@ -167,13 +228,15 @@ def test_bench_refuses_an_unwritable_out(cli_runner, no_torchrun, tmp_path):
     assert not out.exists()
 
 
-def test_bench_refuses_an_out_another_process_is_writing_before_torchrun(cli_runner, no_torchrun,
-                                                                          tmp_path):
+def test_bench_refuses_an_out_another_process_is_writing_before_torchrun(cli_runner, no_torchrun, tmp_path):
     out = tmp_path / "r.jsonl"
-    hold = ("import sys, time\nfrom nccl_tune import fileio\n"
-            "with fileio.ResultsLock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)")
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE, text=True,
-                              env=subprocess_env())
+    hold = (
+        "import sys, time\nfrom nccl_tune import fileio\n"
+        "with fileio.ResultsLock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE, text=True, env=subprocess_env()
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         result = cli_runner.invoke(cli, ["bench", "--out", str(out)])
@@ -181,15 +244,18 @@ def test_bench_refuses_an_out_another_process_is_writing_before_torchrun(cli_run
         holder.kill()
         holder.wait()
     assert result.exit_code == EXIT_BAD_INPUT, result.output
-    assert result.output == (f"Error: --out {out}: another process (pid {holder.pid}) is writing "
-                             "results to this file; wait for it to finish or choose another file\n")
+    assert result.output == (
+        f"Error: --out {out}: another process (pid {holder.pid}) is writing "
+        "results to this file; wait for it to finish or choose another file\n"
+    )
 
 
 def test_bench_refuses_an_out_under_sys_before_torchrun(cli_runner, no_torchrun):
     result = cli_runner.invoke(cli, ["bench", "--out", "/sys/foo.jsonl"])
     assert result.exit_code == EXIT_BAD_INPUT, result.output
-    assert result.output == ("Error: --out /sys/foo.jsonl: is under /sys, a kernel file system, "
-                             "not a place for output\n")
+    assert result.output == (
+        "Error: --out /sys/foo.jsonl: is under /sys, a kernel file system, not a place for output\n"
+    )
 
 
 def test_check_out_refuses_a_folder_and_accepts_a_new_file(tmp_path):
@@ -226,9 +292,22 @@ def test_recommend_refuses_results_of_a_world_of_one(cli_runner, tmp_path):
     import json
 
     path = tmp_path / "r.jsonl"
-    rows = [{"schema": 1, "cell": c, "env": e, "backend": "gloo", "op": "allreduce", "world_size": 1,
-             "bytes": 14336, "lat_us": {"p50": 5.0}, "samples_us": [5.0, 5.1], "status": "ok",
-             "round": 1} for c, e in (("baseline", {}), ("c-x", {"NCCL_PROTO": "LL"}))]
+    rows = [
+        {
+            "schema": 1,
+            "cell": c,
+            "env": e,
+            "backend": "gloo",
+            "op": "allreduce",
+            "world_size": 1,
+            "bytes": 14336,
+            "lat_us": {"p50": 5.0},
+            "samples_us": [5.0, 5.1],
+            "status": "ok",
+            "round": 1,
+        }
+        for c, e in (("baseline", {}), ("c-x", {"NCCL_PROTO": "LL"}))
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path)])
     assert result.exit_code == EXIT_BAD_INPUT, result.output
@@ -239,21 +318,26 @@ def test_recommend_refuses_results_of_a_world_of_one(cli_runner, tmp_path):
 def test_validate_refuses_a_cuda_loop_on_cpu(cli_runner, tmp_path):
     profile = tmp_path / "p.env"
     profile.write_text("NCCL_PROTO=LL\n")
-    result = cli_runner.invoke(cli, ["validate", "--profile", str(profile), "--model-args",
-                                     "--backend nccl", "--out", str(tmp_path / "v.jsonl")])
+    result = cli_runner.invoke(
+        cli,
+        ["validate", "--profile", str(profile), "--model-args", "--backend nccl", "--out", str(tmp_path / "v.jsonl")],
+    )
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert "needs CUDA" in result.output
 
 
 # ---------------------------------------------------------------- 127 / 126: exec
 
+
 def test_exec_missing_command_127(cli_runner, tmp_path):
     # The one test of exit 127 (the subprocess copies in test_exec and test_cli_errors went):
     # one line on stderr naming the command and why, nothing on stdout.
     profile = tmp_path / "p.env"
     profile.write_text("NCCL_PROTO=LL\n")
-    for command, why in (("nccl-tune-no-such-command", "no such command on PATH"),
-                         (str(tmp_path / "absent"), "no such file")):
+    for command, why in (
+        ("nccl-tune-no-such-command", "no such command on PATH"),
+        (str(tmp_path / "absent"), "no such file"),
+    ):
         result = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", command])
         assert result.exit_code == EXIT_NOT_FOUND, result.output
         assert (result.stdout, result.stderr) == ("", f"Error: cannot run '{command}': {why}\n")
@@ -269,13 +353,13 @@ def test_exec_not_executable_126(cli_runner, tmp_path):
         result = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", command])
         assert result.exit_code == EXIT_NOT_EXECUTABLE, result.output
         assert result.stderr == f"Error: cannot run '{command}': {why}\n"
-    on_path = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", "plain.sh"],
-                                env={"PATH": str(tmp_path)})
+    on_path = cli_runner.invoke(cli, ["exec", "--profile", str(profile), "--", "plain.sh"], env={"PATH": str(tmp_path)})
     assert on_path.exit_code == EXIT_NOT_EXECUTABLE, on_path.output
     assert on_path.stderr == f"Error: cannot run 'plain.sh': {plain} is not executable\n"
 
 
 # ---------------------------------------------------------------- 130: interrupted
+
 
 def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     from nccl_tune import cli as cli_module
@@ -294,9 +378,9 @@ def test_the_exit_code_table_and_the_interrupted_message():
     from nccl_tune import errors
 
     # DESIGN.md section 8's codes, each once, each with its words
-    assert sorted(errors.EXIT_CODES) == [0, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE,
-                                         EXIT_NOT_FOUND, 130]
+    assert sorted(errors.EXIT_CODES) == [0, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, 130]
     assert str(errors.Interrupted()) == "interrupted"
     assert str(errors.Interrupted("sweep interrupted", resume="nccl-tune sweep --resume")) == (
-        "sweep interrupted; resume with: nccl-tune sweep --resume")
+        "sweep interrupted; resume with: nccl-tune sweep --resume"
+    )
     assert errors.Interrupted().exit_code == 130

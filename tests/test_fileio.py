@@ -10,13 +10,12 @@ import textwrap
 import time
 
 import pytest
+from conftest import REPO_ROOT, subprocess_env
+from unwritable import drop_overrides, unwritable_folder
 
 from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.fileio import OutputKind
-
-from conftest import REPO_ROOT, subprocess_env
-from unwritable import drop_overrides, unwritable_folder
 
 RECORD = json.dumps({"schema": 1, "cell": "baseline", "backend": "sim"})
 
@@ -31,31 +30,31 @@ def refusal(func, *args, **kwargs) -> str:
 
 # ---------------------------------------------------------------- check_output
 
+
 def test_output_same_as_an_input_is_refused_by_path_link_and_inode(tmp_path):
     results = tmp_path / "r.jsonl"
     results.write_text(RECORD + "\n")
     os.symlink(results, tmp_path / "link.jsonl")
     os.link(results, tmp_path / "hard.jsonl")
-    for out in (results, tmp_path / "link.jsonl", tmp_path / "hard.jsonl",
-                tmp_path / "sub" / ".." / "r.jsonl"):
+    for out in (results, tmp_path / "link.jsonl", tmp_path / "hard.jsonl", tmp_path / "sub" / ".." / "r.jsonl"):
         (tmp_path / "sub").mkdir(exist_ok=True)
-        text = refusal(fileio.check_output, out, kind=OutputKind.EXPORT, inputs=[str(results)],
-                       option="--out")
+        text = refusal(fileio.check_output, out, kind=OutputKind.EXPORT, inputs=[str(results)], option="--out")
         assert text == f"--out {out}: is the same file as the input {results}; write to another file"
 
 
 def test_output_under_proc_or_sys_is_refused(tmp_path):
-    assert refusal(fileio.check_output, "/sys/foo.jsonl", kind=OutputKind.RESULTS, option="--out") == \
-        "--out /sys/foo.jsonl: is under /sys, a kernel file system, not a place for output"
+    assert (
+        refusal(fileio.check_output, "/sys/foo.jsonl", kind=OutputKind.RESULTS, option="--out")
+        == "--out /sys/foo.jsonl: is under /sys, a kernel file system, not a place for output"
+    )
     assert "is under /proc" in refusal(fileio.check_output, "/proc/self/x.env", kind="export")
 
 
 def test_missing_folder_and_folder_targets_are_refused(tmp_path):
-    assert refusal(fileio.check_output, tmp_path / "no" / "x.env", kind=OutputKind.EXPORT,
-                   option="--export") == (f"--export {tmp_path / 'no' / 'x.env'}: the folder "
-                                          f"{tmp_path / 'no'} does not exist")
-    assert refusal(fileio.check_output, tmp_path, kind=OutputKind.TEXT) == \
-        f"{tmp_path}: is a folder; give a file name"
+    assert refusal(fileio.check_output, tmp_path / "no" / "x.env", kind=OutputKind.EXPORT, option="--export") == (
+        f"--export {tmp_path / 'no' / 'x.env'}: the folder {tmp_path / 'no'} does not exist"
+    )
+    assert refusal(fileio.check_output, tmp_path, kind=OutputKind.TEXT) == f"{tmp_path}: is a folder; give a file name"
     (tmp_path / "d.png").mkdir()
     assert "is a folder" in refusal(fileio.check_output, tmp_path / "d", kind=OutputKind.PLOT)
 
@@ -71,7 +70,8 @@ def test_results_only_appended_to_results(tmp_path):
     profile.write_text("NCCL_PROTO=LL\n")
     assert refusal(fileio.check_output, profile, kind=OutputKind.RESULTS, option="--out") == (
         f"--out {profile}: exists and is not a nccl-tune results file (no line of it is a nccl-tune "
-        "record); results are appended only to results files: choose another file")
+        "record); results are appended only to results files: choose another file"
+    )
     results = tmp_path / "r.jsonl"
     results.write_text("\n" + RECORD + "\nnot json\n")
     assert fileio.check_output(results, kind=OutputKind.RESULTS) == results
@@ -82,10 +82,17 @@ def test_results_only_appended_to_results(tmp_path):
     assert fileio.check_output(profile, kind=OutputKind.EXPORT) == profile
 
 
-@pytest.mark.parametrize("given, written", [
-    ("a.png", "a.png"), ("a.PDF", "a.PDF"), ("a.svg", "a.svg"), ("a.txt", "a.txt.png"),
-    ("adir", "adir.png"), ("a.jsonl", "a.jsonl.png"),
-])
+@pytest.mark.parametrize(
+    "given, written",
+    [
+        ("a.png", "a.png"),
+        ("a.PDF", "a.PDF"),
+        ("a.svg", "a.svg"),
+        ("a.txt", "a.txt.png"),
+        ("adir", "adir.png"),
+        ("a.jsonl", "a.jsonl.png"),
+    ],
+)
 def test_plot_suffix_rule(tmp_path, given, written):
     assert fileio.check_output(tmp_path / given, kind=OutputKind.PLOT) == tmp_path / written
 
@@ -108,22 +115,30 @@ def test_unwritable_folder_is_refused_for_root_too(tmp_path):
         text = refusal(fileio.check_output, folder / "x.env", kind=OutputKind.EXPORT, option="--export")
         assert text.startswith(f"--export {folder / 'x.env'}: the folder {folder} is not writable"), how
         if how != "mode 0555":  # a read-only mount or an immutable folder: its files too
-            assert "cannot be appended" in refusal(fileio.check_output, folder / "kept.txt",
-                                                   kind=OutputKind.TEXT)
+            assert "cannot be appended" in refusal(fileio.check_output, folder / "kept.txt", kind=OutputKind.TEXT)
     assert sorted(os.listdir(tmp_path / "ro")) == ["kept.txt"]
 
 
 def _refused_without_overrides(folder):
     """Root, where neither a read-only bind mount nor chattr is allowed: the same check in
     a process without CAP_DAC_OVERRIDE, for which mode 0555 holds."""
-    code = ("from nccl_tune import fileio\n"
-            f"fileio.check_output({str(folder / 'x.env')!r}, kind='export', option='--export')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=subprocess_env(), cwd=REPO_ROOT, preexec_fn=drop_overrides)
+    code = (
+        "from nccl_tune import fileio\n"
+        f"fileio.check_output({str(folder / 'x.env')!r}, kind='export', option='--export')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+        preexec_fn=drop_overrides,
+    )
     assert f"--export {folder / 'x.env'}: the folder {folder} is not writable" in done.stderr
 
 
 # ---------------------------------------------------------------- write_atomic
+
 
 def test_write_atomic_replaces_keeps_mode_and_follows_links(tmp_path):
     target = tmp_path / "p.env"
@@ -157,8 +172,13 @@ def test_write_atomic_on_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmp_p
     """A real write failure (the file-size limit: EFBIG, as a full disk gives ENOSPC)."""
     target = tmp_path / "p.env"
     target.write_text("NCCL_PROTO=LL\n")
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, "export", str(target)],
-                          capture_output=True, text=True, env=subprocess_env(), cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "export", str(target)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith(f"{target}: cannot write: File too large")
     assert target.read_text() == "NCCL_PROTO=LL\n"
@@ -167,15 +187,21 @@ def test_write_atomic_on_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmp_p
 
 def test_results_append_on_a_full_disk_leaves_no_empty_file_and_no_torn_line(tmp_path):
     new = tmp_path / "new.jsonl"
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, "results", str(new)],
-                          capture_output=True, text=True, env=subprocess_env(), cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "results", str(new)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 2, done.stderr
     assert "cannot append: File too large" in done.stdout
     assert not new.exists()
     old = tmp_path / "old.jsonl"
     old.write_text(RECORD[:40] + "\n")  # 40 bytes: room for a torn line, not a record
-    subprocess.run([sys.executable, "-c", FULL_DISK, "results", str(old)], capture_output=True,
-                   env=subprocess_env(), cwd=REPO_ROOT)
+    subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "results", str(old)], capture_output=True, env=subprocess_env(), cwd=REPO_ROOT
+    )
     assert old.read_text() == RECORD[:40] + "\n"
 
 
@@ -192,13 +218,20 @@ HOLD = textwrap.dedent("""
 
 def test_a_second_writer_is_refused_while_one_holds_the_results(tmp_path):
     results = tmp_path / "r.jsonl"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(results)], stdout=subprocess.PIPE,
-                              text=True, env=subprocess_env(), cwd=REPO_ROOT)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(results)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         text = refusal(fileio.append_line, results, RECORD)
-        assert text == (f"{results}: another process (pid {holder.pid}) is writing results to this "
-                        "file; wait for it to finish or choose another file")
+        assert text == (
+            f"{results}: another process (pid {holder.pid}) is writing results to this "
+            "file; wait for it to finish or choose another file"
+        )
         assert refusal(fileio.check_not_busy, results, option="--out") == f"--out {text}"
         assert fileio.check_output(results, kind=OutputKind.RESULTS) == results  # static checks only
     finally:
@@ -234,34 +267,50 @@ def test_a_torn_last_line_gets_a_newline_before_the_next_record(tmp_path):
 
 # ---------------------------------------------------------------- inputs
 
+
 def test_read_text_refuses_non_utf8_naming_line_and_column(tmp_path):
     bad = tmp_path / "g.toml"
-    bad.write_bytes(b"a = 1\nb = \"x\xff\"\n")
-    assert refusal(fileio.read_text, bad, what="grid file") == \
-        f"{bad}:2: not UTF-8 text (byte 0xff at column 7); a grid file is UTF-8"
+    bad.write_bytes(b'a = 1\nb = "x\xff"\n')
+    assert (
+        refusal(fileio.read_text, bad, what="grid file")
+        == f"{bad}:2: not UTF-8 text (byte 0xff at column 7); a grid file is UTF-8"
+    )
 
 
 def test_read_text_caps_size_and_lines(tmp_path):
     big = tmp_path / "big.txt"
     big.write_bytes(b"a" * 2000)
-    assert refusal(fileio.read_text, big, what="topology paste", max_bytes=1000) == \
-        f"{big}: 2000 bytes: more than the 1000 bytes a topology paste may have"
+    assert (
+        refusal(fileio.read_text, big, what="topology paste", max_bytes=1000)
+        == f"{big}: 2000 bytes: more than the 1000 bytes a topology paste may have"
+    )
     long = tmp_path / "long.txt"
     long.write_text("ok\n" + "x" * 50 + "\n")
-    assert refusal(fileio.read_text, long, what="conf file", max_line=40) == \
-        f"{long}:2: a line of 50 characters: more than the 40 a conf file line may have"
+    assert (
+        refusal(fileio.read_text, long, what="conf file", max_line=40)
+        == f"{long}:2: a line of 50 characters: more than the 40 a conf file line may have"
+    )
 
 
 def test_read_text_names_a_folder_and_a_missing_file(tmp_path):
     assert refusal(fileio.read_text, tmp_path, what="profile") == f"{tmp_path}: is a folder, not a profile"
-    assert refusal(fileio.read_text, tmp_path / "x", what="profile") == \
-        f"{tmp_path / 'x'}: cannot read the profile: No such file or directory"
+    assert (
+        refusal(fileio.read_text, tmp_path / "x", what="profile")
+        == f"{tmp_path / 'x'}: cannot read the profile: No such file or directory"
+    )
 
 
-@pytest.mark.parametrize("text, depth", [
-    ("1", 0), ("[]", 1), ('{"a": [1, {"b": []}]}', 4), ('["[[[[", "\\"[["]', 1),
-    ('{"k\\\\": "]]]"}', 1), ("[" * 10 + "]" * 10, 10),
-])
+@pytest.mark.parametrize(
+    "text, depth",
+    [
+        ("1", 0),
+        ("[]", 1),
+        ('{"a": [1, {"b": []}]}', 4),
+        ('["[[[[", "\\"[["]', 1),
+        ('{"k\\\\": "]]]"}', 1),
+        ("[" * 10 + "]" * 10, 10),
+    ],
+)
 def test_json_depth_ignores_brackets_in_strings(text, depth):
     assert fileio.json_depth(text) == depth
 
@@ -270,17 +319,22 @@ def test_load_json_refuses_deep_nesting_fast_without_recursion(tmp_path):
     deep = tmp_path / "m.json"
     deep.write_text("[" * 100_000)
     start = time.monotonic()
-    assert refusal(fileio.load_json, deep, what="model file") == \
-        f"{deep}: nested 100000 levels deep: a model file nests at most 32"
+    assert (
+        refusal(fileio.load_json, deep, what="model file")
+        == f"{deep}: nested 100000 levels deep: a model file nests at most 32"
+    )
     assert time.monotonic() - start < 5  # a hang detector, not a benchmark
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"a": NaN}', "not valid JSON for a plan: NaN is not JSON"),
-    ('{"a": -Infinity}', "not valid JSON for a plan: -Infinity is not JSON"),
-    ('{"a": 1e400}', "the number inf is out of range; a plan holds finite numbers"),
-    ('{"a": 1,}', None),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"a": NaN}', "not valid JSON for a plan: NaN is not JSON"),
+        ('{"a": -Infinity}', "not valid JSON for a plan: -Infinity is not JSON"),
+        ('{"a": 1e400}', "the number inf is out of range; a plan holds finite numbers"),
+        ('{"a": 1,}', None),
+    ],
+)
 def test_load_json_refuses_non_finite_numbers_and_bad_syntax(tmp_path, text, message):
     path = tmp_path / "p.json"
     path.write_text(text)
@@ -296,19 +350,19 @@ def test_iter_lines_cuts_long_lines_in_linear_time(tmp_path):
     path.write_bytes(b"first\n" + b"\xc3\xa9" * 3_000_000 + b"\nlast\n")
     seen = []
     start = time.monotonic()
-    lines = list(fileio.iter_lines(path, what="log", max_line=1001,
-                                   on_long=lambda n, size: seen.append((n, size))))
+    lines = list(fileio.iter_lines(path, what="log", max_line=1001, on_long=lambda n, size: seen.append((n, size))))
     assert time.monotonic() - start < 5
     assert seen == [(2, 6_000_000)]
     assert [n for n, _ in lines] == [1, 2, 3]
     assert lines[1][1] == "\u00e9" * 500  # cut at a character boundary
-    assert "a line of 6000000 bytes" in refusal(lambda: list(fileio.iter_lines(path, what="log",
-                                                                               max_line=1001)))
+    assert "a line of 6000000 bytes" in refusal(lambda: list(fileio.iter_lines(path, what="log", max_line=1001)))
 
 
 def test_iter_lines_strict_and_tolerant(tmp_path):
     path = tmp_path / "log"
     path.write_bytes(b"ok\nbad \xff\n")
-    assert refusal(lambda: list(fileio.iter_lines(path, what="NCCL log"))) == \
-        f"{path}:2: not UTF-8 text (byte 0xff at column 5); an NCCL log is UTF-8"
+    assert (
+        refusal(lambda: list(fileio.iter_lines(path, what="NCCL log")))
+        == f"{path}:2: not UTF-8 text (byte 0xff at column 5); an NCCL log is UTF-8"
+    )
     assert list(fileio.iter_lines(path, what="NCCL log", strict=False)) == [(1, "ok"), (2, "bad \ufffd")]

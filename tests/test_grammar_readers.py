@@ -37,27 +37,101 @@ EXAMPLES = 75  # hypothesis examples: EXAMPLES * BATCH texts in all (3000)
 
 SAFE = string.ascii_letters + string.digits + "_.,:^%/+-="  # the documented value characters
 NAMES = st.one_of(
-    st.text(alphabet=string.ascii_uppercase + string.digits + "_", min_size=1, max_size=20).map(
-        lambda tail: "NCCL_" + tail).filter(lambda n: not grammar.loads_code(n)),
-    st.sampled_from(["NCCL_PROTO", "NCCL_ALGO", "TORCH_NCCL_BLOCKING_WAIT",
-                     "VLLM_ALLREDUCE_USE_SYMM_MEM", "VLLM_SKIP_P2P_CHECK", "SGLANG_SKIP_P2P_CHECK"]))
-BAD_NAMES = st.sampled_from(["LD_PRELOAD", "PATH", "BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS",
-                             "nccl_proto", "NCCL_NET_PLUGIN", "NCCL_IBVERBS_LIB", "export", "X",
-                             "1NCCL", "NCCL-X", "NCCL_\u00c9", "\ufeffNCCL_PROTO", ""])
+    st.text(alphabet=string.ascii_uppercase + string.digits + "_", min_size=1, max_size=20)
+    .map(lambda tail: "NCCL_" + tail)
+    .filter(lambda n: not grammar.loads_code(n)),
+    st.sampled_from(
+        [
+            "NCCL_PROTO",
+            "NCCL_ALGO",
+            "TORCH_NCCL_BLOCKING_WAIT",
+            "VLLM_ALLREDUCE_USE_SYMM_MEM",
+            "VLLM_SKIP_P2P_CHECK",
+            "SGLANG_SKIP_P2P_CHECK",
+        ]
+    ),
+)
+BAD_NAMES = st.sampled_from(
+    [
+        "LD_PRELOAD",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "PS4",
+        "SHELLOPTS",
+        "nccl_proto",
+        "NCCL_NET_PLUGIN",
+        "NCCL_IBVERBS_LIB",
+        "export",
+        "X",
+        "1NCCL",
+        "NCCL-X",
+        "NCCL_\u00c9",
+        "\ufeffNCCL_PROTO",
+        "",
+    ]
+)
 # Printable comment text (what the grammar allows after '#'), trailing backslash removed.
 PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Co", "Cn", "Zl", "Zp", "Zs"))
-COMMENT_TEXT = st.text(alphabet=PRINTABLE | st.sampled_from(" \t"), max_size=30).map(
-    lambda t: t.rstrip("\\"))
+COMMENT_TEXT = st.text(alphabet=PRINTABLE | st.sampled_from(" \t"), max_size=30).map(lambda t: t.rstrip("\\"))
 # What bash, docker or systemd treat specially; commands only ever touch ./canary.
-ADVERSARIAL = st.sampled_from([
-    "'", '"', "$(touch canary)", "`touch canary`", ";touch canary", "&touch canary",
-    "|touch canary", ">canary", "<canary", " touch canary", "\ttouch canary", "\\", "\\\n",
-    "\\\n#$(touch canary)", "\\\n#;touch canary", "\r", "\rtouch canary", "\x00", "\u2028",
-    "\u00a0", "\ufeff", "\x85", "\x0b", "\x0c", "~", "~/", "${HOME}", "$HOME", "$((1+1))", "#",
-    " #", "=", "\n", "\ntouch canary\n", "{a,b}", "*", "?", "[a]", "!", "e\u0301", "\u00e9",
-    "export ", "'a'$(touch canary)'b'", "'a';touch canary;'b'", '"a";touch canary;"b"',
-    "'a'`touch canary`'b'", "'a'\"$(touch canary)\"'b'", "$'\\x41'", "(", ")", "\\x41", "%",
-])
+ADVERSARIAL = st.sampled_from(
+    [
+        "'",
+        '"',
+        "$(touch canary)",
+        "`touch canary`",
+        ";touch canary",
+        "&touch canary",
+        "|touch canary",
+        ">canary",
+        "<canary",
+        " touch canary",
+        "\ttouch canary",
+        "\\",
+        "\\\n",
+        "\\\n#$(touch canary)",
+        "\\\n#;touch canary",
+        "\r",
+        "\rtouch canary",
+        "\x00",
+        "\u2028",
+        "\u00a0",
+        "\ufeff",
+        "\x85",
+        "\x0b",
+        "\x0c",
+        "~",
+        "~/",
+        "${HOME}",
+        "$HOME",
+        "$((1+1))",
+        "#",
+        " #",
+        "=",
+        "\n",
+        "\ntouch canary\n",
+        "{a,b}",
+        "*",
+        "?",
+        "[a]",
+        "!",
+        "e\u0301",
+        "\u00e9",
+        "export ",
+        "'a'$(touch canary)'b'",
+        "'a';touch canary;'b'",
+        '"a";touch canary;"b"',
+        "'a'`touch canary`'b'",
+        "'a'\"$(touch canary)\"'b'",
+        "$'\\x41'",
+        "(",
+        ")",
+        "\\x41",
+        "%",
+    ]
+)
 
 
 @st.composite
@@ -92,15 +166,14 @@ def wild_text(draw):
             prefix = draw(st.sampled_from(["", "", "export ", " ", "\t", "export\t", "export  "]))
             name = draw(NAMES | BAD_NAMES)
             sep = draw(st.sampled_from(["=", "=", "=", " =", "= ", "=="]))
-            value = "".join(draw(st.lists(ADVERSARIAL | st.text(alphabet=SAFE, max_size=8),
-                                          max_size=4)))
+            value = "".join(draw(st.lists(ADVERSARIAL | st.text(alphabet=SAFE, max_size=8), max_size=4)))
             lines.append(f"{prefix}{name}{sep}{value}")
     return "\n".join(lines) + draw(st.sampled_from(["", "\n", "\r\n"]))
 
 
 # ---------------------------------------------------------------- bash, in batches
 
-_SCRIPT = r'''
+_SCRIPT = r"""
 out=$1; shift
 i=0
 for d in "$@"; do
@@ -112,7 +185,7 @@ for d in "$@"; do
   i=$((i + 1))
 done
 declare -px > "$out/before"
-'''
+"""
 # `declare -px` is a builtin (no process per text); it prints `declare -x NAME="VALUE"`
 # with '"', '$', '\' and '`' escaped (none of which the grammar lets through).
 _DECLARE = re.compile(r'declare -x ([A-Za-z_][A-Za-z0-9_]*)(?:="((?:[^"\\$`]|\\.)*)")?\n')
@@ -128,7 +201,7 @@ def _read_declare(path: str) -> dict[str, str] | None:
     out, pos = {}, 0
     for match in _DECLARE.finditer(text):
         if match.start() != pos:  # a form this reader does not know: keep it visible
-            out[f"<unparsed at {pos}>"] = text[pos:match.start()]
+            out[f"<unparsed at {pos}>"] = text[pos : match.start()]
         out[match.group(1)] = re.sub(r"\\(.)", r"\1", match.group(2) or "")
         pos = match.end()
     if pos != len(text):
@@ -169,14 +242,23 @@ def bash_reads(texts: list[str]) -> list[tuple[dict[str, str] | None, list[str]]
             handle.write(text)
         dirs.append(folder)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": root, "LC_ALL": "C"}
-    subprocess.run([BASH, "--norc", "--noprofile", "-c", _SCRIPT, "bash", out, *dirs],
-                   env=env, cwd=root, check=True, timeout=120, capture_output=True)
+    subprocess.run(
+        [BASH, "--norc", "--noprofile", "-c", _SCRIPT, "bash", out, *dirs],
+        env=env,
+        cwd=root,
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     base = _read_declare(os.path.join(out, "before"))
     results = []
     for i, folder in enumerate(dirs):
         after = _read_declare(os.path.join(out, f"{i}.after"))
-        added = None if after is None else {
-            k: v for k, v in after.items() if base.get(k) != v and k not in ("PWD", "OLDPWD")}
+        added = (
+            None
+            if after is None
+            else {k: v for k, v in after.items() if base.get(k) != v and k not in ("PWD", "OLDPWD")}
+        )
         results.append((added, sorted(os.listdir(folder))))
     return results
 
@@ -194,8 +276,13 @@ def _exported_lines(text: str) -> bool:
 
 def check_readers(text: str, pairs: list[tuple[str, str]]) -> None:
     """docker, systemd (both comment rules) and NCCL's conf reader read `text` as `pairs`."""
-    plain = [(k, v) for line, (k, v) in zip(
-        [l for l in grammar.parse_lines(text) if l.kind == grammar.ASSIGN], pairs) if not line.exported]
+    plain = [
+        (k, v)
+        for line, (k, v) in zip(
+            [parsed for parsed in grammar.parse_lines(text) if parsed.kind == grammar.ASSIGN], pairs
+        )
+        if not line.exported
+    ]
     if _exported_lines(text):
         # docker refuses the whole file; systemd drops the `export` lines (invalid names).
         with pytest.raises(Refused):
@@ -209,9 +296,11 @@ def check_readers(text: str, pairs: list[tuple[str, str]]) -> None:
 
 # ---------------------------------------------------------------- the property
 
+
 @needs_bash
-@hsettings(max_examples=EXAMPLES, deadline=None,
-           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@hsettings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(st.lists(st.one_of(valid_text(), wild_text()), min_size=BATCH, max_size=BATCH))
 def test_what_the_grammar_accepts_every_reader_reads_alike_and_bash_runs_nothing(texts):
     accepted = [(text, pairs) for text in texts if (pairs := _accepted(text)) is not None]
@@ -234,9 +323,16 @@ def test_the_documented_forms_are_accepted(text):
 def test_the_oracle_sees_code_run():
     # The adversarial pieces really run a command under bash when the grammar is bypassed,
     # so the property above would catch a grammar that let one through.
-    texts = ["X='a'$(touch canary)'b'\n", "X='a';touch canary;'b'\n", 'X="a";touch canary;"b"\n',
-             "X='a'`touch canary`'b'\n", "X='a'\"$(touch canary)\"'b'\n",
-             "X=a\\\n#$(touch canary)\n", "X=a\\\n#;touch canary\n", "X=a >canary\n"]
+    texts = [
+        "X='a'$(touch canary)'b'\n",
+        "X='a';touch canary;'b'\n",
+        'X="a";touch canary;"b"\n',
+        "X='a'`touch canary`'b'\n",
+        "X='a'\"$(touch canary)\"'b'\n",
+        "X=a\\\n#$(touch canary)\n",
+        "X=a\\\n#;touch canary\n",
+        "X=a >canary\n",
+    ]
     for text in texts:
         assert _accepted(text) is None, text
     for text, (_, files) in zip(texts, bash_reads(texts)):
@@ -246,10 +342,22 @@ def test_the_oracle_sees_code_run():
 @needs_bash
 def test_readers_disagree_where_the_grammar_refuses():
     # Each refused form is read differently by at least two consumers: why it is refused.
-    cases = ["NCCL_PROTO='LL'\n", "NCCL_PROTO=LL \n", "NCCL_PROTO=L\\L\n", "NCCL_PROTO=LL\r\n",
-             "# note \\\nNCCL_PROTO=LL\n", " NCCL_PROTO=LL\n", "NCCL_PROTO=LL\rNCCL_ALGO=Tree\n"]
+    cases = [
+        "NCCL_PROTO='LL'\n",
+        "NCCL_PROTO=LL \n",
+        "NCCL_PROTO=L\\L\n",
+        "NCCL_PROTO=LL\r\n",
+        "# note \\\nNCCL_PROTO=LL\n",
+        " NCCL_PROTO=LL\n",
+        "NCCL_PROTO=LL\rNCCL_ALGO=Tree\n",
+    ]
     for text, (bash, _) in zip(cases, bash_reads(cases)):
         assert _accepted(text) is None, text
-        reads = [bash, dict(docker_env_file(text)), dict(systemd_env_file(text)),
-                 dict(systemd_env_file(text, legacy_comments=True)), dict(nccl_conf_file(text))]
+        reads = [
+            bash,
+            dict(docker_env_file(text)),
+            dict(systemd_env_file(text)),
+            dict(systemd_env_file(text, legacy_comments=True)),
+            dict(nccl_conf_file(text)),
+        ]
         assert any(r != reads[0] for r in reads), text

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune.measure import grid as gridlib
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.measure import grid as gridlib
 from nccl_tune.store import BASELINE
 
 
@@ -31,9 +31,13 @@ def test_sets_expand_to_product_with_baseline_first():
     g = gridlib.build_grid(spec)
     assert g.cells[0].id == BASELINE and g.cells[0].env == {}
     assert _envs(g.cells)[1:] == [
-        {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree"},
-        {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"},
-        {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Tree"}]
+        {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+        {"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree"},
+        {"NCCL_ALGO": "Ring"},
+        {"NCCL_ALGO": "Tree"},
+        {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"},
+        {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Tree"},
+    ]
     assert not g.dropped and g.topology is None
 
 
@@ -44,9 +48,11 @@ def test_baseline_present_even_when_every_axis_has_default():
 
 def test_toml_grid_file(tmp_path):
     path = tmp_path / "g.toml"
-    path.write_text('[grid]\nNCCL_PROTO = ["default", "LL"]\nNCCL_NTHREADS = [256, 512]\n'
-                    '[[cells]]\nNCCL_PROTO = "LL"\nNCCL_P2P_LEVEL = "SYS"\n'
-                    '[[cells]]\nNCCL_PROTO = "LL"\nNCCL_NTHREADS = 512\n')
+    path.write_text(
+        '[grid]\nNCCL_PROTO = ["default", "LL"]\nNCCL_NTHREADS = [256, 512]\n'
+        '[[cells]]\nNCCL_PROTO = "LL"\nNCCL_P2P_LEVEL = "SYS"\n'
+        '[[cells]]\nNCCL_PROTO = "LL"\nNCCL_NTHREADS = 512\n'
+    )
     g = gridlib.build_grid(gridlib.resolve_grid_option(str(path)))
     assert len(g.cells) == 1 + 4 + 1
     assert {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"} in _envs(g.cells)
@@ -54,13 +60,16 @@ def test_toml_grid_file(tmp_path):
     assert g.sources == [str(path)]
 
 
-@pytest.mark.parametrize("text,message,line", [
-    ('[grid]\nNCCL_PROTO = ["LL"\n', "not a valid TOML grid", 2),
-    ('[sweep]\nx = 1\n', "unknown table", None),
-    ('[grid]\nPROTO = ["LL"]\n', "not an NCCL_", None),
-    ('[grid]\nNCCL_PROTO = [true]\n', "strings or integers", None),
-    ('# nothing\n', "the grid is empty", None),
-])
+@pytest.mark.parametrize(
+    "text,message,line",
+    [
+        ('[grid]\nNCCL_PROTO = ["LL"\n', "not a valid TOML grid", 2),
+        ("[sweep]\nx = 1\n", "unknown table", None),
+        ('[grid]\nPROTO = ["LL"]\n', "not an NCCL_", None),
+        ("[grid]\nNCCL_PROTO = [true]\n", "strings or integers", None),
+        ("# nothing\n", "the grid is empty", None),
+    ],
+)
 def test_bad_grid_files(tmp_path, text, message, line):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -78,8 +87,14 @@ def test_grid_option_unknown():
 
 def test_decode_grid_holds_the_public_winning_set():
     g = gridlib.build_grid(gridlib.resolve_grid_option("decode"))
-    winning = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16",
-               "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512", "NCCL_P2P_LEVEL": "SYS"}
+    winning = {
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
+        "NCCL_P2P_LEVEL": "SYS",
+    }
     assert winning in _envs(g.cells)
     assert len(g.cells) == 4 * 3 * 3 * 2 * 3 * 2  # unknown topology: nothing pruned
     pcie = gridlib.build_grid(gridlib.resolve_grid_option("decode"), "pcie")
@@ -88,15 +103,15 @@ def test_decode_grid_holds_the_public_winning_set():
 
 
 def test_lint_pruning_keeps_reasons():
-    g = gridlib.build_grid(gridlib.spec_from_sets(
-        ["NCCL_NTHREADS=100,256", "NCCL_PROTO=LL,Fast", "NCCL_P2P_LEVEL=sys"]))
+    g = gridlib.build_grid(
+        gridlib.spec_from_sets(["NCCL_NTHREADS=100,256", "NCCL_PROTO=LL,Fast", "NCCL_P2P_LEVEL=sys"])
+    )
     reasons = {tuple(sorted(d.env.items())): d.reason for d in g.dropped}
     assert all(d.kind == "lint" for d in g.dropped) and len(g.dropped) == 3
     assert any("not a multiple of 32" in r for r in reasons.values())
     assert any("unknown protocol 'Fast'" in r for r in reasons.values())
     kept = [c for c in g.cells if c.env]
-    assert kept == [gridlib.Cell({"NCCL_NTHREADS": "256", "NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "sys"},
-                                 kept[0].notes)]
+    assert kept == [gridlib.Cell({"NCCL_NTHREADS": "256", "NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "sys"}, kept[0].notes)]
     assert any("wrong case" in n for n in kept[0].notes)  # legal but ignored by NCCL: a warning
 
 
@@ -124,8 +139,7 @@ def test_unknown_topology_prunes_nothing_and_says_so(monkeypatch):
     real_import = builtins.__import__
 
     def no_topology(name, *args, **kwargs):
-        if name == "nccl_tune.nccl.topology" or (args and args[2] and "topology" in args[2]
-                                            and name == "nccl_tune"):
+        if name == "nccl_tune.nccl.topology" or (args and args[2] and "topology" in args[2] and name == "nccl_tune"):
             raise ImportError("absent")
         return real_import(name, *args, **kwargs)
 
@@ -137,8 +151,7 @@ def test_unknown_topology_prunes_nothing_and_says_so(monkeypatch):
 
 
 def test_grouping_by_process_scope():
-    spec = gridlib.spec_from_sets(["NCCL_PROTO=LL,default", "NCCL_NTHREADS=256,default",
-                                   "NCCL_ALGO=Ring,default"])
+    spec = gridlib.spec_from_sets(["NCCL_PROTO=LL,default", "NCCL_NTHREADS=256,default", "NCCL_ALGO=Ring,default"])
     groups = gridlib.build_grid(spec).groups()
     assert [g.process_env for g in groups] == [{}, {"NCCL_NTHREADS": "256"}]
     assert [len(g.cells) for g in groups] == [4, 4]

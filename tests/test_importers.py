@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import OWN_FIXTURES
+
 from nccl_tune import store
-from nccl_tune.measure import importers
-from nccl_tune.nccl import nccltests
 from nccl_tune.cli import cli
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.measure import importers
+from nccl_tune.nccl import nccltests
 
 OWN = OWN_FIXTURES / "nccl_tests"
 
@@ -51,8 +51,7 @@ def test_real_fixture_facts(real_fixtures):
     assert records[0]["versions"]["nccl"] == "2.29.7"  # from nccl-library=22907
     assert records[0]["versions"]["nccl_tests"] == "2.18.0"
     assert records[0]["iters"] == 50 and records[0]["mode"] == "eager"
-    assert records[0]["inplace"] == {"time_us": 4365.21, "algbw_gbps": 0.24, "busbw_gbps": 0.24,
-                                     "wrong": 0}
+    assert records[0]["inplace"] == {"time_us": 4365.21, "algbw_gbps": 0.24, "busbw_gbps": 0.24, "wrong": 0}
     records, _ = importers.import_file(str(folder / "oke_a100_2node_nccl2.25.txt"))
     assert records[0]["versions"]["nccl"] == "2.25.1" and records[0]["nnodes"] == 2
     # Table-only pastes: the world size comes from busbw/algbw (nccl-tests' definitions).
@@ -106,11 +105,15 @@ def _old_layout_with(tmp_path, row_32768):
 def test_out_of_bounds_failure_marks_rows_only_when_no_row_is_flagged(tmp_path):
     # "Out of bounds values : 1 FAILED" and no row flagged: nothing tells the bad row, so
     # every row is wrong; one row flagged, in either column, carries the failure alone.
-    clean = "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  0e+00"
+    clean = (
+        "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  0e+00"
+    )
     records = _old_layout_with(tmp_path, clean)
     assert {(r["status"], r["correct"]) for r in records} == {("wrong", False)}
     assert "1 out-of-bounds values (FAILED)" in records[0]["error"]
-    in_place = "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  3e-02*"
+    in_place = (
+        "       32768          8192     float     sum    71.80    0.46    0.68  0e+00    70.96    0.46    0.69  3e-02*"
+    )
     records = _old_layout_with(tmp_path, in_place)
     assert [r["bytes"] for r in records if r["status"] == "wrong"] == [32768]
 
@@ -158,8 +161,7 @@ def test_env_option_replaces_the_header():
     records, _ = _load("two_runs_env_header.txt", env={"NCCL_PROTO": "LL"}, label="box A")
     assert {store.cell_id(r["env"]) for r in records} == {store.cell_id({"NCCL_PROTO": "LL"})}
     assert all(r["label"] == "box A" for r in records)
-    assert importers.parse_env_option("NCCL_PROTO=LL NCCL_ALGO=Ring") == {
-        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    assert importers.parse_env_option("NCCL_PROTO=LL NCCL_ALGO=Ring") == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
     assert importers.parse_env_option("") == {}
     with pytest.raises(NcclTuneError, match="not NCCL_NAME=VALUE"):
         importers.parse_env_option("NCCL_PROTO")
@@ -168,15 +170,19 @@ def test_env_option_replaces_the_header():
 
 
 def test_an_absurd_size_is_refused_with_its_line(cli_runner, tmp_path):
-    text = (OWN / "validation_off_na.txt").read_text().replace(
-        "       57344         28672", " 1" + "0" * 400 + "         28672")
+    text = (
+        (OWN / "validation_off_na.txt")
+        .read_text()
+        .replace("       57344         28672", " 1" + "0" * 400 + "         28672")
+    )
     src = tmp_path / "huge.txt"
     src.write_text(text)
     out = tmp_path / "r.jsonl"
     result = cli_runner.invoke(cli, ["import-nccl-tests", str(src), "--out", str(out)])
     assert result.exit_code == 2 and not out.exists()
-    assert result.output.strip() == (f"Error: {src}:12: a size of 1{'0' * 29}... bytes is more than "
-                                     "one GPU holds (at most 274877906944)")
+    assert result.output.strip() == (
+        f"Error: {src}:12: a size of 1{'0' * 29}... bytes is more than one GPU holds (at most 274877906944)"
+    )
 
 
 def test_op_inferred_from_sizes():
@@ -189,7 +195,12 @@ def test_op_inferred_from_sizes():
 def test_wrong_rows_oob_and_failure_lines():
     records, runs = _load("wrong_rows_and_failure.txt")
     assert [(r["round"], r["bytes"], r["status"]) for r in records] == [
-        (1, 4096, "ok"), (1, 8192, "wrong"), (1, 16384, "ok"), (2, 4096, "ok"), (2, 8192, "failed")]
+        (1, 4096, "ok"),
+        (1, 8192, "wrong"),
+        (1, 16384, "ok"),
+        (2, 4096, "ok"),
+        (2, 8192, "failed"),
+    ]
     assert records[1]["wrong"] == 512 and records[1]["correct"] is False
     assert records[4]["error"].startswith("pcie8: Test NCCL failure common.cu:1005")
     assert records[4]["lat_us"] is None
@@ -199,7 +210,9 @@ def test_wrong_rows_oob_and_failure_lines():
 def test_log_lines_inside_rows():
     records, _ = _load("bracket_prefix_interleaved_tuning.txt")
     assert [(r["bytes"], r["lat_us"]["mean"], r["inplace"]["time_us"]) for r in records] == [
-        (4096, 30.12, 29.80), (8192, 31.44, 31.02)]
+        (4096, 30.12, 29.80),
+        (8192, 31.44, 31.02),
+    ]
     assert records[0]["env"] == {"NCCL_ALGO": "Tree"} and records[0]["world_size"] == 8
 
 
@@ -231,11 +244,14 @@ def test_json_unchecked_cputime_all_gather():
     assert records[0]["env"] == {"NCCL_ALGO": "Ring"} and records[0]["world_size"] == 4
 
 
-@pytest.mark.parametrize("name,line,message", [
-    ("garbage_notes.txt", 1, "not nccl-tests output"),
-    ("garbage_row.txt", 3, "'12.x5' is not a number"),
-    ("truncated_json.json", 1, "not valid nccl-tests JSON"),
-])
+@pytest.mark.parametrize(
+    "name,line,message",
+    [
+        ("garbage_notes.txt", 1, "not nccl-tests output"),
+        ("garbage_row.txt", 3, "'12.x5' is not a number"),
+        ("truncated_json.json", 1, "not valid nccl-tests JSON"),
+    ],
+)
 def test_garbage_names_the_line(name, line, message):
     with pytest.raises(NcclTuneError, match=message) as info:
         _load(name)
@@ -244,8 +260,17 @@ def test_garbage_names_the_line(name, line, message):
 
 def test_cli_imports_appends_and_reports(cli_runner, tmp_path):
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "two_runs_env_header.txt"),
-                                     str(OWN / "json_per_iter.json"), "--out", str(out), "--json"])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "import-nccl-tests",
+            str(OWN / "two_runs_env_header.txt"),
+            str(OWN / "json_per_iter.json"),
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert [f["records"] for f in summary["files"]] == [6, 2]
@@ -257,8 +282,9 @@ def test_cli_imports_appends_and_reports(cli_runner, tmp_path):
 
 def test_cli_bad_file_exit_2_and_nothing_written(cli_runner, tmp_path):
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "validation_off_na.txt"),
-                                     str(OWN / "garbage_row.txt"), "--out", str(out)])
+    result = cli_runner.invoke(
+        cli, ["import-nccl-tests", str(OWN / "validation_off_na.txt"), str(OWN / "garbage_row.txt"), "--out", str(out)]
+    )
     assert result.exit_code == 2
     assert "garbage_row.txt:3:" in result.output and "Traceback" not in result.output
     assert not out.exists()  # every file is read before anything is written
@@ -266,21 +292,34 @@ def test_cli_bad_file_exit_2_and_nothing_written(cli_runner, tmp_path):
 
 # ---------------------------------------------------------------- checked input
 
+
 def test_env_option_is_linted(cli_runner, tmp_path):
     out = tmp_path / "r.jsonl"
-    bad = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"),
-                                  "--env", "NCCL_PROTO=LLX NCCL_ALGO=Ring", "--out", str(out)])
+    bad = cli_runner.invoke(
+        cli,
+        [
+            "import-nccl-tests",
+            str(OWN / "json_per_iter.json"),
+            "--env",
+            "NCCL_PROTO=LLX NCCL_ALGO=Ring",
+            "--out",
+            str(out),
+        ],
+    )
     assert bad.exit_code == 2 and not out.exists()
     assert bad.output.strip().splitlines()[-1] == (
         "Error: Invalid value for '--env': NCCL_PROTO=LLX: unknown protocol 'LLX' "
-        "(known: LL, LL128, Simple); did you mean LL?")
-    unknown = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"),
-                                      "--env", "NCCL_PROTOO=LL", "--out", str(out)])
+        "(known: LL, LL128, Simple); did you mean LL?"
+    )
+    unknown = cli_runner.invoke(
+        cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"), "--env", "NCCL_PROTOO=LL", "--out", str(out)]
+    )
     assert unknown.exit_code == 2 and not out.exists()  # an unknown name: refused, as by sweep
     assert "NCCL_PROTOO: unknown to the catalogue" in unknown.output
     assert "did you mean NCCL_PROTO?" in unknown.output
-    warned = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"),
-                                     "--env", "NCCL_P2P_LEVEL=sys", "--out", str(out)])
+    warned = cli_runner.invoke(
+        cli, ["import-nccl-tests", str(OWN / "json_per_iter.json"), "--env", "NCCL_P2P_LEVEL=sys", "--out", str(out)]
+    )
     assert warned.exit_code == 0, warned.output
     assert "warning: --env: NCCL_P2P_LEVEL: 'sys' is in the wrong case" in warned.stderr
     assert len(store.read_records([str(out)])) == 2
@@ -294,28 +333,44 @@ def _json_variant(tmp_path, edit):
     return path
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda d: d["results"][0]["out_of_place"].update(time="x"),
-     "results entry 1 out_of_place: 'time' is \"x\", not a non-negative number"),
-    (lambda d: d["results"][1]["in_place"].update(bus_bw=[1]),
-     "results entry 2 in_place: 'bus_bw' is [1], not a non-negative number"),
-    (lambda d: d["results"][0]["out_of_place"].update(time=-3.0),
-     "results entry 1 out_of_place: 'time' is -3.0, not a non-negative number"),
-    (lambda d: d["results"][0]["out_of_place"].update(nwrong="0"),
-     "results entry 1 out_of_place: 'nwrong' is \"0\", not a non-negative number"),
-    (lambda d: d["results"][0]["out_of_place_per_iter"].update(times_us=["a"]),
-     "results entry 1 out_of_place_per_iter: 'times_us' is \"a\", not a non-negative number"),
-    (lambda d: d["results"][0].update(out_of_place="fast"), "results entry 1 out_of_place is \"fast\", not an object"),
-    (lambda d: d["results"][0].update(type=4), "results entry 1's 'type' is 4, not a JSON string"),
-    (lambda d: d["results"][0].update(actual_iterations="5"), "results entry 1's 'actual_iterations' is \"5\""),
-    (lambda d: d["results"][0].update(size=-8), "results entry 1: 'size' is -8, not a byte count"),
-    (lambda d: d.update(env=5), "the run's 'env' is 5, not a JSON list: not nccl-tests -J output"),
-    (lambda d: d.update(args={"a": 1}), "the run's 'args' is {\"a\": 1}, not a JSON list"),
-    (lambda d: d.update(config=[]), "the run's 'config' is [], not a JSON object"),
-    (lambda d: d.update(errors="boom"), "the run's 'errors' is \"boom\", not a JSON list"),
-    (lambda d: d.update(results=5), "'results' is 5, not a list: not nccl-tests -J output"),
-    (lambda d: d.update(results={"size": 8}), "'results' is {\"size\": 8}, not a list"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (
+            lambda d: d["results"][0]["out_of_place"].update(time="x"),
+            "results entry 1 out_of_place: 'time' is \"x\", not a non-negative number",
+        ),
+        (
+            lambda d: d["results"][1]["in_place"].update(bus_bw=[1]),
+            "results entry 2 in_place: 'bus_bw' is [1], not a non-negative number",
+        ),
+        (
+            lambda d: d["results"][0]["out_of_place"].update(time=-3.0),
+            "results entry 1 out_of_place: 'time' is -3.0, not a non-negative number",
+        ),
+        (
+            lambda d: d["results"][0]["out_of_place"].update(nwrong="0"),
+            "results entry 1 out_of_place: 'nwrong' is \"0\", not a non-negative number",
+        ),
+        (
+            lambda d: d["results"][0]["out_of_place_per_iter"].update(times_us=["a"]),
+            "results entry 1 out_of_place_per_iter: 'times_us' is \"a\", not a non-negative number",
+        ),
+        (
+            lambda d: d["results"][0].update(out_of_place="fast"),
+            'results entry 1 out_of_place is "fast", not an object',
+        ),
+        (lambda d: d["results"][0].update(type=4), "results entry 1's 'type' is 4, not a JSON string"),
+        (lambda d: d["results"][0].update(actual_iterations="5"), "results entry 1's 'actual_iterations' is \"5\""),
+        (lambda d: d["results"][0].update(size=-8), "results entry 1: 'size' is -8, not a byte count"),
+        (lambda d: d.update(env=5), "the run's 'env' is 5, not a JSON list: not nccl-tests -J output"),
+        (lambda d: d.update(args={"a": 1}), "the run's 'args' is {\"a\": 1}, not a JSON list"),
+        (lambda d: d.update(config=[]), "the run's 'config' is [], not a JSON object"),
+        (lambda d: d.update(errors="boom"), "the run's 'errors' is \"boom\", not a JSON list"),
+        (lambda d: d.update(results=5), "'results' is 5, not a list: not nccl-tests -J output"),
+        (lambda d: d.update(results={"size": 8}), "'results' is {\"size\": 8}, not a list"),
+    ],
+)
 def test_json_fields_of_the_wrong_type_are_errors(tmp_path, cli_runner, edit, message):
     path = _json_variant(tmp_path, edit)
     with pytest.raises(NcclTuneError, match=None) as info:
@@ -344,12 +399,11 @@ def test_zero_byte_rows_are_left_out_and_said(tmp_path, cli_runner):
 
 
 def test_an_absurd_size_is_refused_naming_it_cut_after_30_digits(tmp_path):
-    for size, shown in ((10 ** 29, str(10 ** 29)), (10 ** 30, str(10 ** 30)[:30] + "...")):
+    for size, shown in ((10**29, str(10**29)), (10**30, str(10**30)[:30] + "...")):
         path = _json_variant(tmp_path, lambda d, size=size: d["results"][0].update(size=size))
         with pytest.raises(NcclTuneError) as info:
             importers.import_file(str(path))
-        assert str(info.value) == (f"{path}: a size of {shown} bytes is more than one GPU holds "
-                                   f"(at most {1 << 38})")
+        assert str(info.value) == (f"{path}: a size of {shown} bytes is more than one GPU holds (at most {1 << 38})")
 
 
 # Mutants left alive on purpose (bench/mutation_check.py): MAX_IMPORT_BYTES = 32 x 1024 x
@@ -360,6 +414,7 @@ def test_an_absurd_size_is_refused_naming_it_cut_after_30_digits(tmp_path):
 
 # ---------------------------------------------------------------- forms found in public pastes
 
+
 def test_two_processes_interleaved_are_split(cli_runner, tmp_path):
     # nccl-tests issue #107's form: a non-MPI build under mpirun -np 2 runs two 1-rank
     # tests whose headers and rows interleave (each size twice, Rank 0 twice).
@@ -367,13 +422,14 @@ def test_two_processes_interleaved_are_split(cli_runner, tmp_path):
     assert len(runs) == 2 and [len(r.rows) for r in runs] == [10, 10]
     for run in runs:
         sizes = [row["size"] for row in run.rows]
-        assert sizes == sorted(set(sizes)) == [8 * 2 ** i for i in range(10)]
+        assert sizes == sorted(set(sizes)) == [8 * 2**i for i in range(10)]
         assert len(run.gpus) == 1 and "line 19: size 8 repeats" in run.notes[0]
     assert [r.hosts for r in runs] == [["nodea"], ["nodeb"]]
     assert {r["world_size"] for r in records} == {1} and {r["host"] for r in records} == {"nodea", "nodeb"}
     out = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["import-nccl-tests", str(OWN / "two_processes_interleaved_rank0_twice.txt"),
-                                     "--out", str(out)])
+    result = cli_runner.invoke(
+        cli, ["import-nccl-tests", str(OWN / "two_processes_interleaved_rank0_twice.txt"), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "2 outputs interleaved, split into 2 runs" in result.output
 
@@ -384,7 +440,7 @@ def test_offset_interleaved_table_is_split_by_size_order():
     assert len(runs) == 2
     for run in runs:
         sizes = [row["size"] for row in run.rows]
-        assert sizes == [8 * 2 ** i for i in range(12)]
+        assert sizes == [8 * 2**i for i in range(12)]
     assert runs[0].rows[6]["line"] == 11 and runs[1].rows[0]["line"] == 10
     by_size = {}
     for record in records:
@@ -410,11 +466,14 @@ def test_redops_restarting_sizes_are_one_run():
     assert {r["world_size"] for r in records} == {16}
 
 
-@pytest.mark.parametrize("name, op, world", [
-    ("reduce_scatter_8rank_table_only_small.txt", "reduce_scatter", 8),  # size / (count x 4)
-    ("allreduce_8rank_table_only_small_sizes.txt", "allreduce", 8),  # every algbw < 0.5 GB/s
-    ("all_gather_2rank.txt", "all_gather", 2),
-])
+@pytest.mark.parametrize(
+    "name, op, world",
+    [
+        ("reduce_scatter_8rank_table_only_small.txt", "reduce_scatter", 8),  # size / (count x 4)
+        ("allreduce_8rank_table_only_small_sizes.txt", "allreduce", 8),  # every algbw < 0.5 GB/s
+        ("all_gather_2rank.txt", "all_gather", 2),
+    ],
+)
 def test_world_size_from_counts_and_printed_digits(name, op, world):
     records, _ = _load(name)
     assert {r["op"] for r in records} == {op}
@@ -424,11 +483,16 @@ def test_world_size_from_counts_and_printed_digits(name, op, world):
 
 
 def test_world_size_none_when_the_digits_allow_several():
-    rows = [{"size": 8, "count": 2, "type": "float", "out": {"time_us": 20.0, "algbw_gbps": 0.0,
-                                                             "busbw_gbps": 0.0}}]
+    rows = [{"size": 8, "count": 2, "type": "float", "out": {"time_us": 20.0, "algbw_gbps": 0.0, "busbw_gbps": 0.0}}]
     assert nccltests.infer_world_size(rows, "allreduce") is None  # 0.00 GB/s bounds nothing
-    rows = [{"size": 1 << 20, "count": 1 << 18, "type": "float",
-             "out": {"time_us": 10.0, "algbw_gbps": 104.86, "busbw_gbps": 183.50}}]
+    rows = [
+        {
+            "size": 1 << 20,
+            "count": 1 << 18,
+            "type": "float",
+            "out": {"time_us": 10.0, "algbw_gbps": 104.86, "busbw_gbps": 183.50},
+        }
+    ]
     assert nccltests.infer_world_size(rows, "allreduce") == 8
     rows[0]["out"]["busbw_gbps"] = 250.0  # more than 2 x algbw: no world fits
     assert nccltests.infer_world_size(rows, "allreduce") is None

@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import subprocess_env
+
 from nccl_tune.measure import launch
 
 pytestmark = pytest.mark.slow
@@ -23,9 +23,15 @@ def _interrupt(argv, sig, whole_group, cwd, settle=lambda proc, seen: len(seen) 
     """Start `argv` in a session of its own, wait until its ranks run, send `sig` (to the
     whole group, as a terminal's Ctrl-C, or to the command alone), and return (exit code,
     stderr, the pids that were running under it)."""
-    proc = subprocess.Popen([sys.executable, "-m", "nccl_tune", *argv], env=subprocess_env(),
-                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nccl_tune", *argv],
+        env=subprocess_env(),
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     seen: set[int] = set()
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
@@ -60,14 +66,33 @@ def _ranks_started(proc, seen):  # torchrun and its two ranks
 
 @pytest.mark.parametrize("sig, whole_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_bench_interrupted(tmp_path, sig, whole_group):
-    code, err, seen = _interrupt(["bench", "--nproc", "2", "--sizes", "1K", "--iters", "5000000"],
-                                 sig, whole_group, tmp_path, _ranks_started)
+    code, err, seen = _interrupt(
+        ["bench", "--nproc", "2", "--sizes", "1K", "--iters", "5000000"], sig, whole_group, tmp_path, _ranks_started
+    )
     _check(code, err, seen)
 
 
 def test_validate_interrupted(tmp_path):
     (tmp_path / "p.env").write_text("NCCL_PROTO=LL\n")
-    code, err, seen = _interrupt(["validate", "--profile", "p.env", "--steps", "0", "--runs", "1000",
-                                  "--max-tokens", "500", "--model-args", TINY, "--out", "v.jsonl"],
-                                 signal.SIGINT, True, tmp_path, _ranks_started)
+    code, err, seen = _interrupt(
+        [
+            "validate",
+            "--profile",
+            "p.env",
+            "--steps",
+            "0",
+            "--runs",
+            "1000",
+            "--max-tokens",
+            "500",
+            "--model-args",
+            TINY,
+            "--out",
+            "v.jsonl",
+        ],
+        signal.SIGINT,
+        True,
+        tmp_path,
+        _ranks_started,
+    )
     _check(code, err, seen)

@@ -12,24 +12,34 @@ from __future__ import annotations
 
 import math
 
+import factories
 import pytest
 
-import factories
 from nccl_tune import stats, store
+from nccl_tune.cli import cli
 from nccl_tune.decide import report
 from nccl_tune.measure import search
-from nccl_tune.cli import cli
 from nccl_tune.measure.grid import Cell
 from nccl_tune.store import BASELINE
 
 
 def _rec(cell, env, round_, p50, **extra):
-    return factories.record(env, 14336, p50=p50, round_=round_, cell=cell, backend="gloo",
-                            world_size=2, host="h", samples_us=[p50 * 0.99, p50, p50 * 1.01],
-                            **extra)
+    return factories.record(
+        env,
+        14336,
+        p50=p50,
+        round_=round_,
+        cell=cell,
+        backend="gloo",
+        world_size=2,
+        host="h",
+        samples_us=[p50 * 0.99, p50, p50 * 1.01],
+        **extra,
+    )
 
 
 # ---------------------------------------------------------------- latency intervals
+
 
 def test_positive_ci_stays_above_zero_where_the_plain_t_interval_does_not():
     rounds = [200.0, 2510.0, 6000.0]  # three noisy rounds around a 2510 us median
@@ -58,9 +68,22 @@ def test_final_verdict_with_two_rounds_gives_no_interval():
 
 
 def test_sweep_summary_says_too_few_rounds(cli_runner, tmp_path):
-    result = cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--topology", "pcie",
-                                     "--set", "NCCL_PROTO=LL", "--rounds", "2",
-                                     "--out", str(tmp_path / "r.jsonl")])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie",
+            "--set",
+            "NCCL_PROTO=LL",
+            "--rounds",
+            "2",
+            "--out",
+            str(tmp_path / "r.jsonl"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "too few rounds (2) for an interval: --rounds 3 or more" in result.output
     assert "interval 0.000" not in result.output
@@ -68,8 +91,22 @@ def test_sweep_summary_says_too_few_rounds(cli_runner, tmp_path):
 
 def test_report_interval_header_follows_confidence(cli_runner, tmp_path):
     path = tmp_path / "r.jsonl"
-    result = cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--topology", "pcie",
-                                     "--set", "NCCL_PROTO=LL", "--rounds", "3", "--out", str(path)])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie",
+            "--set",
+            "NCCL_PROTO=LL",
+            "--rounds",
+            "3",
+            "--out",
+            str(path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     shown = cli_runner.invoke(cli, ["report", str(path), "--confidence", "0.9"])
     assert shown.exit_code == 0, shown.output
@@ -102,8 +139,13 @@ def test_stats_tied_needs_rounds():
 
 
 def test_minimal_parts_brings_back_a_finalists_best_proper_part():
-    envs = {"big": BIG, "small": SMALL, "other": {"NCCL_PROTO": "LL"}, "alien": {"NCCL_ALGO": "Tree"},
-            "broken": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}}
+    envs = {
+        "big": BIG,
+        "small": SMALL,
+        "other": {"NCCL_PROTO": "LL"},
+        "alien": {"NCCL_ALGO": "Tree"},
+        "broken": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"},
+    }
     scores = {"big": 0.8, "alien": 0.9, "broken": math.inf, "other": 1.1, "small": 1.2}
     ranked = sorted(scores, key=scores.get)
     # the failed part never comes back; of the rest, the best-scoring part of the finalist
@@ -131,8 +173,18 @@ def test_halving_measures_a_pruned_minimal_part_in_the_final_and_it_wins():
         return 95.0 + int(request.cell.env["NCCL_BUFFSIZE"]).bit_length() * 0.1
 
     def measure(requests):
-        return [{"cell": q.cell.id, "env": q.cell.env, "round": q.round, "bytes": 14336,
-                 "status": "ok", "lat_us": {"p50": p50(q)}, **q.extra} for q in requests]
+        return [
+            {
+                "cell": q.cell.id,
+                "env": q.cell.env,
+                "round": q.round,
+                "bytes": 14336,
+                "status": "ok",
+                "lat_us": {"p50": p50(q)},
+                **q.extra,
+            }
+            for q in requests
+        ]
 
     outcome = search.run_halving(cells, measure, search.Ledger(1, 200), rounds=3)
     assert small.id not in outcome.pruned  # brought back: no longer listed as pruned
@@ -142,12 +194,33 @@ def test_halving_measures_a_pruned_minimal_part_in_the_final_and_it_wins():
 
 # ---------------------------------------------------------------- report on halving results
 
+
 def test_report_shows_halving_rows_once_each_labelled_by_rung(cli_runner, tmp_path):
     path = tmp_path / "h.jsonl"
-    result = cli_runner.invoke(cli, [
-        "sweep", "--backend", "sim", "--topology", "pcie", "--search", "halving", "--rounds", "3",
-        "--set", "NCCL_PROTO=default,LL,Simple", "--set", "NCCL_ALGO=default,Ring,Tree",
-        "--set", "NCCL_P2P_LEVEL=default,SYS", "--sizes", "14336", "--out", str(path)])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie",
+            "--search",
+            "halving",
+            "--rounds",
+            "3",
+            "--set",
+            "NCCL_PROTO=default,LL,Simple",
+            "--set",
+            "NCCL_ALGO=default,Ring,Tree",
+            "--set",
+            "NCCL_P2P_LEVEL=default,SYS",
+            "--sizes",
+            "14336",
+            "--out",
+            str(path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     summaries = report.summarize(list(store.iter_records(str(path))))
     labels = [s.row_label for s in summaries]

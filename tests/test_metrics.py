@@ -19,13 +19,15 @@ def _read(name: str) -> metrics.Scrape:
 
 
 def test_parse_labels_types_and_special_values():
-    text = ('# TYPE a_total counter\n'
-            'a_total{x="1",y="q\\"uote"} 3\n'
-            'a_total{x="2"} 4 1700000000000\n'
-            'b NaN\n'
-            'c{p="0"} +Inf\n'
-            'not a sample line\n'
-            'd{broken 1\n')
+    text = (
+        "# TYPE a_total counter\n"
+        'a_total{x="1",y="q\\"uote"} 3\n'
+        'a_total{x="2"} 4 1700000000000\n'
+        "b NaN\n"
+        'c{p="0"} +Inf\n'
+        "not a sample line\n"
+        "d{broken 1\n"
+    )
     sc = metrics.parse(text)
     assert sc.types == {"a_total": "counter"}
     assert sc.total("a_total") == 7 and sc.total("a_total", x="2") == 4
@@ -80,14 +82,22 @@ def test_scrape_of_a_dead_url_is_none():
 
 
 def test_logs_summarize_reads_a_saved_scrape_and_several_files(cli_runner):
-    out = cli_runner.invoke(cli, ["logs", "summarize", str(HERE / "vllm_spec_after.prom"),
-                                  str(Path(__file__).parent / "fixtures" / "logs" / "vllm_v1_spec.log")])
+    out = cli_runner.invoke(
+        cli,
+        [
+            "logs",
+            "summarize",
+            str(HERE / "vllm_spec_after.prom"),
+            str(Path(__file__).parent / "fixtures" / "logs" / "vllm_v1_spec.log"),
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "/metrics scrape" in out.output and "2.56" in out.output  # 1 + 78/50
     assert "0.860, 0.500, 0.200" in out.output  # 43/50, 25/50, 10/50
     assert "vllm_v1_spec.log" in out.output and "decode lines" in out.output
-    js = cli_runner.invoke(cli, ["logs", "summarize", "--json", str(HERE / "vllm_spec_after.prom"),
-                                 str(HERE / "sglang_spec.prom")])
+    js = cli_runner.invoke(
+        cli, ["logs", "summarize", "--json", str(HERE / "vllm_spec_after.prom"), str(HERE / "sglang_spec.prom")]
+    )
     data = json.loads(js.output)
     assert [d["engine"] for d in data] == ["vllm", "sglang"]
     assert data[1]["accept_len_mean"] == pytest.approx(2.6)
@@ -95,17 +105,20 @@ def test_logs_summarize_reads_a_saved_scrape_and_several_files(cli_runner):
 
 def test_sglang_0523_exports_its_spec_gauges_at_zero_without_speculation():
     # what a real SGLang 0.5.23 server without speculative decoding answers (label sets cut)
-    text = ("# TYPE sglang:spec_accept_length gauge\n"
-            'sglang:spec_accept_length{engine_type="unified",tp_rank="0"} 0.0\n'
-            "# TYPE sglang:spec_accept_rate gauge\n"
-            'sglang:spec_accept_rate{engine_type="unified",tp_rank="0"} 0.0\n')
+    text = (
+        "# TYPE sglang:spec_accept_length gauge\n"
+        'sglang:spec_accept_length{engine_type="unified",tp_rank="0"} 0.0\n'
+        "# TYPE sglang:spec_accept_rate gauge\n"
+        'sglang:spec_accept_rate{engine_type="unified",tp_rank="0"} 0.0\n'
+    )
     assert metrics.speculative(metrics.parse(text)) is None  # plain decoding is 1, never 0
 
 
 def test_sglang_0523_counters_give_the_runs_kept_tokens_per_verify():
     # a real 0.5.23 NGRAM server (fixtures README): three requests of 24 tokens, 18 verifies
-    spec = metrics.speculative(metrics.delta(_read("sglang_0523_ngram_before.prom"),
-                                             _read("sglang_0523_ngram_after.prom")))
+    spec = metrics.speculative(
+        metrics.delta(_read("sglang_0523_ngram_before.prom"), _read("sglang_0523_ngram_after.prom"))
+    )
     assert (spec["verify_calls"], spec["generation_tokens"], spec["requests"]) == (18, 72, 3)
     assert spec["accept_len"] == pytest.approx((72 - 3) / 18)  # each first token is the prefill's
     assert spec["accept_rate"] == pytest.approx(((72 - 3) / 18 - 1) / 3)  # 3 drafts a verify

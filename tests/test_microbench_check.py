@@ -14,8 +14,8 @@ import pytest
 from microbench import check, nccllog, timing
 from nccl_tune.nccl import debuglog
 
-
 # ---------------------------------------------------------------- correctness check
+
 
 def _simulate(op: str, world: int, count: int, max_exact: int, dtype=np.float32) -> list[np.ndarray]:
     """Each rank's result of a correct collective, computed the slow way."""
@@ -26,7 +26,7 @@ def _simulate(op: str, world: int, count: int, max_exact: int, dtype=np.float32)
     if op == "reduce_scatter":
         total = np.sum(inputs, axis=0, dtype=dtype)
         chunk = count // world
-        return [total[r * chunk:(r + 1) * chunk] for r in range(world)]
+        return [total[r * chunk : (r + 1) * chunk] for r in range(world)]
     return [np.concatenate(inputs) for _ in range(world)]
 
 
@@ -67,7 +67,7 @@ def test_checker_catches_swapped_all_gather_blocks():
     world, count = 4, 4096
     good = check.expected_values("all_gather", 0, world, count, 256)
     chunk = count // world
-    swapped = np.concatenate([good[chunk:2 * chunk], good[:chunk], good[2 * chunk:]])
+    swapped = np.concatenate([good[chunk : 2 * chunk], good[:chunk], good[2 * chunk :]])
     assert check.count_wrong(swapped, good) > chunk // 2
 
 
@@ -80,6 +80,7 @@ def test_bf16_roundtrip_of_check_values_is_exact():
 
 
 # ---------------------------------------------------------------- timers and watchdog
+
 
 class FakeClock:
     """A clock that moves only when told: timing arithmetic checked exactly, whatever
@@ -97,8 +98,13 @@ class FakeClock:
 
 def test_cpu_eager_times_each_aligned_call():
     calls, clock = [], FakeClock()
-    samples = timing.cpu_eager(lambda: clock.advance(0.002), lambda: (calls.append("align"), clock.advance(1.0)),
-                               5, lambda: calls.append("beat"), clock=clock)
+    samples = timing.cpu_eager(
+        lambda: clock.advance(0.002),
+        lambda: (calls.append("align"), clock.advance(1.0)),
+        5,
+        lambda: calls.append("beat"),
+        clock=clock,
+    )
     assert samples == pytest.approx([2000.0] * 5)  # the alignment is not timed
     assert calls == ["beat", "align"] * 5
 
@@ -125,6 +131,7 @@ def test_watchdog_thread_reports_what_was_running():
 
 # ---------------------------------------------------------------- NCCL log capture
 
+
 def test_capture_install_and_offsets(tmp_path):
     environ = {"NCCL_DEBUG": "WARN"}
     cap = nccllog.NcclLogCapture(str(tmp_path), environ)
@@ -148,9 +155,11 @@ def test_capture_install_and_offsets(tmp_path):
 
 def test_loaded_nccl_paths_reads_maps(tmp_path):
     maps = tmp_path / "maps"
-    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /opt/lib/libnccl.so.2.21.5\n"
-                    "7f01-7f02 r--p 00000000 08:01 2 /usr/lib/libc.so.6\n"
-                    "7f02-7f03 rw-p 00000000 00:00 0 \n")
+    maps.write_text(
+        "7f00-7f01 r-xp 00000000 08:01 1 /opt/lib/libnccl.so.2.21.5\n"
+        "7f01-7f02 r--p 00000000 08:01 2 /usr/lib/libc.so.6\n"
+        "7f02-7f03 rw-p 00000000 00:00 0 \n"
+    )
     assert nccllog.loaded_nccl_paths(str(maps)) == ["/opt/lib/libnccl.so.2.21.5"]
     assert nccllog.loaded_nccl_paths(str(tmp_path / "absent")) == []
 
@@ -201,8 +210,9 @@ def test_size_record_turns_the_captured_log_into_effective(tmp_path, monkeypatch
     snapshot = bench.capture.snapshot()
     log = (OWN_FIXTURES / "nccl_log" / "nccl2.24_named_choice_ray_prefix.txt").read_text()
     (tmp_path / "nccl.0000.box3.88123.log").write_text(log)
-    cell = options.Cell(cell="c-x", env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
-                        comm_env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"})
+    cell = options.Cell(
+        cell="c-x", env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, comm_env={"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    )
     record = bench.size_record(cell, 14336, [20.0, 22.0, 21.0], 0, snapshot)
     assert record["effective"]["confirmed"] is True
     assert (record["effective"]["algo"], record["effective"]["proto"]) == ("Ring", "LL")

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from microbench import allreduce, nccllib, nccllog, options, timing
+from nccl_tune.cli import cli
 from nccl_tune.measure import launch, sweepplan
 from nccl_tune.nccl import debuglog, ncclinfo
-from nccl_tune.cli import cli
 from tests.conftest import REPO_ROOT, subprocess_env
 
 FAST = ["--iters", "3", "--warmup", "1"]
@@ -31,6 +31,7 @@ def _libnccl() -> str:
 
 
 # ---------------------------------------------------------------- 1: alignment
+
 
 def test_timing_method_per_device_and_mode():
     assert timing.timing_method("cuda") == "device-aligned"
@@ -74,14 +75,14 @@ def test_cuda_sample_order_aligns_on_the_device_right_before_the_start_event(mon
     log.clear()
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep {cycles}"),
-                        raising=False)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep {cycles}"), raising=False)
     align = timing.DeviceAlign(lambda: log.append("pre"), head_start_us=50.0, rate=2000.0)
     before = align.describe()  # before a timed loop: only what was intended
     assert before["head_start_intended_us"] == 50.0 and before["gpu_cycles_per_us"] == 2000.0
     assert before["head_start_us"] is None and before["head_start_short"] is None
-    samples = timing.cuda_eager(lambda: log.append("op"), lambda: log.append("barrier"), iters=2,
-                                per_sample=3, device_align=align)
+    samples = timing.cuda_eager(
+        lambda: log.append("op"), lambda: log.append("barrier"), iters=2, per_sample=3, device_align=align
+    )
     # the mark (an event) right before the busy wait, then the start event
     one = ["barrier", "pre", "record", "sleep 100000", "record", "op", "op", "op", "record"]
     assert log == one + one + ["sync"]
@@ -91,8 +92,9 @@ def test_cuda_sample_order_aligns_on_the_device_right_before_the_start_event(mon
     log.clear()
     no_sleep = timing.DeviceAlign(lambda: log.append("pre"), head_start_us=50.0, rate=None)
     assert no_sleep.describe()["head_start_us"] is None  # torch without _sleep: said so
-    timing.cuda_graph(type("G", (), {"replay": lambda self: log.append("replay")})(), 10,
-                      lambda: None, 1, device_align=no_sleep)
+    timing.cuda_graph(
+        type("G", (), {"replay": lambda self: log.append("replay")})(), 10, lambda: None, 1, device_align=no_sleep
+    )
     assert log == ["pre", "record", "replay", "record", "sync"]
     assert no_sleep.achieved_us == [] and no_sleep.describe()["head_start_basis"] is None
 
@@ -116,11 +118,14 @@ def test_head_start_record_is_the_measured_one_and_counts_short_samples():
 @pytest.mark.slow
 def test_gloo_records_say_how_they_were_timed_and_the_torch_variables(tmp_path):
     out = tmp_path / "r.jsonl"
-    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo",
-                             "--sizes", "1K", "--out", str(out), *FAST], cwd=REPO_ROOT,
-                            env=subprocess_env(TORCH_NCCL_ENABLE_TIMING="1",
-                                               TORCH_NCCL_BLOCKING_WAIT="1"),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "microbench.allreduce", "--backend", "gloo", "--sizes", "1K", "--out", str(out), *FAST],
+        cwd=REPO_ROOT,
+        env=subprocess_env(TORCH_NCCL_ENABLE_TIMING="1", TORCH_NCCL_BLOCKING_WAIT="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["timing_method"] == "cpu-barrier" and record["timing"] is None
@@ -131,12 +136,15 @@ def test_gloo_records_say_how_they_were_timed_and_the_torch_variables(tmp_path):
 
 # ---------------------------------------------------------------- 3: the libnccl loaded
 
+
 def test_loaded_library_from_a_maps_file(tmp_path):
     path = _libnccl()
     maps = tmp_path / "maps"
-    maps.write_text(f"7f00-7f10 r-xp 00000000 08:01 123  /usr/lib/libc.so.6\n"
-                    f"7f10-7f20 r-xp 00000000 08:01 456  {path}\n"
-                    f"7f20-7f30 r--p 00010000 08:01 456  {path}\n")
+    maps.write_text(
+        f"7f00-7f10 r-xp 00000000 08:01 123  /usr/lib/libc.so.6\n"
+        f"7f10-7f20 r-xp 00000000 08:01 456  {path}\n"
+        f"7f20-7f30 r--p 00010000 08:01 456  {path}\n"
+    )
     lib = nccllib.loaded_library(str(maps))
     assert lib["path"] == path and lib["mapped"] == [path]
     assert lib["version"] == ncclinfo.library_version(path) and lib["error"] is None
@@ -147,10 +155,18 @@ def test_loaded_library_from_a_maps_file(tmp_path):
 
 def test_a_process_that_loaded_libnccl_reports_that_file_and_its_version():
     path = _libnccl()
-    code = ("import ctypes, json, sys; ctypes.CDLL(sys.argv[1]); from microbench import nccllib; "
-            "print(json.dumps(nccllib.loaded_library()))")
-    out = subprocess.run([sys.executable, "-c", code, path], cwd=REPO_ROOT, env=subprocess_env(),
-                         capture_output=True, text=True, timeout=60)
+    code = (
+        "import ctypes, json, sys; ctypes.CDLL(sys.argv[1]); from microbench import nccllib; "
+        "print(json.dumps(nccllib.loaded_library()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, path],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     lib = json.loads(out.stdout)
     assert os.path.realpath(lib["path"]) == os.path.realpath(path)
@@ -158,16 +174,17 @@ def test_a_process_that_loaded_libnccl_reports_that_file_and_its_version():
 
 
 def test_version_record_trusts_the_loaded_library_and_says_when_versions_differ():
-    same = nccllib.version_record("2.21.5", {"path": "/x/libnccl.so.2", "version": "2.21.5",
-                                             "mapped": ["/x/libnccl.so.2"]}, "2.21.5")
+    same = nccllib.version_record(
+        "2.21.5", {"path": "/x/libnccl.so.2", "version": "2.21.5", "mapped": ["/x/libnccl.so.2"]}, "2.21.5"
+    )
     assert same["nccl"] == "2.21.5" and "nccl_note" not in same
     assert same["nccl_source"] == "ncclGetVersion of the loaded library"
-    upgraded = nccllib.version_record("2.21.5", {"path": "/p/libnccl.so.2", "version": "2.27.3",
-                                                 "mapped": ["/p/libnccl.so.2"]}, None)
+    upgraded = nccllib.version_record(
+        "2.21.5", {"path": "/p/libnccl.so.2", "version": "2.27.3", "mapped": ["/p/libnccl.so.2"]}, None
+    )
     assert upgraded["nccl"] == "2.27.3" and upgraded["nccl_build"] == "2.21.5"
     assert "the loaded libnccl /p/libnccl.so.2 is 2.27.3, torch was built with 2.21.5" in upgraded["nccl_note"]
-    from_log = nccllib.version_record("2.21.5", {"path": None, "version": None, "mapped": []},
-                                      "2.26.2")
+    from_log = nccllib.version_record("2.21.5", {"path": None, "version": None, "mapped": []}, "2.26.2")
     assert from_log["nccl"] == "2.26.2" and from_log["nccl_source"] == "NCCL's log"
     assert "NCCL's log says 2.26.2, torch was built with 2.21.5" in from_log["nccl_note"]
     only_build = nccllib.version_record("2.21.5", None, None)
@@ -191,6 +208,7 @@ def test_reset_debug_init_availability_by_version():
 
 # ---------------------------------------------------------------- 4: timeouts
 
+
 def test_nccl_watchdog_fires_inside_the_groups_timeout():
     group, watchdog = allreduce.timeouts("nccl", 300.0)
     assert watchdog == 300.0 and group == 300.0 + allreduce.GRACE_S  # ours first
@@ -199,17 +217,20 @@ def test_nccl_watchdog_fires_inside_the_groups_timeout():
 
 
 def test_expiry_line_names_rank_operation_and_nccl_warnings():
-    line = allreduce.expiry_message(3, "all_gather", "measuring 14336 bytes in cell c-1", 300,
-                                    "nccl", ["a WARN", "Cuda failure 'x'"])
+    line = allreduce.expiry_message(
+        3, "all_gather", "measuring 14336 bytes in cell c-1", 300, "nccl", ["a WARN", "Cuda failure 'x'"]
+    )
     assert line.startswith("rank 3: timeout: all_gather made no progress for 300 s while measuring")
     assert "blocks in a device sync" in line and line.endswith("[NCCL WARN: a WARN; Cuda failure 'x']")
     assert launch.ended_status(1, [f"microbench.allreduce: {line}"]) == "timeout"
 
 
 def test_torchs_collective_timeout_makes_a_timeout_not_a_failure():
-    torch_line = ("[rank1]:[E1218 20:27:21.433063423 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught "
-                  "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=7168, "
-                  "NumelOut=7168, Timeout(ms)=330000) ran for 330081 milliseconds before timing out.")
+    torch_line = (
+        "[rank1]:[E1218 20:27:21.433063423 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=7168, "
+        "NumelOut=7168, Timeout(ms)=330000) ran for 330081 milliseconds before timing out."
+    )
     assert launch.ended_status(-6, ["noise", torch_line]) == "timeout"
     assert launch.ended_status(1, ["RuntimeError: boom"]) == "failed"
     assert launch.ended_status(124, []) == "timeout"
@@ -220,13 +241,16 @@ def test_torchs_collective_timeout_makes_a_timeout_not_a_failure():
 
 # ---------------------------------------------------------------- 5: conf files between cells
 
+
 def _cell(name, comm):
     return options.Cell(cell=name, env=dict(comm), comm_env=dict(comm))
 
 
 def test_conf_values_a_cell_sets_and_another_drops_are_conflicts():
-    conf = {"/home/u/.nccl.conf": {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"},
-            "/etc/nccl.conf": {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"}}
+    conf = {
+        "/home/u/.nccl.conf": {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"},
+        "/etc/nccl.conf": {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"},
+    }
     cells = [_cell("baseline", {}), _cell("c-ll128", {"NCCL_PROTO": "LL128"})]
     # the first file wins (as NCCL's setenv(..., 0)); P2P_LEVEL is process-scoped
     assert options.conf_conflicts(conf, [c.comm_env for c in cells]) == [("/home/u/.nccl.conf", "NCCL_PROTO", 1)]
@@ -235,8 +259,10 @@ def test_conf_values_a_cell_sets_and_another_drops_are_conflicts():
     assert "--isolation process" in message
     # safe: no cell sets it, every cell sets it, or one cell alone
     assert options.conf_file_conflicts(conf, [_cell("b", {}), _cell("t", {"NCCL_THREAD_THRESHOLDS": "8"})]) is None
-    assert options.conf_file_conflicts(conf, [_cell("a", {"NCCL_PROTO": "LL"}),
-                                              _cell("b", {"NCCL_PROTO": "Simple"})]) is None
+    assert (
+        options.conf_file_conflicts(conf, [_cell("a", {"NCCL_PROTO": "LL"}), _cell("b", {"NCCL_PROTO": "Simple"})])
+        is None
+    )
     assert options.conf_file_conflicts(conf, cells[1:]) is None
     # under isolation nocache a cached (process-scoped) name is set per cell as well
     nthreads = [_cell("b", {}), _cell("t", {"NCCL_NTHREADS": "256"})]
@@ -268,14 +294,38 @@ def test_conf_values_matter_only_where_nccl_reads_them(tmp_path):
     home.mkdir()
     (home / ".nccl.conf").write_text("NCCL_PROTO=LL\n")
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"cells": [
-        {"cell": "baseline", "env": {}, "comm_env": {}},
-        {"cell": "c-simple", "env": {"NCCL_PROTO": "Simple"}, "comm_env": {"NCCL_PROTO": "Simple"}}]}))
+    plan.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {"cell": "baseline", "env": {}, "comm_env": {}},
+                    {"cell": "c-simple", "env": {"NCCL_PROTO": "Simple"}, "comm_env": {"NCCL_PROTO": "Simple"}},
+                ]
+            }
+        )
+    )
     out = tmp_path / "r.jsonl"
-    result = subprocess.run([sys.executable, "-m", "microbench.allreduce", "--backend", "gloo",
-                             "--sizes", "1K", "--plan", str(plan), "--out", str(out), *FAST],
-                            cwd=REPO_ROOT, env=subprocess_env(HOME=str(home)), capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "microbench.allreduce",
+            "--backend",
+            "gloo",
+            "--sizes",
+            "1K",
+            "--plan",
+            str(plan),
+            "--out",
+            str(out),
+            *FAST,
+        ],
+        cwd=REPO_ROOT,
+        env=subprocess_env(HOME=str(home)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert {json.loads(x)["cell"] for x in out.read_text().splitlines()} == {"baseline", "c-simple"}
 
@@ -283,20 +333,24 @@ def test_conf_values_matter_only_where_nccl_reads_them(tmp_path):
 def test_sweep_isolates_cells_whose_conf_values_would_be_lost(cli_runner, tmp_path):
     (tmp_path / ".nccl.conf").write_text("NCCL_PROTO=LL\n")
     env = {"HOME": str(tmp_path)}
-    result = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "nccl",
-                                     "--dry-run", "--json"], env=env)
+    result = cli_runner.invoke(
+        cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "nccl", "--dry-run", "--json"], env=env
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
     assert plan["isolation"] == "process"
     assert any("isolation process: conf file value(s) NCCL_PROTO" in n for n in plan["notes"])
-    refused = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "nccl",
-                                      "--isolation", "group", "--dry-run"], env=env)
+    refused = cli_runner.invoke(
+        cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "nccl", "--isolation", "group", "--dry-run"], env=env
+    )
     assert refused.exit_code == 2 and "--isolation group" in refused.output
-    other = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_ALGO=Ring", "--backend", "nccl",
-                                    "--dry-run", "--json"], env=env)
+    other = cli_runner.invoke(
+        cli, ["sweep", "--set", "NCCL_ALGO=Ring", "--backend", "nccl", "--dry-run", "--json"], env=env
+    )
     assert json.loads(other.output)["isolation"] in ("group", "nocache")  # nothing lost: shared
-    gloo = cli_runner.invoke(cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "gloo",
-                                   "--dry-run", "--json"], env=env)
+    gloo = cli_runner.invoke(
+        cli, ["sweep", "--set", "NCCL_PROTO=Simple", "--backend", "gloo", "--dry-run", "--json"], env=env
+    )
     assert json.loads(gloo.output)["isolation"] in ("group", "nocache")  # gloo reads no NCCL files
 
 
@@ -306,11 +360,15 @@ WARN_2_30 = "[2026-12-01 10:05:05] vm:29418:29418 [0] init.cc:2955 (ncclCommInit
 
 
 def test_warn_lines_of_every_form():
-    assert nccllog.warn_messages([
-        WARN_2_30,
-        "host:1:2 [1] transport/net.cc:10 NCCL WARN old form",
-        "[1,0]<stderr>:host:1:2 [0] misc/socket.cc:5 (ncclSocketConnect) NCCL WARN refused",
-        "host:1:2 [0] NCCL INFO not a warning", "junk"]) == ["Cuda failure 'x'", "old form", "refused"]
+    assert nccllog.warn_messages(
+        [
+            WARN_2_30,
+            "host:1:2 [1] transport/net.cc:10 NCCL WARN old form",
+            "[1,0]<stderr>:host:1:2 [0] misc/socket.cc:5 (ncclSocketConnect) NCCL WARN refused",
+            "host:1:2 [0] NCCL INFO not a warning",
+            "junk",
+        ]
+    ) == ["Cuda failure 'x'", "old form", "refused"]
 
 
 def test_debug_file_pattern_expands_as_ncc_ls():
@@ -341,14 +399,16 @@ def test_real_ncc_l_warnings_go_to_its_debug_file_and_are_read_back(tmp_path):
     """libnccl on a machine without a usable GPU: ncclCommInitRank fails and NCCL writes
     its WARN lines to NCCL_DEBUG_FILE (not stderr), in the 2.30+ `(func)` form."""
     path = _libnccl()
-    code = ("import ctypes, json, sys; lib = ctypes.CDLL(sys.argv[1]); uid = ctypes.create_string_buffer(128); "
-            "lib.ncclGetUniqueId(uid); comm = ctypes.c_void_p(); "
-            "rc = lib.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0); "
-            "from microbench import nccllog; print(json.dumps([rc, nccllog.user_debug_file_warnings()]))")
-    env = subprocess_env(NCCL_DEBUG="WARN", NCCL_DEBUG_FILE=str(tmp_path / "nccl.%h.%p.log"),
-                         CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, "-c", code, path], cwd=REPO_ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    code = (
+        "import ctypes, json, sys; lib = ctypes.CDLL(sys.argv[1]); uid = ctypes.create_string_buffer(128); "
+        "lib.ncclGetUniqueId(uid); comm = ctypes.c_void_p(); "
+        "rc = lib.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0); "
+        "from microbench import nccllog; print(json.dumps([rc, nccllog.user_debug_file_warnings()]))"
+    )
+    env = subprocess_env(NCCL_DEBUG="WARN", NCCL_DEBUG_FILE=str(tmp_path / "nccl.%h.%p.log"), CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run(
+        [sys.executable, "-c", code, path], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     rc, warns = json.loads(out.stdout.strip().splitlines()[-1])
     if rc == 0:
@@ -369,11 +429,18 @@ def test_reset_debug_init_is_exported_by_the_installed_libnccl():
 
 # ---------------------------------------------------------------- 7: TORCH_NCCL_*
 
+
 def test_torch_nccl_variables_recorded_and_removed_from_launches():
-    environ = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_PROTO": "LL", "PATH": "/bin",
-               "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
-    assert options.torch_nccl_env(environ) == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-                                               "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    environ = {
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "NCCL_PROTO": "LL",
+        "PATH": "/bin",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    }
+    assert options.torch_nccl_env(environ) == {
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    }
     notes = options.torch_env_notes({"TORCH_NCCL_BLOCKING_WAIT": "1"}, "graph")
     assert any("hang CUDA graph capture" in n for n in notes)
     env, removed = sweepplan.launch_environment({}, ("TORCH_NCCL_TRACE_BUFFER_SIZE",), environ)
@@ -403,8 +470,13 @@ elif sys.argv[2] == "exit":
 @pytest.mark.parametrize("how,code", [("block", 128 + signal.SIGTERM), ("exit", 3), ("normal", 0)])
 def test_the_folder_goes_on_every_exit_path(tmp_path, how, code):
     folder = tmp_path / "nccl-tune-log"
-    proc = subprocess.Popen([sys.executable, "-c", _GUARDED, str(folder), how], cwd=REPO_ROOT,
-                            env=subprocess_env(), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _GUARDED, str(folder), how],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     if how == "block":
         time.sleep(0.3)

@@ -10,12 +10,18 @@ from microbench import allreduce, options, output
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.store import cell_id
 
-
 # ---------------------------------------------------------------- sizes and dtypes
 
+
 def test_parse_size_units_follow_nccl_tests():
-    assert [options.parse_size(s) for s in ("14336", "1K", "64k", "1M", "2G", "8KB")] == \
-        [14336, 1024, 65536, 1 << 20, 2 << 30, 8192]
+    assert [options.parse_size(s) for s in ("14336", "1K", "64k", "1M", "2G", "8KB")] == [
+        14336,
+        1024,
+        65536,
+        1 << 20,
+        2 << 30,
+        8192,
+    ]
 
 
 @pytest.mark.parametrize("bad", ["", "1.5K", "-4", "0", "K", "12Q", "1 2"])
@@ -36,28 +42,39 @@ def test_tokens_hidden_dtype():
     assert options.resolve_sizes("1K,1K,2K", None, None, "bf16") == [1024, 2048]
 
 
-@pytest.mark.parametrize("sizes,tokens,hidden,dtype,match", [
-    ("1K", "1", None, "bf16", "cannot be combined"),
-    (None, "1,,2", None, "bf16", "--tokens"),
-    (None, "0", None, "bf16", "--tokens"),
-    (None, "1", -5, "bf16", "--hidden"),
-    ("1001", None, None, "bf16", "multiple of the 2-byte"),
-    ("1K", None, None, "int3", "unknown dtype"),
-])
+@pytest.mark.parametrize(
+    "sizes,tokens,hidden,dtype,match",
+    [
+        ("1K", "1", None, "bf16", "cannot be combined"),
+        (None, "1,,2", None, "bf16", "--tokens"),
+        (None, "0", None, "bf16", "--tokens"),
+        (None, "1", -5, "bf16", "--hidden"),
+        ("1001", None, None, "bf16", "multiple of the 2-byte"),
+        ("1K", None, None, "int3", "unknown dtype"),
+    ],
+)
 def test_resolve_sizes_errors(sizes, tokens, hidden, dtype, match):
     with pytest.raises(NcclTuneError, match=match):
         options.resolve_sizes(sizes, tokens, hidden, dtype)
 
 
 def test_dtype_aliases():
-    assert [options.canonical_dtype(n) for n in ("BF16", "bfloat16", "half", "float")] == \
-        ["bf16", "bf16", "fp16", "fp32"]
+    assert [options.canonical_dtype(n) for n in ("BF16", "bfloat16", "half", "float")] == [
+        "bf16",
+        "bf16",
+        "fp16",
+        "fp32",
+    ]
 
 
 def test_parse_args_errors_are_one_message():
-    for argv, match in ((["--iters", "0"], "--iters"), (["--op", "alltoall"], "invalid choice"),
-                        (["--timeout", "0"], "--timeout"), (["--bogus"], "unrecognized"),
-                        (["--backend", "gloo", "--verify-effective"], "needs the NCCL backend")):
+    for argv, match in (
+        (["--iters", "0"], "--iters"),
+        (["--op", "alltoall"], "invalid choice"),
+        (["--timeout", "0"], "--timeout"),
+        (["--bogus"], "unrecognized"),
+        (["--backend", "gloo", "--verify-effective"], "needs the NCCL backend"),
+    ):
         with pytest.raises(NcclTuneError, match=match):
             options.parse_args(argv)
 
@@ -70,10 +87,17 @@ def test_parse_args_defaults():
 
 # ---------------------------------------------------------------- plans
 
+
 def _plan(**cell):
-    base = {"cell": "c-1", "env": {"NCCL_PROTO": "LL", "NCCL_NTHREADS": "256"},
-            "comm_env": {"NCCL_PROTO": "LL"}, "round": 2, "iters": None, "warmup": 5,
-            "extra": {"isolation": "group", "rung": 1}}
+    base = {
+        "cell": "c-1",
+        "env": {"NCCL_PROTO": "LL", "NCCL_NTHREADS": "256"},
+        "comm_env": {"NCCL_PROTO": "LL"},
+        "round": 2,
+        "iters": None,
+        "warmup": 5,
+        "extra": {"isolation": "group", "rung": 1},
+    }
     base.update(cell)
     return {"run_id": "r1", "cells": [base]}
 
@@ -86,16 +110,19 @@ def test_parse_plan_valid():
     assert cell.extra == {"isolation": "group", "rung": 1}
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"comm_env": {}}, "not the communicator-scoped part"),
-    ({"comm_env": {"NCCL_PROTO": "LL", "NCCL_NTHREADS": "256"}}, "process-scoped"),
-    ({"env": {"PATH": "/x"}, "comm_env": {}}, "not an NCCL_"),
-    ({"env": {"NCCL_PROTO": 3}}, "must be a string"),
-    ({"cell": ""}, "cell must be"),
-    ({"round": "1"}, "round must be"),
-    ({"iters": -1}, "iters must be"),
-    ({"extra": []}, "extra must be"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"comm_env": {}}, "not the communicator-scoped part"),
+        ({"comm_env": {"NCCL_PROTO": "LL", "NCCL_NTHREADS": "256"}}, "process-scoped"),
+        ({"env": {"PATH": "/x"}, "comm_env": {}}, "not an NCCL_"),
+        ({"env": {"NCCL_PROTO": 3}}, "must be a string"),
+        ({"cell": ""}, "cell must be"),
+        ({"round": "1"}, "round must be"),
+        ({"iters": -1}, "iters must be"),
+        ({"extra": []}, "extra must be"),
+    ],
+)
 def test_parse_plan_errors(change, match):
     with pytest.raises(NcclTuneError, match=match):
         options.parse_plan(_plan(**change), "plan.json")
@@ -145,11 +172,19 @@ def test_fault_hook_parsing(monkeypatch):
 
 # ---------------------------------------------------------------- output
 
+
 def _record(**extra):
-    record = {"bytes": 14336, "count": 7168, "dtype": "bf16", "status": "ok", "wrong": 0,
-              "lat_us": {"p50": 20.5, "p99": 31.25, "cv": 0.123}, "algbw_gbps": 0.699,
-              "busbw_gbps": 1.224, "effective": {"algo": "Ring", "proto": "LL", "channels": 1,
-                                                 "confirmed": True}}
+    record = {
+        "bytes": 14336,
+        "count": 7168,
+        "dtype": "bf16",
+        "status": "ok",
+        "wrong": 0,
+        "lat_us": {"p50": 20.5, "p99": 31.25, "cv": 0.123},
+        "algbw_gbps": 0.699,
+        "busbw_gbps": 1.224,
+        "effective": {"algo": "Ring", "proto": "LL", "channels": 1, "confirmed": True},
+    }
     record.update(extra)
     return record
 
@@ -165,10 +200,23 @@ def test_row_columns():
 
 
 def test_header_lines():
-    lines = output.header_lines({"run_id": "r", "world_size": 2, "nnodes": 1, "hosts": ["a", "a"],
-                                 "backend": "gloo", "mode": "eager", "op": "allreduce", "dtype": "bf16",
-                                 "warmup": 1, "iters": 2, "versions": {"torch": "2.13"},
-                                 "env_process": {"NCCL_PROTO": "LL"}, "verify_note": "off"})
+    lines = output.header_lines(
+        {
+            "run_id": "r",
+            "world_size": 2,
+            "nnodes": 1,
+            "hosts": ["a", "a"],
+            "backend": "gloo",
+            "mode": "eager",
+            "op": "allreduce",
+            "dtype": "bf16",
+            "warmup": 1,
+            "iters": 2,
+            "versions": {"torch": "2.13"},
+            "env_process": {"NCCL_PROTO": "LL"},
+            "verify_note": "off",
+        }
+    )
     assert all(line.startswith("# ") for line in lines)
     text = "\n".join(lines)
     assert "world 2 rank(s) on 1 node(s): a x2" in text and "NCCL_* at start: NCCL_PROTO=LL" in text

@@ -17,8 +17,7 @@ def test_cpu_eager_divides_back_to_back_calls():
         calls.append(1)
         now[0] += 0.002  # each call takes 2 ms of the test's own clock
 
-    samples = timing.cpu_eager(op, lambda: aligns.append(1), iters=3, per_sample=4,
-                               clock=lambda: now[0])
+    samples = timing.cpu_eager(op, lambda: aligns.append(1), iters=3, per_sample=4, clock=lambda: now[0])
     assert len(calls) == 12 and len(aligns) == 3
     # each sample is the time per call: 2 ms, not the 8 ms of the four together
     assert samples == pytest.approx([2000.0] * 3)
@@ -47,8 +46,9 @@ def test_spin_keeps_busy_for_the_gap():
 
 def test_cpu_gapped_stamps_each_call_after_its_gap():
     calls, aligns = [], []
-    stamps = timing.cpu_gapped(lambda: calls.append(time.perf_counter()), lambda: aligns.append(1),
-                               iters=3, per_sample=2, gap_s=0.002)
+    stamps = timing.cpu_gapped(
+        lambda: calls.append(time.perf_counter()), lambda: aligns.append(1), iters=3, per_sample=2, gap_s=0.002
+    )
     assert len(stamps) == 2 * 3 * 2 and len(calls) == 6 and len(aligns) == 3
     enters, exits = stamps[0::2], stamps[1::2]
     assert all(e <= c <= x for e, c, x in zip(enters, calls, exits))
@@ -62,8 +62,7 @@ def test_last_arrival_latency_leaves_the_wait_for_a_late_rank_out():
     rank1 = [5.0, 7.5, 10.5, 12.5]
     # op 1: last arrival 5 -> last exit 7.5 = 2.5; op 2: 10.5 -> 12.5 = 2; mean 2.25 s
     assert timing.last_arrival_us([rank0, rank1], per_sample=2) == [pytest.approx(2.25e6)]
-    assert timing.last_arrival_us([rank0, rank1], per_sample=1) == [pytest.approx(2.5e6),
-                                                                     pytest.approx(2.0e6)]
+    assert timing.last_arrival_us([rank0, rank1], per_sample=1) == [pytest.approx(2.5e6), pytest.approx(2.0e6)]
     with pytest.raises(ValueError, match="unequal or partial"):
         timing.last_arrival_us([rank0, rank1[:2]], per_sample=1)
     with pytest.raises(ValueError, match="unequal or partial"):

@@ -21,9 +21,9 @@ def test_message_bytes_and_collectives():
 
 
 def test_loglog_interpolation_is_exact_for_a_power_law():
-    curve = model.LatencyCurve.from_points([(b, 3.0 * b ** 0.5) for b in (1024, 4096, 65536)])
+    curve = model.LatencyCurve.from_points([(b, 3.0 * b**0.5) for b in (1024, 4096, 65536)])
     for b in (1024, 2048, 3000, 20000, 65536):
-        assert curve.at(b) == pytest.approx(3.0 * b ** 0.5)
+        assert curve.at(b) == pytest.approx(3.0 * b**0.5)
 
 
 def test_refuses_to_extrapolate_unless_asked():
@@ -47,22 +47,30 @@ def test_public_report_arithmetic():
     saving = model.predicted_saving_ms(base, prof, 1, 61, 7168)
     assert saving == pytest.approx(measured_ms, abs=0.01)
     assert model.predicted_saving_ms(base, prof, 1, 61, 7168, extra=0) == pytest.approx(
-        saving * 122 / 123)  # the embedding's allreduce is the 123rd
+        saving * 122 / 123
+    )  # the embedding's allreduce is the 123rd
     assert model.projected_tok_s(62.9, saving) == pytest.approx(88.8, abs=0.05)
     with pytest.raises(ValueError):
         model.projected_tok_s(62.9, 16.0)  # more than the whole time per token
 
 
 def _records(env, lat_fn, rounds, drift, noise, seed, sizes=(8192, 14336, 28672), samples=30):
-    return factories.sweep_records([(env, lat_fn)], sizes, rounds=rounds, drift=drift,
-                                   noise=noise, seed=seed, samples=samples)
+    return factories.sweep_records(
+        [(env, lat_fn)], sizes, rounds=rounds, drift=drift, noise=noise, seed=seed, samples=samples
+    )
 
 
 def _pair(rounds, seed=0, noise=0.3, drift_sd=1.0, gain=5.0):
     drift = np.random.default_rng(seed + 100).normal(0, drift_sd, rounds)
     base = _records({}, lambda b: 20 + b / 1000, rounds, drift, noise, seed)
-    cell = _records({"NCCL_P2P_LEVEL": "SYS"}, lambda b: 20 - gain + b / 1000, rounds,
-                    drift + np.random.default_rng(seed + 7).normal(0, 0.4, rounds), noise, seed + 1)
+    cell = _records(
+        {"NCCL_P2P_LEVEL": "SYS"},
+        lambda b: 20 - gain + b / 1000,
+        rounds,
+        drift + np.random.default_rng(seed + 7).normal(0, 0.4, rounds),
+        noise,
+        seed + 1,
+    )
     return base, cell
 
 
@@ -88,6 +96,7 @@ def test_one_round_uses_iterations_and_says_so():
     base, cell = _pair(1)
     est = model.estimate_saving(base, cell, DECODE, collectives=123)
     assert est.basis == model.BASIS_ITERATIONS and est.n_rounds == 1 and est.per_round_ms is None
+
     # The centre: the difference of the 30-sample medians at 14336 B, x 123 calls / 1000.
     def at_decode(records):
         return [x for r in records if r["bytes"] == DECODE for x in r["samples_us"]]
@@ -114,8 +123,9 @@ def test_interpolated_decode_size_between_measured_sizes():
 
 def test_single_values_give_no_interval():
     base = [store.make_record(env={}, bytes=DECODE, lat_us={"p50": 60.0}, round=0, backend="nccl-tests")]
-    cell = [store.make_record(env={"NCCL_PROTO": "LL"}, bytes=DECODE, lat_us={"p50": 22.0}, round=0,
-                              backend="nccl-tests")]
+    cell = [
+        store.make_record(env={"NCCL_PROTO": "LL"}, bytes=DECODE, lat_us={"p50": 22.0}, round=0, backend="nccl-tests")
+    ]
     est = model.estimate_saving(base, cell, DECODE, collectives=122)
     assert est.saving_ms == pytest.approx(4.636) and est.ci_ms is None and not est.excludes_zero
 

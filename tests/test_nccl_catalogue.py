@@ -39,8 +39,10 @@ def installed(data) -> tuple[str, str, bytes]:
         pytest.skip("nvidia-nccl-cu12 is not installed in this Python")
     lib = libs[0]
     if lib.version not in data["releases"] and _version(lib.version) > _version(data["releases"][-1]):
-        pytest.skip(f"nvidia-nccl-cu12 {lib.version} is newer than the catalogue "
-                    f"({data['releases'][-1]}): rerun tools/nccl_catalogue.py")
+        pytest.skip(
+            f"nvidia-nccl-cu12 {lib.version} is newer than the catalogue "
+            f"({data['releases'][-1]}): rerun tools/nccl_catalogue.py"
+        )
     with open(lib.path, "rb") as handle:
         return lib.version, lib.path, handle.read()
 
@@ -96,7 +98,7 @@ def test_settings_since_agrees_with_first_release(data):
             continue
         since = setting.since.split(".")
         first = data["names"][name]["first"].split(".")
-        assert first[:len(since)] == since, f"{name}: since {setting.since}, first read in {first}"
+        assert first[: len(since)] == since, f"{name}: since {setting.since}, first read in {first}"
         checked += 1
     assert checked >= 3  # NCCL_MAX_CTAS, NCCL_MIN_CTAS, NCCL_CTA_POLICY, NCCL_NO_CACHE
 

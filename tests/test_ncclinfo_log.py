@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from nccl_tune.nccl import debuglog
 from tests.conftest import OWN_FIXTURES
@@ -15,6 +17,7 @@ def _summary(path):
 
 
 # ---------------------------------------------------------------- single lines
+
 
 def test_info_line_with_prefix_fields():
     entry = debuglog.parse_log_line("lab:1425048:1425050 [3] NCCL INFO Connected all rings")
@@ -31,10 +34,14 @@ def test_version_line_bare_and_as_info():
 
 
 def test_set_by_environment_strips_the_sentence_dot_of_integers_only():
-    assert debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL_SHM_DISABLE set by environment to 0.").data == \
-        {"var": "NCCL_SHM_DISABLE", "value": "0"}
-    assert debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS").data == \
-        {"var": "NCCL_P2P_LEVEL", "value": "SYS"}
+    assert debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL_SHM_DISABLE set by environment to 0.").data == {
+        "var": "NCCL_SHM_DISABLE",
+        "value": "0",
+    }
+    assert debuglog.parse_log_line("h:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS").data == {
+        "var": "NCCL_P2P_LEVEL",
+        "value": "SYS",
+    }
 
 
 def test_transport_lines_of_every_kind():
@@ -61,7 +68,8 @@ def test_ring_and_trees_lines():
 
 def test_per_collective_choice_named_form():
     entry = debuglog.parse_log_line(
-        "h:1:1 [0] NCCL INFO AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}")
+        "h:1:1 [0] NCCL INFO AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}"
+    )
     d = entry.data
     assert entry.kind == "choice"
     assert (d["func"], d["bytes"], d["algo"], d["proto"], d["channels"]) == ("AllReduce", 14336, "Ring", "LL", 2)
@@ -81,8 +89,9 @@ def test_per_collective_choice_numeric_form_uses_nccl_enum_order():
 
 
 def test_warn_line_keeps_source_and_message():
-    entry = debuglog.parse_log_line("[2025-04-08 08:39:46] dev:589012:591652 [0] transport/nvls.cc:254 "
-                                    "NCCL WARN Cuda failure 1 'invalid argument'")
+    entry = debuglog.parse_log_line(
+        "[2025-04-08 08:39:46] dev:589012:591652 [0] transport/nvls.cc:254 NCCL WARN Cuda failure 1 'invalid argument'"
+    )
     assert entry.kind == "warn" and entry.data["source"] == "transport/nvls.cc:254"
     assert entry.message == "Cuda failure 1 'invalid argument'"
 
@@ -106,10 +115,29 @@ def test_random_text_never_raises(text):
     debuglog.confirm_effective({"NCCL_PROTO": "LL"}, summary, "allreduce", 14336, 2)
 
 
-@given(st.lists(st.sampled_from([
-    "h:1:1 [0] NCCL INFO ", "Algorithm |", "Protocol |", " Max NThreads |", " AllReduce |", "1.0/ 2.0 |",
-    "Latency/AlgBw |", "Tree/ LL |", "Bytes -> Algo ", "RING proto LL", "channel{Lo..Hi}={0..", "9}", "x", "|",
-]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "h:1:1 [0] NCCL INFO ",
+                "Algorithm |",
+                "Protocol |",
+                " Max NThreads |",
+                " AllReduce |",
+                "1.0/ 2.0 |",
+                "Latency/AlgBw |",
+                "Tree/ LL |",
+                "Bytes -> Algo ",
+                "RING proto LL",
+                "channel{Lo..Hi}={0..",
+                "9}",
+                "x",
+                "|",
+            ]
+        ),
+        max_size=12,
+    )
+)
 @hsettings(max_examples=300, deadline=None)
 def test_fragments_of_real_lines_never_raise(parts):
     text = "".join(parts)
@@ -117,6 +145,7 @@ def test_fragments_of_real_lines_never_raise(parts):
 
 
 # ---------------------------------------------------------------- real fixtures
+
 
 def test_real_2_12_interleaved_mpi_log(real_fixtures):
     s = _summary(real_fixtures / "nccl_debug" / "nccl2.12.7_efa_2node_nccltests_interleaved_eks.txt")
@@ -148,21 +177,30 @@ def test_real_2_29_tuning_table_and_choices(real_fixtures):
     assert s["tuning"]["AllGather"]["PAT/Simple"] == [17.6, 3.6]
     assert len(s["choices"]) == 72
     first = s["choices"][0]
-    assert (first["func"], first["bytes"], first["algo"], first["proto"], first["channels"]) == \
-        ("Broadcast", 1024, "Ring", "LL", 1)
+    assert (first["func"], first["bytes"], first["algo"], first["proto"], first["channels"]) == (
+        "Broadcast",
+        1024,
+        "Ring",
+        "LL",
+        1,
+    )
     big = debuglog.choices_for({"choices": s["choices"]}, "broadcast", 131072)
     assert {(c["proto"], c["channels"]) for c in big} == {("Simple", 4)}
 
 
 # ---------------------------------------------------------------- own fixtures (other versions)
 
+
 def test_own_2_21_numeric_form_with_mpi_rank_prefix():
     s = _summary(LOGS / "nccl2.21_numeric_choice_mpi_prefix.txt")
     assert s["version"] == "2.21.5"
     assert s["env"] == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
     assert s["channels"] == 2 and s["transports"] == ["P2P/CUMEM"]
-    assert [(c["bytes"], c["algo"], c["proto"]) for c in s["choices"]] == \
-        [(14336, "Ring", "LL"), (14336, "Ring", "LL"), (57344, "Tree", "Simple")]
+    assert [(c["bytes"], c["algo"], c["proto"]) for c in s["choices"]] == [
+        (14336, "Ring", "LL"),
+        (14336, "Ring", "LL"),
+        (57344, "Tree", "Simple"),
+    ]
     assert s["warnings"] == ["Cuda failure 'peer access is not supported between these two devices'"]
     assert len(s["comms"]) == 2
 
@@ -188,6 +226,7 @@ def test_own_2_24_named_form_behind_ray_prefix():
 
 
 # ---------------------------------------------------------------- requested vs observed
+
 
 def test_confirm_effective_obeyed():
     s = _summary(LOGS / "nccl2.24_named_choice_ray_prefix.txt")

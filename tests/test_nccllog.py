@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from conftest import OWN_FIXTURES
-from nccl_tune.nccl import debuglog, nccllog
+
 from nccl_tune.cli import cli
+from nccl_tune.nccl import debuglog, nccllog
 
 LOGS = OWN_FIXTURES / "nccl_log"
 PROFILE = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
@@ -15,11 +16,16 @@ PROFILE = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
 
 # ---------------------------------------------------------------- line forms
 
+
 def test_warn_line_with_function_2_30():
     e = debuglog.parse_log_line("h:1:2 [3] transport/net.cc:812 (sendConnect) NCCL WARN NET/IB : x")
     assert (e.kind, e.dev, e.message) == ("warn", 3, "NET/IB : x")
-    assert e.data == {"source": "transport/net.cc:812", "file": "transport/net.cc", "line": 812,
-                      "function": "sendConnect"}
+    assert e.data == {
+        "source": "transport/net.cc:812",
+        "file": "transport/net.cc",
+        "line": 812,
+        "function": "sendConnect",
+    }
     lam = debuglog.parse_log_line("h:1:2 [0] init.cc:99 (operator()) NCCL WARN boom")
     assert lam.data["function"] == "operator()" and lam.message == "boom"
     old = debuglog.parse_log_line("h:1:2 [0] misc/cudawrap.cc:36 NCCL WARN Cuda failure 3")
@@ -29,26 +35,34 @@ def test_warn_line_with_function_2_30():
 def test_rccl_banner_and_via_comm_suffix():
     banner = debuglog.parse_log_line("RCCL version : 2.27.7-HEAD:5e3c2a1")
     assert banner.kind == "version"
-    assert banner.data == {"version": "2.27.7", "cuda": None, "library": "RCCL", "hip": None,
-                           "git": "5e3c2a1"}
+    assert banner.data == {"version": "2.27.7", "cuda": None, "library": "RCCL", "hip": None, "git": "5e3c2a1"}
     assert debuglog.parse_log_line("RCCL version 2.6.4+hip3.5").data["hip"] == "3.5"
     assert "library" not in debuglog.parse_log_line("NCCL version 2.21.5+cuda12.4").data
-    t = debuglog.parse_log_line("g:1:6 [3] NCCL INFO Channel 00/0 : 7[ce000] -> 5[c6000] via "
-                                "P2P/IPC comm 0x2bc1f840 nRanks 02")
+    t = debuglog.parse_log_line(
+        "g:1:6 [3] NCCL INFO Channel 00/0 : 7[ce000] -> 5[c6000] via P2P/IPC comm 0x2bc1f840 nRanks 02"
+    )
     assert (t.data["transport"], t.data["via"], t.data["comm"], t.data["nranks"]) == (
-        "P2P/IPC", "P2P/IPC", "0x2bc1f840", 2)
-    n = debuglog.parse_log_line("g:1:6 [1] NCCL INFO Channel 02/0 : 1[c6000] -> 4[c1000] "
-                                "[receive] via NET/Socket/1 comm 0x95cdeb0 nRanks 08")
+        "P2P/IPC",
+        "P2P/IPC",
+        "0x2bc1f840",
+        2,
+    )
+    n = debuglog.parse_log_line(
+        "g:1:6 [1] NCCL INFO Channel 02/0 : 1[c6000] -> 4[c1000] [receive] via NET/Socket/1 comm 0x95cdeb0 nRanks 08"
+    )
     assert n.data["transport"] == "NET/Socket" and n.data["direction"] == "receive"
 
 
 def test_numeric_trace_choice_takes_the_collective_of_its_api_call_line():
     entries = debuglog.parse_log((LOGS / "nccl2.21_trace_broadcast_after_allreduce.txt").read_text())
-    choices = [(e.pid, e.data["func"], e.data["bytes"], e.data["proto"])
-               for e in entries if e.kind == "choice"]
-    assert choices == [(7001, "AllReduce", 14336, "LL"), (7001, "AllReduce", 14336, "LL"),
-                       (7001, "Broadcast", 16384, "Simple"), (7002, "Broadcast", 16384, "Simple"),
-                       (7001, None, 999, "LL")]  # 999 B fits no call: left unnamed
+    choices = [(e.pid, e.data["func"], e.data["bytes"], e.data["proto"]) for e in entries if e.kind == "choice"]
+    assert choices == [
+        (7001, "AllReduce", 14336, "LL"),
+        (7001, "AllReduce", 14336, "LL"),
+        (7001, "Broadcast", 16384, "Simple"),
+        (7002, "Broadcast", 16384, "Simple"),
+        (7001, None, 999, "LL"),
+    ]  # 999 B fits no call: left unnamed
     summary = debuglog.summarize_log(entries)
     # The Broadcast's Simple is no longer read as a contradicted AllReduce.
     assert debuglog.confirm_effective({"NCCL_PROTO": "LL"}, summary, "allreduce", 14336)["confirmed"]
@@ -57,11 +71,16 @@ def test_numeric_trace_choice_takes_the_collective_of_its_api_call_line():
 
 
 def test_tuner_graph_and_comm_lines():
-    kinds = {m: debuglog.parse_log_line(f"h:1:2 [0] NCCL INFO {m}") for m in (
-        "TUNER/Plugin: Using Example (v6)", "TUNER/Plugin: Using tuner plugin Example",
-        "TUNER/Plugin: Failed to find ncclTunerPlugin_v2, using internal tuner instead.",
-        "Pattern 4, crossNic 0, nChannels 16, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1",
-        "comm 0x5967f7993f30 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0")}
+    kinds = {
+        m: debuglog.parse_log_line(f"h:1:2 [0] NCCL INFO {m}")
+        for m in (
+            "TUNER/Plugin: Using Example (v6)",
+            "TUNER/Plugin: Using tuner plugin Example",
+            "TUNER/Plugin: Failed to find ncclTunerPlugin_v2, using internal tuner instead.",
+            "Pattern 4, crossNic 0, nChannels 16, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1",
+            "comm 0x5967f7993f30 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0",
+        )
+    }
     values = list(kinds.values())
     assert values[0].data == {"loaded": True, "name": "Example", "interface": 6}
     assert values[1].data["name"] == "Example" and values[2].data["loaded"] is False
@@ -71,13 +90,15 @@ def test_tuner_graph_and_comm_lines():
 
 # ---------------------------------------------------------------- the report
 
+
 def test_rccl_report_per_rank(tmp_path):
     report = nccllog.analyze([str(LOGS / "rccl2.21_banner_via_comm.txt")], PROFILE)
     ranks = {r["rank"]: r for r in report["ranks"]}
-    assert set(ranks) == {0, 1} and all(r["library"] == "RCCL" and r["version"] == "2.21.5"
-                                        for r in ranks.values())
-    assert ranks[0]["transports"] == [{"peer": 1, "transport": "P2P/IPC", "channels": [0]},
-                                      {"peer": 1, "transport": "SHM/direct", "channels": [1]}]
+    assert set(ranks) == {0, 1} and all(r["library"] == "RCCL" and r["version"] == "2.21.5" for r in ranks.values())
+    assert ranks[0]["transports"] == [
+        {"peer": 1, "transport": "P2P/IPC", "channels": [0]},
+        {"peer": 1, "transport": "SHM/direct", "channels": [1]},
+    ]
     assert ranks[0]["channels"] == 2
     check = {v["name"]: v for v in report["profile_check"]["variables"]}
     assert check["NCCL_P2P_LEVEL"]["status"] == "confirmed"
@@ -93,8 +114,7 @@ def test_warnings_of_the_2_30_log():
     assert "p2p_not_used" in [w["kind"] for w in asked["warnings"]]
     rank = report["ranks"][0]
     assert rank["tuner_plugin"]["loaded"] and rank["choices"][0]["proto"] == "LL128"
-    assert next(w for w in report["warnings"] if w["kind"] == "nccl_warn")["source"] == \
-        "misc/cudawrap.cc:283"
+    assert next(w for w in report["warnings"] if w["kind"] == "nccl_warn")["source"] == "misc/cudawrap.cc:283"
 
 
 def test_real_interleaved_2_12_log_two_ranks(real_fixtures):
@@ -113,8 +133,9 @@ def test_real_interleaved_2_12_log_two_ranks(real_fixtures):
 def test_real_2_29_logs(real_fixtures):
     single = nccllog.analyze([str(real_fixtures / "nccl_debug" / "nccl2.29.7_single_gpu_init_first50.txt")])
     assert single["ranks"][0]["channels"] == 64 and single["ranks"][0]["nnodes"] == 1
-    table = nccllog.analyze([str(real_fixtures / "nccl_debug" / "nccl2.29.7_tuning_table_bytes_algo_proto.txt")],
-                            {"NCCL_P2P_DISABLE": "1"})
+    table = nccllog.analyze(
+        [str(real_fixtures / "nccl_debug" / "nccl2.29.7_tuning_table_bytes_algo_proto.txt")], {"NCCL_P2P_DISABLE": "1"}
+    )
     choices = table["ranks"][0]["choices"]
     assert {c["func"] for c in choices} == {"Broadcast"}
     at = {c["bytes"]: (c["algo"], c["proto"], c["channels"]) for c in choices}
@@ -123,17 +144,18 @@ def test_real_2_29_logs(real_fixtures):
 
 
 def test_one_file_per_process_and_the_restarted_server(tmp_path):
-    good = "h:{pid}:{pid} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9\n" \
-           "h:{pid}:{pid} [{d}] NCCL INFO NCCL_PROTO set by environment to LL\n" \
-           "h:{pid}:{pid} [{d}] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.\n"
+    good = (
+        "h:{pid}:{pid} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9\n"
+        "h:{pid}:{pid} [{d}] NCCL INFO NCCL_PROTO set by environment to LL\n"
+        "h:{pid}:{pid} [{d}] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.\n"
+    )
     lost = "h:{pid}:{pid} [{d}] NCCL INFO NCCL version 2.27.5+cuda12.9\n"
     paths = []
     for i, text in enumerate([good, good, lost]):
         path = tmp_path / f"nccl.h.{100 + i}.log"
         path.write_text(text.format(pid=100 + i, d=i))
         paths.append(str(path))
-    report = nccllog.analyze(paths, {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "0x1000000",
-                                     "NCCL_DEBUG": "INFO"})
+    report = nccllog.analyze(paths, {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "0x1000000", "NCCL_DEBUG": "INFO"})
     check = {v["name"]: v for v in report["profile_check"]["variables"]}
     assert check["NCCL_PROTO"]["missing"] == ["h:102"] and check["NCCL_PROTO"]["status"] == "missing"
     assert check["NCCL_BUFFSIZE"]["confirmed"] == ["h:100", "h:101"]  # 0x1000000 == 16777216
@@ -167,9 +189,11 @@ def test_cli_json_keys_and_exit_codes(tmp_path, cli_runner):
 
 def test_rank_check_for_validate(tmp_path):
     log = tmp_path / "server.log"
-    log.write_text("[2026-01-01 10:00:00 TP0] loading\n"
-                   "h:5:5 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS\n"
-                   "h:6:6 [1] NCCL INFO NCCL version 2.27.5+cuda12.9\n")
+    log.write_text(
+        "[2026-01-01 10:00:00 TP0] loading\n"
+        "h:5:5 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS\n"
+        "h:6:6 [1] NCCL INFO NCCL version 2.27.5+cuda12.9\n"
+    )
     out = nccllog.rank_check(str(log), {"NCCL_P2P_LEVEL": "SYS"})
     assert out["ok"] is False and out["ranks"] == 2 and "NCCL_P2P_LEVEL missing in 1" in out["summary"]
     none = tmp_path / "quiet.log"

@@ -22,14 +22,15 @@ except ModuleNotFoundError:  # Python 3.10
 
 # torch 2.11.0's NVIDIA requirements as published (Requires-Dist of its PyPI wheel).
 TORCH_2_11_REQUIRES = [
-    'cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]'
+    "cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]"
     '==13.0.2; platform_system == "Linux"',
     'cuda-bindings<14,>=13.0.3; platform_system == "Linux"',
     'nvidia-cudnn-cu13==9.19.0.56; platform_system == "Linux"',
     'nvidia-cusparselt-cu13==0.8.0; platform_system == "Linux"',
     'nvidia-nccl-cu13==2.28.9; platform_system == "Linux"',
     'nvidia-nvshmem-cu13==3.4.5; platform_system == "Linux"',
-    'filelock', 'optree>=0.13.0; extra == "optree"',
+    "filelock",
+    'optree>=0.13.0; extra == "optree"',
 ]
 
 
@@ -74,8 +75,9 @@ def test_decision_from_installed_metadata(tmp_path):
     assert nccl_wheel.from_metadata([str(cpu)]).extra == "nccl"
 
 
-@pytest.mark.parametrize("torch_version, requires, extra", [
-    ("2.11.0", TORCH_2_11_REQUIRES, ""), ("2.13.0+cpu", ["filelock"], "[nccl]")])
+@pytest.mark.parametrize(
+    "torch_version, requires, extra", [("2.11.0", TORCH_2_11_REQUIRES, ""), ("2.13.0+cpu", ["filelock"], "[nccl]")]
+)
 def test_install_sh_adds_the_nccl_extra_only_beside_a_cpu_torch(tmp_path, torch_version, requires, extra):
     """install.sh end to end with pip replaced by a recorder and a Python that sees only a
     stand-in torch (its module and its metadata) and the standard library."""
@@ -85,14 +87,20 @@ def test_install_sh_adds_the_nccl_extra_only_beside_a_cpu_torch(tmp_path, torch_
     (site / "torch" / "__init__.py").write_text(f"__version__ = {torch_version!r}\n")
     log = tmp_path / "pip.log"
     python = tmp_path / "python"
-    python.write_text("#!/usr/bin/env bash\n"
-                      'if [ "$1" = -m ] && { [ "$2" = pip ] || [ "$2" = nccl_tune ]; }; then\n'
-                      f'  echo "$*" >>{log}; exit 0\nfi\n'
-                      f'exec {sys.executable} -S "$@"\n')
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = -m ] && { [ "$2" = pip ] || [ "$2" = nccl_tune ]; }; then\n'
+        f'  echo "$*" >>{log}; exit 0\nfi\n'
+        f'exec {sys.executable} -S "$@"\n'
+    )
     python.chmod(0o755)
-    done = subprocess.run(["bash", str(REPO_ROOT / "install.sh")], capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHON": str(python),
-                                            "PYTHONPATH": str(site), "HOME": str(tmp_path)})
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "install.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": str(python), "PYTHONPATH": str(site), "HOME": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     assert f"install.sh: keeping torch {torch_version}" in done.stdout
     assert log.read_text().splitlines()[0] == f"-m pip install -q -e .{extra}"

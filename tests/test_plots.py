@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 
+import factories
 import pytest
 
-import factories
 from nccl_tune import store
-from nccl_tune.decide import plotting
 from nccl_tune.cli import cli
+from nccl_tune.decide import plotting
 
 pytest.importorskip("matplotlib")
 
@@ -36,16 +36,23 @@ def _labels(axis) -> list[str]:
 
 
 def _records(backend="gloo"):
-    four = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16",
-            "NCCL_BUFFSIZE": "16777216"}
+    four = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216"}
     cells = [({}, lambda b: 60.0 + b / 5000), (four, lambda b: 50.0 + b / 5000)]
-    return factories.sweep_records(cells, (1024, 14336, 1 << 20), rounds=3, first_round=1,
-                                   noise=2.0, samples=20, seed=0, backend=backend, world_size=2)
+    return factories.sweep_records(
+        cells,
+        (1024, 14336, 1 << 20),
+        rounds=3,
+        first_round=1,
+        noise=2.0,
+        samples=20,
+        seed=0,
+        backend=backend,
+        world_size=2,
+    )
 
 
 def test_axis_words():
-    assert [plotting.bytes_label(b) for b in (512, 1024, 14336, 57344, 1 << 20)] == [
-        "512", "1K", "14K", "56K", "1M"]
+    assert [plotting.bytes_label(b) for b in (512, 1024, 14336, 57344, 1 << 20)] == ["512", "1K", "14K", "56K", "1M"]
     assert [plotting.plain_number(v) for v in (20.0, 60.0, 2500.0, 0.5)] == ["20", "60", "2,500", "0.5"]
     assert plotting.wrap("NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_MAX_NCHANNELS=16", 20).count("\n") == 2
 
@@ -78,9 +85,25 @@ def test_report_plot_on_nccl_has_no_gloo_caption(cli_runner, tmp_path, figures):
 
 def test_recommend_plot_includes_plain_decoding_and_wraps_labels(cli_runner, tmp_path, figures):
     png = tmp_path / "rec.png"
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm",
-                                     "--spec-steps", "1-4", "--accept-len", "2.5@3",
-                                     "--baseline-tok-s", "62.9", "--plot", str(png), "--json"])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "recommend",
+            "--layers",
+            "61",
+            "--topology",
+            "pcie-shm",
+            "--spec-steps",
+            "1-4",
+            "--accept-len",
+            "2.5@3",
+            "--baseline-tok-s",
+            "62.9",
+            "--plot",
+            str(png),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["files"]["plot"]["written"]
     (fig,) = figures
@@ -94,7 +117,8 @@ def test_recommend_plot_includes_plain_decoding_and_wraps_labels(cli_runner, tmp
 def test_recommend_plot_on_gloo_results_is_captioned(cli_runner, tmp_path, figures):
     path = tmp_path / "r.jsonl"
     store.append_records(str(path), _records("gloo"))
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path),
-                                     "--plot", str(tmp_path / "g.png")])
+    result = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--results", str(path), "--plot", str(tmp_path / "g.png")]
+    )
     assert result.exit_code == 0, result.output
     assert any("differences between cells are noise" in t.get_text() for t in figures[0].texts)

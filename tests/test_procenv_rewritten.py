@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from nccl_tune.live import procenv, procmem
 from nccl_tune.cli import cli
+from nccl_tune.live import procenv, procmem
 from tests.conftest import subprocess_env
 
 PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
@@ -46,8 +46,9 @@ time.sleep(60)
 
 
 def _start(code: str, *args: str, env=None) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
-                            env=env or subprocess_env(**PROFILE))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, env=env or subprocess_env(**PROFILE)
+    )
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -102,32 +103,40 @@ def test_without_memory_access_the_confirmed_parent_stands_in(clobbered, monkeyp
     import os
 
     # the test process is the parent; give the profile to the comparison via its own env
-    monkeypatch.setattr(procenv, "read_environ", lambda pid: dict(PROFILE) if pid == os.getpid()
-                        else procenv._parse_block(procenv._read_bytes(pid, "environ")))
+    monkeypatch.setattr(
+        procenv,
+        "read_environ",
+        lambda pid: dict(PROFILE) if pid == os.getpid() else procenv._parse_block(procenv._read_bytes(pid, "environ")),
+    )
     result = procenv.check_process(PROFILE, clobbered.pid)
     assert result.env_source == "inherited" and result.inherited_from == os.getpid()
     assert result.inheritance == ["spawned"]  # fork + exec: a new stack
     assert [v.status for v in result.variables] == ["inherited", "inherited"] and result.ok
     assert "nccl-tune logs nccl" in result.note and "Permission denied" in result.note
     # a parent without the profile proves nothing: missing, not inherited
-    monkeypatch.setattr(procenv, "read_environ", lambda pid: {} if pid == os.getpid()
-                        else procenv._parse_block(procenv._read_bytes(pid, "environ")))
+    monkeypatch.setattr(
+        procenv,
+        "read_environ",
+        lambda pid: {} if pid == os.getpid() else procenv._parse_block(procenv._read_bytes(pid, "environ")),
+    )
     again = procenv.check_process(PROFILE, clobbered.pid)
     assert [v.status for v in again.variables] == ["missing", "missing"] and not again.ok
 
 
 def test_fork_without_exec_is_told_from_spawn():
-    code = ("import os, sys, time\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n    time.sleep(60)\n    os._exit(0)\n"
-            "print(pid, flush=True)\nprint('ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env=subprocess_env())
+    code = (
+        "import os, sys, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+        "print(pid, flush=True)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=subprocess_env())
     try:
         child = int(proc.stdout.readline())
         assert proc.stdout.readline().strip() == "ready"
         assert procenv._hop(proc.pid, child) == "forked"
         import os
+
         assert procenv._hop(os.getpid(), proc.pid) == "spawned"
     finally:
         subprocess.run(["kill", str(child)], check=False)
@@ -141,16 +150,20 @@ def test_check_cli_shows_role_and_source(clobbered, tmp_path, cli_runner):
     out = cli_runner.invoke(cli, ["check", "--profile", str(profile), "--pid", str(clobbered.pid)])
     assert out.exit_code == 0, out.output
     assert "vLLM TP worker 3" in out.output and "memory (rewritten block)" in out.output
-    js = json.loads(cli_runner.invoke(cli, ["check", "--profile", str(profile), "--pid",
-                                            str(clobbered.pid), "--json"]).stdout)
+    js = json.loads(
+        cli_runner.invoke(cli, ["check", "--profile", str(profile), "--pid", str(clobbered.pid), "--json"]).stdout
+    )
     assert js[0]["env_source"] == "memory" and js[0]["rewritten"] is True
 
 
-@pytest.mark.skipif(importlib.util.find_spec("setproctitle") is None,
-                    reason="setproctitle is not installed (vLLM and SGLang bring it)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("setproctitle") is None, reason="setproctitle is not installed (vLLM and SGLang bring it)"
+)
 def test_real_setproctitle_is_read_back():
-    proc = _start("import setproctitle, time\nsetproctitle.setproctitle('sglang::scheduler_TP1')\n"
-                  "print('ready', flush=True)\ntime.sleep(60)\n")
+    proc = _start(
+        "import setproctitle, time\nsetproctitle.setproctitle('sglang::scheduler_TP1')\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
     try:
         result = procenv.check_process(PROFILE, proc.pid)
         assert result.rewritten and result.env_source == "memory" and result.ok

@@ -6,16 +6,17 @@ import os
 import string
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from nccl_tune import fileio
-from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import profile
 from nccl_tune.live.profile import parse_profile, render_profile
 
 SAFE_CHARS = string.ascii_letters + string.digits + "_.,:^%/+-="  # the grammar's, written out
-keys = st.from_regex(r"NCCL_[A-Z0-9_]{1,24}", fullmatch=True).filter(
-    lambda k: not k.endswith("_PLUGIN"))
+keys = st.from_regex(r"NCCL_[A-Z0-9_]{1,24}", fullmatch=True).filter(lambda k: not k.endswith("_PLUGIN"))
 values = st.text(alphabet=SAFE_CHARS, max_size=40)
 # Printable text (what a comment line may hold), without a trailing backslash.
 printable = st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Co", "Cn", "Zl", "Zp", "Zs")) | st.just(" ")
@@ -25,8 +26,11 @@ notes = st.lists(st.text(alphabet=printable, max_size=50).map(lambda t: t.rstrip
 
 
 @hsettings(max_examples=300, deadline=None)
-@given(env=st.dictionaries(keys, values, max_size=12),
-       provenance=st.dictionaries(prov_keys, prov_values, max_size=6), free=notes)
+@given(
+    env=st.dictionaries(keys, values, max_size=12),
+    provenance=st.dictionaries(prov_keys, prov_values, max_size=6),
+    free=notes,
+)
 def test_any_valid_profile_round_trips(env, provenance, free):
     text = render_profile(env, provenance, free)
     back = parse_profile(text)
@@ -45,8 +49,24 @@ def test_arbitrary_text_parses_or_names_the_line(text):
 
 
 @hsettings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["NCCL_PROTO=LL", "# c", "", "export NCCL_A=1", "NCCL_B='x y'",
-                                 "\x0c# ff", "NCCL_C=1\r", "# a\u2028b", "bad line"]), max_size=20))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "NCCL_PROTO=LL",
+                "# c",
+                "",
+                "export NCCL_A=1",
+                "NCCL_B='x y'",
+                "\x0c# ff",
+                "NCCL_C=1\r",
+                "# a\u2028b",
+                "bad line",
+            ]
+        ),
+        max_size=20,
+    )
+)
 def test_line_numbers_count_newlines_only(lines):
     text = "".join(line + "\n" for line in lines)
     parsed = profile.grammar.parse_lines(text)
@@ -56,8 +76,10 @@ def test_line_numbers_count_newlines_only(lines):
 
 
 def test_read_forms():
-    text = ("# nccl-tune profile\n# source: measured\n# gpus: 8x X\n\nexport NCCL_PROTO=LL\n"
-            "NCCL_ALGO=Ring\nNCCL_DEBUG=INFO\nNCCL_ALGO=Tree\n  \t\n")
+    text = (
+        "# nccl-tune profile\n# source: measured\n# gpus: 8x X\n\nexport NCCL_PROTO=LL\n"
+        "NCCL_ALGO=Ring\nNCCL_DEBUG=INFO\nNCCL_ALGO=Tree\n  \t\n"
+    )
     prof = parse_profile(text, "p.env")
     assert prof.env == {"NCCL_PROTO": "LL", "NCCL_DEBUG": "INFO", "NCCL_ALGO": "Tree"}
     assert prof.lines == {"NCCL_PROTO": 5, "NCCL_DEBUG": 7, "NCCL_ALGO": 8}
@@ -74,21 +96,24 @@ def test_reader_refuses_what_would_run_and_never_evaluates(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("line,why", [
-    ("NCCL_PROTO = LL", "a blank before '='"),
-    ("NCCL_PROTO= LL", "a blank after '='"),
-    ("NCCL-PROTO=LL", "is not a variable name"),
-    ("=LL", "missing name"),
-    ("just words", "expected NAME=VALUE"),
-    ("NCCL_PROTO='LL", "a quote"),
-    ("NCCL_PROTO='LL'", "a quote"),
-    ("NCCL_PROTO=L\x01L", "a control character (U+0001)"),
-    ("NCCL_PROTO=LL\r", "a carriage return"),
-    ("LD_PRELOAD=/tmp/evil.so", "LD_PRELOAD is not an NCCL variable"),
-    ("NCCL_NET_PLUGIN=/tmp/evil.so", "load a shared library"),
-    (" NCCL_PROTO=LL", "a blank at the start of the line"),
-    ("# trailing \\", "ending in a backslash"),
-])
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        ("NCCL_PROTO = LL", "a blank before '='"),
+        ("NCCL_PROTO= LL", "a blank after '='"),
+        ("NCCL-PROTO=LL", "is not a variable name"),
+        ("=LL", "missing name"),
+        ("just words", "expected NAME=VALUE"),
+        ("NCCL_PROTO='LL", "a quote"),
+        ("NCCL_PROTO='LL'", "a quote"),
+        ("NCCL_PROTO=L\x01L", "a control character (U+0001)"),
+        ("NCCL_PROTO=LL\r", "a carriage return"),
+        ("LD_PRELOAD=/tmp/evil.so", "LD_PRELOAD is not an NCCL variable"),
+        ("NCCL_NET_PLUGIN=/tmp/evil.so", "load a shared library"),
+        (" NCCL_PROTO=LL", "a blank at the start of the line"),
+        ("# trailing \\", "ending in a backslash"),
+    ],
+)
 def test_malformed_lines_name_their_line(line, why):
     with pytest.raises(NcclTuneError) as info:
         parse_profile(f"# header\nNCCL_ALGO=Ring\n{line}\n", path="f.env")
@@ -102,9 +127,19 @@ def test_provenance_stops_at_separator_and_body():
     assert parse_profile("# a: 1\nNCCL_A=1\n# b: 2\n").provenance == {"a": "1"}
 
 
-@pytest.mark.parametrize("env", [{"NCCL_A": "x y"}, {"NCCL_A": "a;b"}, {"NCCL_A": "$(id)"},
-                                 {"NCCL_A-B": "1"}, {"NCCL_A": "'q'"}, {"LD_PRELOAD": "/x.so"},
-                                 {"PATH": "/tmp"}, {"NCCL_TUNER_PLUGIN": "x.so"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"NCCL_A": "x y"},
+        {"NCCL_A": "a;b"},
+        {"NCCL_A": "$(id)"},
+        {"NCCL_A-B": "1"},
+        {"NCCL_A": "'q'"},
+        {"LD_PRELOAD": "/x.so"},
+        {"PATH": "/tmp"},
+        {"NCCL_TUNER_PLUGIN": "x.so"},
+    ],
+)
 def test_render_refuses_what_cannot_be_written(env):
     with pytest.raises(NcclTuneError):
         render_profile(env)
@@ -165,13 +200,18 @@ def test_shipped_profile_is_found_and_round_trips():
     assert profile.resolve_profile("pcie-8gpu-decode.env") == path
     text = path.read_text()
     prof = profile.parse_profile(text, str(path))
-    assert prof.env == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-                        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216",
-                        "NCCL_NTHREADS": "512"}
+    assert prof.env == {
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
+    }
     for needle in ("public report", "RTX PRO 6000 Blackwell", "62.9", "88.8", "not measured here"):
         assert needle in text
     lines = text.splitlines()
-    note_lines = lines[lines.index("#") + 1:lines.index("")]
+    note_lines = lines[lines.index("#") + 1 : lines.index("")]
     free = [line[2:] for line in note_lines]
     assert render_profile(prof.env, prof.provenance, free) == text
 
@@ -226,5 +266,6 @@ def test_line_count_cap_and_messages_name_a_variable_once():
     assert str(info.value).startswith("results cell c-1: LD_PRELOAD is not an NCCL variable")
     with pytest.raises(NcclTuneError) as info:
         grammar.check_env({"NCCL_DEBUG_FILE": "a" * 2000}, "exec")
-    assert str(info.value) == ("exec: NCCL_DEBUG_FILE: a value of 2000 characters (at most "
-                               "1023, the longest NCCL reads from a conf file)")
+    assert str(info.value) == (
+        "exec: NCCL_DEBUG_FILE: a value of 2000 characters (at most 1023, the longest NCCL reads from a conf file)"
+    )

@@ -20,26 +20,67 @@ from nccl_tune.measure import grid
 
 CMD = "touch canary"
 ISSUE = [  # issue 19, "What was seen"
-    f"X='a'$({CMD})'b'", f"X='a';{CMD};'b'", f'X="a";{CMD};"b"', f"X='a'`{CMD}`'b'",
-    f"X='a'\"$({CMD})\"'b'", f"NCCL_DEBUG_FILE='a'$({CMD})'b'", f"NCCL_DEBUG_FILE='a';{CMD};'b'",
-    f'NCCL_DEBUG_FILE="a";{CMD};"b"', f"NCCL_DEBUG_FILE='a'`{CMD}`'b'",
-    f"NCCL_DEBUG_FILE='a'\"$({CMD})\"'b'", f"NCCL_PROTO=LL\\\n#$({CMD})", f"NCCL_PROTO=LL\\\n#;{CMD}",
-    "LD_PRELOAD=/tmp/evil.so", "PATH=/tmp/evil", "BASH_ENV=/tmp/evil.sh",
+    f"X='a'$({CMD})'b'",
+    f"X='a';{CMD};'b'",
+    f'X="a";{CMD};"b"',
+    f"X='a'`{CMD}`'b'",
+    f"X='a'\"$({CMD})\"'b'",
+    f"NCCL_DEBUG_FILE='a'$({CMD})'b'",
+    f"NCCL_DEBUG_FILE='a';{CMD};'b'",
+    f'NCCL_DEBUG_FILE="a";{CMD};"b"',
+    f"NCCL_DEBUG_FILE='a'`{CMD}`'b'",
+    f"NCCL_DEBUG_FILE='a'\"$({CMD})\"'b'",
+    f"NCCL_PROTO=LL\\\n#$({CMD})",
+    f"NCCL_PROTO=LL\\\n#;{CMD}",
+    "LD_PRELOAD=/tmp/evil.so",
+    "PATH=/tmp/evil",
+    "BASH_ENV=/tmp/evil.sh",
 ]
 MORE = [
-    f"NCCL_DEBUG_FILE=$({CMD})", f"NCCL_DEBUG_FILE=`{CMD}`", f"NCCL_DEBUG_FILE=a;{CMD}",
-    f"NCCL_DEBUG_FILE=a&{CMD}", f"NCCL_DEBUG_FILE=a|{CMD}", "NCCL_DEBUG_FILE=a>canary",
-    "NCCL_DEBUG_FILE=a<canary", f"NCCL_DEBUG_FILE=a {CMD}", f"NCCL_PROTO= {CMD}",
-    "NCCL_PROTO=LL\r", f"NCCL_PROTO=LL\r{CMD}", "NCCL_DEBUG_FILE=~/nccl.log",
-    "NCCL_DEBUG_FILE=${HOME}/x", "NCCL_DEBUG_FILE=$HOME", "export LD_PRELOAD=/tmp/evil.so",
-    "NCCL_NET_PLUGIN=/tmp/evil.so", "NCCL_TUNER_PLUGIN=/tmp/evil.so", "NCCL_IBVERBS_LIB=/tmp/evil.so",
-    "NCCL_PROFILER_PLUGIN=/tmp/evil.so", "VLLM_NCCL_SO_PATH=/tmp/evil.so", "IFS=x", "PS4=$(id)",
-    "SHELLOPTS=xtrace", "ENV=/tmp/evil.sh", "PYTHONPATH=/tmp/evil", "CUDA_DEVICE_MAX_CONNECTIONS=1",
-    "nccl_proto=LL", "NCCL_PROTO=L\x00L", "NCCL_PROTO='LL'", "NCCL_PROTO=LL # fast",
-    "NCCL_PROTO=^LL128;allreduce:LL", "  NCCL_PROTO=LL", "NCCL_PROTO =LL", "NCCL_PROTO=LL\u00a0",
-    "NCCL_PROTO=L\u2028L", "NCCL_DEBUG_FILE=/tmp/\u00e9", "NCCL_DEBUG_FILE=a*b", "NCCL_X={a,b}",
-    "# note \\\nNCCL_PROTO=LL", "# note\rLD_PRELOAD=/tmp/evil.so", "NCCL_DEBUG_FILE=" + "a" * 5000,
-    "NCCL_PROTO", "=LL", "\x1b[2JNCCL_PROTO=LL",
+    f"NCCL_DEBUG_FILE=$({CMD})",
+    f"NCCL_DEBUG_FILE=`{CMD}`",
+    f"NCCL_DEBUG_FILE=a;{CMD}",
+    f"NCCL_DEBUG_FILE=a&{CMD}",
+    f"NCCL_DEBUG_FILE=a|{CMD}",
+    "NCCL_DEBUG_FILE=a>canary",
+    "NCCL_DEBUG_FILE=a<canary",
+    f"NCCL_DEBUG_FILE=a {CMD}",
+    f"NCCL_PROTO= {CMD}",
+    "NCCL_PROTO=LL\r",
+    f"NCCL_PROTO=LL\r{CMD}",
+    "NCCL_DEBUG_FILE=~/nccl.log",
+    "NCCL_DEBUG_FILE=${HOME}/x",
+    "NCCL_DEBUG_FILE=$HOME",
+    "export LD_PRELOAD=/tmp/evil.so",
+    "NCCL_NET_PLUGIN=/tmp/evil.so",
+    "NCCL_TUNER_PLUGIN=/tmp/evil.so",
+    "NCCL_IBVERBS_LIB=/tmp/evil.so",
+    "NCCL_PROFILER_PLUGIN=/tmp/evil.so",
+    "VLLM_NCCL_SO_PATH=/tmp/evil.so",
+    "IFS=x",
+    "PS4=$(id)",
+    "SHELLOPTS=xtrace",
+    "ENV=/tmp/evil.sh",
+    "PYTHONPATH=/tmp/evil",
+    "CUDA_DEVICE_MAX_CONNECTIONS=1",
+    "nccl_proto=LL",
+    "NCCL_PROTO=L\x00L",
+    "NCCL_PROTO='LL'",
+    "NCCL_PROTO=LL # fast",
+    "NCCL_PROTO=^LL128;allreduce:LL",
+    "  NCCL_PROTO=LL",
+    "NCCL_PROTO =LL",
+    "NCCL_PROTO=LL\u00a0",
+    "NCCL_PROTO=L\u2028L",
+    "NCCL_DEBUG_FILE=/tmp/\u00e9",
+    "NCCL_DEBUG_FILE=a*b",
+    "NCCL_X={a,b}",
+    "# note \\\nNCCL_PROTO=LL",
+    "# note\rLD_PRELOAD=/tmp/evil.so",
+    "NCCL_DEBUG_FILE=" + "a" * 5000,
+    "NCCL_PROTO",
+    "=LL",
+    "\x1b[2JNCCL_PROTO=LL",
 ]
 CORPUS = ISSUE + MORE
 HEAD = "# corpus\nNCCL_ALGO=Ring\n"  # the hostile line is line 3
@@ -118,8 +159,7 @@ def test_recommend_exports_refuse_whatever_the_results_say(tmp_path, analysis, l
 def test_a_results_file_with_ld_preload_exports_nothing(tmp_path, cli_runner):
     poisoned = {**P2P_LL, "LD_PRELOAD": "/tmp/evil.so"}
     path = write(tmp_path, synth([({}, flat(60), {}), (poisoned, flat(20), confirmed())]))
-    out = {"--export": tmp_path / "p.env", "--export-conf": tmp_path / "p.conf",
-           "--tuner-csv": tmp_path / "t.csv"}
+    out = {"--export": tmp_path / "p.env", "--export-conf": tmp_path / "p.conf", "--tuner-csv": tmp_path / "t.csv"}
     for force in ([], ["--force"]):
         args = ["recommend", "--layers", "61", "--results", path, "--json", *force]
         for option, target in out.items():
@@ -132,11 +172,28 @@ def test_a_results_file_with_ld_preload_exports_nothing(tmp_path, cli_runner):
         assert data["recommended"] is None
 
 
-@pytest.mark.parametrize("args", [
-    ["check", "--pid", str(os.getpid())], ["profiles", "show"], ["validate", "--steps", "1"],
-    ["logs", "nccl", "LOG"], ["spec-plan", "--accept-rate", "0.7", "--decode-ms", "10", "--verify-ms", "12",
-     "--draft-ms", "1", "--layers", "61"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--pid", str(os.getpid())],
+        ["profiles", "show"],
+        ["validate", "--steps", "1"],
+        ["logs", "nccl", "LOG"],
+        [
+            "spec-plan",
+            "--accept-rate",
+            "0.7",
+            "--decode-ms",
+            "10",
+            "--verify-ms",
+            "12",
+            "--draft-ms",
+            "1",
+            "--layers",
+            "61",
+        ],
+    ],
+)
 def test_every_reader_refuses_a_profile_off_the_allow_list(tmp_path, cli_runner, args):
     path = _file(tmp_path, "LD_PRELOAD=/tmp/evil.so")
     (tmp_path / "LOG").write_text("")
@@ -153,18 +210,20 @@ def test_every_reader_refuses_a_profile_off_the_allow_list(tmp_path, cli_runner,
 
 def test_profiles_convert_refuses(tmp_path, cli_runner):
     path = _file(tmp_path, "LD_PRELOAD=/tmp/evil.so")
-    result = cli_runner.invoke(cli, ["profiles", "convert", str(path), "--to", "conf",
-                                     "-o", str(tmp_path / "out.conf")])
+    result = cli_runner.invoke(
+        cli, ["profiles", "convert", str(path), "--to", "conf", "-o", str(tmp_path / "out.conf")]
+    )
     assert result.exit_code == 2 and not (tmp_path / "out.conf").exists()
 
 
-@pytest.mark.parametrize("item", ["LD_PRELOAD=/tmp/evil.so", "NCCL_NET_PLUGIN=/tmp/x.so",
-                                  f"NCCL_DEBUG_FILE=$({CMD})", "NCCL_PROTO=LL|Simple;x"])
+@pytest.mark.parametrize(
+    "item",
+    ["LD_PRELOAD=/tmp/evil.so", "NCCL_NET_PLUGIN=/tmp/x.so", f"NCCL_DEBUG_FILE=$({CMD})", "NCCL_PROTO=LL|Simple;x"],
+)
 def test_sweep_cells_refuse_even_with_allow_unknown(cli_runner, item):
     with pytest.raises(NcclTuneError):
         grid.spec_from_sets([item])
-    result = cli_runner.invoke(cli, ["sweep", "--set", item, "--allow-unknown", "--backend", "sim",
-                                     "--dry-run"])
+    result = cli_runner.invoke(cli, ["sweep", "--set", item, "--allow-unknown", "--backend", "sim", "--dry-run"])
     assert result.exit_code == 2, result.output
 
 

@@ -13,24 +13,28 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import REPO_ROOT
-from nccl_tune.live import lint
+
 from nccl_tune.cli import cli
+from nccl_tune.live import lint
 
 BASH = shutil.which("bash")
 needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")
 
 # Before and after sourcing, in one shell: the difference is what the file exported.
-_SOURCE = ('env -0 > "$2"; set -a; . "$1"; set +a; env -0 > "$3"')
+_SOURCE = 'env -0 > "$2"; set -a; . "$1"; set +a; env -0 > "$3"'
 
 
 def _sourced_diff(tmp_path, path) -> dict[str, str]:
     before, after = tmp_path / "before.env0", tmp_path / "after.env0"
-    done = subprocess.run([BASH, "--noprofile", "--norc", "-c", _SOURCE, "bash", str(path),
-                           str(before), str(after)],
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [BASH, "--noprofile", "--norc", "-c", _SOURCE, "bash", str(path), str(before), str(after)],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
 
     def read(p):
@@ -54,8 +58,9 @@ def _file_assignments(path) -> dict[str, str]:
 @needs_bash
 def test_exported_profile_sourced_by_bash_gives_exactly_its_variables(tmp_path, cli_runner):
     out = tmp_path / "pcie8.env"
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm",
-                                     "--export", str(out), "--force"])
+    result = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--topology", "pcie-shm", "--export", str(out), "--force"]
+    )
     assert result.exit_code == 0, result.output
     expected = _file_assignments(out)
     assert expected and all(k.startswith("NCCL_") for k in expected)
@@ -66,8 +71,13 @@ def test_exported_profile_sourced_by_bash_gives_exactly_its_variables(tmp_path, 
 def test_shipped_profile_sourced_by_bash(tmp_path):
     path = REPO_ROOT / "profiles" / "pcie-8gpu-decode.env"
     assert _sourced_diff(tmp_path, path) == {
-        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
+    }
 
 
 @needs_bash
@@ -79,8 +89,7 @@ def test_a_dangerous_value_runs_under_bash_and_never_under_nccl_tune(tmp_path, c
     findings = lint.lint_text(path.read_text(), str(path))
     assert any(f.severity == lint.ERROR and f.variable == "NCCL_DEBUG_FILE" for f in findings)
     # nccl-tune: read, linted, shown, refused by exec; the command never runs
-    for args in (["lint", str(path)], ["profiles", "show", str(path)],
-                 ["exec", "--profile", str(path), "--", "true"]):
+    for args in (["lint", str(path)], ["profiles", "show", str(path)], ["exec", "--profile", str(path), "--", "true"]):
         cli_runner.invoke(cli, args)
         assert not marker.exists(), args
     refused = cli_runner.invoke(cli, ["exec", "--profile", str(path), "--", "true"])

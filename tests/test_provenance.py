@@ -13,22 +13,24 @@ from nccl_tune.cli import cli
 from nccl_tune.vocab import Provenance, provenance_of
 
 
-@pytest.mark.parametrize("record, expected", [
-    ({"backend": "nccl"}, Provenance.NCCL),
-    ({"backend": "gloo"}, Provenance.GLOO),
-    ({"backend": "sim", "source": "modelled"}, Provenance.SIMULATED),  # what the sim backend writes
-    ({"backend": "nccl-tests"}, Provenance.IMPORTED),
-    ({"source": "modelled"}, Provenance.MODELLED),
-    ({}, Provenance.IMPORTED),
-])
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        ({"backend": "nccl"}, Provenance.NCCL),
+        ({"backend": "gloo"}, Provenance.GLOO),
+        ({"backend": "sim", "source": "modelled"}, Provenance.SIMULATED),  # what the sim backend writes
+        ({"backend": "nccl-tests"}, Provenance.IMPORTED),
+        ({"source": "modelled"}, Provenance.MODELLED),
+        ({}, Provenance.IMPORTED),
+    ],
+)
 def test_provenance_of_a_record(record, expected):
     assert provenance_of(record) is expected
 
 
 def test_trust_words():
     # only where NCCL ran can its log confirm, contradict or not have seen the settings
-    assert [Provenance.NCCL.trust(c) for c in (True, False, None)] == ["confirmed", "contradicted",
-                                                                       "declared"]
+    assert [Provenance.NCCL.trust(c) for c in (True, False, None)] == ["confirmed", "contradicted", "declared"]
     assert Provenance.IMPORTED.trust(None) == "declared"
     for prov in (Provenance.SIMULATED, Provenance.MODELLED, Provenance.GLOO):
         assert {prov.trust(c) for c in (True, False, None)} == {prov.value}
@@ -40,27 +42,55 @@ def sim_results(tmp_path_factory):
     from click.testing import CliRunner
 
     out = tmp_path_factory.mktemp("sim") / "sim.jsonl"
-    done = CliRunner().invoke(cli, ["sweep", "--backend", "sim", "--topology", "pcie-shm",
-                                    "--set", "NCCL_P2P_LEVEL=default,SYS", "--tokens", "1,4",
-                                    "--rounds", "3", "--out", str(out)])
+    done = CliRunner().invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie-shm",
+            "--set",
+            "NCCL_P2P_LEVEL=default,SYS",
+            "--tokens",
+            "1,4",
+            "--rounds",
+            "3",
+            "--out",
+            str(out),
+        ],
+    )
     assert done.exit_code == 0, done.output
     return out
 
 
-def test_simulated_records_are_never_declared_in_recommend_or_its_exports(cli_runner, sim_results,
-                                                                         tmp_path):
+def test_simulated_records_are_never_declared_in_recommend_or_its_exports(cli_runner, sim_results, tmp_path):
     env_file, csv_file = tmp_path / "p.env", tmp_path / "t.csv"
-    shown = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(sim_results),
-                                    "--json", "--export", str(env_file), "--tuner-csv", str(csv_file),
-                                    "--force"])
+    shown = cli_runner.invoke(
+        cli,
+        [
+            "recommend",
+            "--layers",
+            "61",
+            "--results",
+            str(sim_results),
+            "--json",
+            "--export",
+            str(env_file),
+            "--tuner-csv",
+            str(csv_file),
+            "--force",
+        ],
+    )
     assert shown.exit_code == 0, shown.output
     data = json.loads(shown.stdout)
     assert data["provenance"] == "simulated"
     assert data["recommended"]["trust"] == "simulated"
     assert {c["trust"] for c in data["cells"]} == {"simulated"}
     assert all(c["effective"] is None for c in [data["baseline"], *data["cells"]])
-    header = dict(line[2:].split(": ", 1) for line in env_file.read_text().splitlines()
-                  if line.startswith("# ") and ": " in line)
+    header = dict(
+        line[2:].split(": ", 1) for line in env_file.read_text().splitlines() if line.startswith("# ") and ": " in line
+    )
     assert header["trust"] == "simulated" and header["source"] == "simulated"
     assert "declared" not in env_file.read_text()
     tuner = csv_file.read_text()
@@ -92,17 +122,26 @@ def test_measured_nccl_records_keep_what_nccl_reported(cli_runner, tmp_path):
     records = []
     for rnd in (1, 2, 3):
         for env, lat in (({}, 40.0), ({"NCCL_PROTO": "LL"}, 30.0)):
-            records.append(store.make_record(
-                env=env, backend="nccl", op="allreduce", world_size=2, bytes=14336, dtype="bf16",
-                lat_us=stats.summarize([lat, lat + 0.5, lat + 1.0]), samples_us=[lat, lat + 0.5, lat + 1.0],
-                round=rnd, status="ok",
-                effective={"algo": "RING", "proto": "LL", "channels": 2, "confirmed": bool(env)}))
+            records.append(
+                store.make_record(
+                    env=env,
+                    backend="nccl",
+                    op="allreduce",
+                    world_size=2,
+                    bytes=14336,
+                    dtype="bf16",
+                    lat_us=stats.summarize([lat, lat + 0.5, lat + 1.0]),
+                    samples_us=[lat, lat + 0.5, lat + 1.0],
+                    round=rnd,
+                    status="ok",
+                    effective={"algo": "RING", "proto": "LL", "channels": 2, "confirmed": bool(env)},
+                )
+            )
     path = tmp_path / "r.jsonl"
     store.append_records(str(path), records)
     rows = json.loads(cli_runner.invoke(cli, ["report", str(path), "--json"]).stdout)
     cell = next(r for r in rows if r["env"])
     assert cell["provenance"] == "measured with NCCL"
     assert cell["effective"] == {"algo": "RING", "proto": "LL", "channels": 2}
-    data = json.loads(cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path),
-                                              "--json"]).stdout)
+    data = json.loads(cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path), "--json"]).stdout)
     assert data["provenance"] == "measured with NCCL" and data["recommended"]["trust"] == "confirmed"

@@ -15,10 +15,8 @@ SIZES = (8192, 16384, 32768, 65536)
 def _machine(name, kind, factor, nranks=8, env=None, **facts):
     """A table measuring `factor` x the model's own time at every size (eager, 1 GPU per process)."""
     env = dict(env or {})
-    points = tuple((b, factor * ranges.model_us(kind, nranks, b, env, "eager", 1, facts.get("p2p")))
-                   for b in SIZES)
-    return R.Reference(name, kind, nranks, env, "eager", points, machine_id=name, gpus_per_process=1,
-                       **facts)
+    points = tuple((b, factor * ranges.model_us(kind, nranks, b, env, "eager", 1, facts.get("p2p"))) for b in SIZES)
+    return R.Reference(name, kind, nranks, env, "eager", points, machine_id=name, gpus_per_process=1, **facts)
 
 
 def test_timer_extra_is_one_launch_per_further_gpu_a_process_drives():
@@ -47,20 +45,25 @@ def test_a_range_is_centred_on_the_machines_median_and_holds_them():
 
 
 def test_nvswitch_with_and_without_nvls_share_one_range_where_the_model_gives_one_time():
-    refs = [_machine("a100", "nvswitch", 1.1), _machine("h100", "nvswitch-nvls", 1.3),
-            _machine("v100", "nvlink-mesh", 2.0)]
+    refs = [
+        _machine("a100", "nvswitch", 1.1),
+        _machine("h100", "nvswitch-nvls", 1.3),
+        _machine("v100", "nvlink-mesh", 2.0),
+    ]
     for nbytes in SIZES:
         a = ranges.kind_range(refs, "nvswitch", 8, nbytes, {}, None)
         b = ranges.kind_range(refs, "nvswitch-nvls", 8, nbytes, {}, None)
-        assert ranges.model_us("nvswitch", 8, nbytes, {}, None) == \
-            ranges.model_us("nvswitch-nvls", 8, nbytes, {}, None)
+        assert ranges.model_us("nvswitch", 8, nbytes, {}, None) == ranges.model_us("nvswitch-nvls", 8, nbytes, {}, None)
         assert (a.low, a.high, a.band.machines) == (b.low, b.high, b.band.machines)
         assert "nvswitch" in a.band.kinds and "nvswitch-nvls" in a.band.kinds
 
 
 def test_too_few_machines_of_a_kind_borrow_the_link_family_then_everyone():
-    refs = [_machine("sw", "pcie-switch", 1.0), _machine("amd1", "pcie-amd-2s", 0.7),
-            _machine("amd2", "pcie-amd-2s", 0.9)]
+    refs = [
+        _machine("sw", "pcie-switch", 1.0),
+        _machine("amd1", "pcie-amd-2s", 0.7),
+        _machine("amd2", "pcie-amd-2s", 0.9),
+    ]
     found = ranges.kind_range(refs, "pcie-switch", 8, 16384, {}, "eager")
     assert found.band.basis == "family" and set(found.band.machines) == {"sw", "amd1", "amd2"}
     nv = ranges.kind_range(refs, "nvswitch", 8, 16384, {}, "eager")
@@ -74,14 +77,16 @@ def test_no_range_is_wider_than_four_times_and_a_cut_range_says_so():
     assert found.capped and found.width == pytest.approx(ranges.MAX_WIDTH)
 
 
-@pytest.mark.parametrize("low_facts, high_facts, asks", [
-    ({"p2p": True}, {"p2p": False}, "nvidia-smi topo -p2p r"),
-    ({"sockets": 1}, {"sockets": 2}, "different CPU sockets"),
-    ({"p2p": True}, {"p2p": True}, "pcie.link.width"),  # nothing known tells them apart
-])
+@pytest.mark.parametrize(
+    "low_facts, high_facts, asks",
+    [
+        ({"p2p": True}, {"p2p": False}, "nvidia-smi topo -p2p r"),
+        ({"sockets": 1}, {"sockets": 2}, "different CPU sockets"),
+        ({"p2p": True}, {"p2p": True}, "pcie.link.width"),  # nothing known tells them apart
+    ],
+)
 def test_machines_more_than_3x_apart_give_the_question_that_splits_them(low_facts, high_facts, asks):
-    refs = [_machine("fast", "pcie-switch", 0.5, **low_facts),
-            _machine("slow", "pcie-switch", 2.0, **high_facts)]
+    refs = [_machine("fast", "pcie-switch", 0.5, **low_facts), _machine("slow", "pcie-switch", 2.0, **high_facts)]
     found = ranges.kind_range(refs, "pcie-switch", 8, 16384, {}, "eager")
     assert found.band.spread == pytest.approx(4.0) and asks in found.question
     close = [_machine("x", "pcie-switch", 0.8, p2p=True), _machine("y", "pcie-switch", 2.0, p2p=False)]
@@ -109,12 +114,12 @@ def test_a_range_follows_the_protocol_nccl_runs():
 def test_published_non_default_protocols_lie_in_their_kinds_range_built_without_their_machine():
     """The 4x L40S tables forced to LL128 and Simple (16 KB: 29.1 and 44.3 us published)."""
     refs = R.shipped()
-    for name, measured in (("farmshare-4xl40s-proto-ll128", 29.08),
-                           ("farmshare-4xl40s-proto-simple", 44.28)):
+    for name, measured in (("farmshare-4xl40s-proto-ll128", 29.08), ("farmshare-4xl40s-proto-simple", 44.28)):
         ref = next(r for r in refs if r.name == name)
         assert ref.at(16384) == measured
-        found = ranges.kind_range(refs, ref.kind, 4, 16384, ref.env, "eager", ref.gpus_per_process,
-                                  exclude_machine=ref.machine)
+        found = ranges.kind_range(
+            refs, ref.kind, 4, 16384, ref.env, "eager", ref.gpus_per_process, exclude_machine=ref.machine
+        )
         assert ref.machine not in found.band.machines and found.covers(measured), found.to_dict()
 
 

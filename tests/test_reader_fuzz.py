@@ -19,14 +19,12 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow  # a child process per reader, a 50 MB file
 
 READERS = {
-    "results": "from nccl_tune import store\n"
-               "read = lambda p: store.read_records([p], warn=lambda m: None)",
+    "results": "from nccl_tune import store\nread = lambda p: store.read_records([p], warn=lambda m: None)",
     "grid": "from nccl_tune.measure import grid\nread = grid.load_grid_file",
     "plan": "from microbench import options\nread = options.load_plan",
     "model file": "from nccl_tune.model import calibrate\nread = calibrate.load",
@@ -37,7 +35,7 @@ READERS = {
     "profile": "from nccl_tune.live import profile\nread = profile.load_profile",
     "profile lint": "from nccl_tune.live import lint\nread = lint.lint_file",
     "conf file": "from nccl_tune.live import sysinfo\n"
-                 "read = lambda p: sysinfo.conf_files({'NCCL_CONF_FILE': p}, home='/nonexistent')",
+    "read = lambda p: sysinfo.conf_files({'NCCL_CONF_FILE': p}, home='/nonexistent')",
     "reference table": "from nccl_tune.model import references\nread = references.load",
 }
 
@@ -47,8 +45,7 @@ MB = 1024 * 1024
 SMALL_INPUTS = {
     "empty": b"",
     "random bytes": random.Random(20).randbytes(64 * 1024),
-    "random text": "".join(random.Random(21).choices("ab {}[]\"'=:,#|\\-.0123456789\n\t",
-                                                     k=64 * 1024)).encode(),
+    "random text": "".join(random.Random(21).choices("ab {}[]\"'=:,#|\\-.0123456789\n\t", k=64 * 1024)).encode(),
     "non-UTF-8": b"NCCL_PROTO=LL\n# \xff\xfe note\n",
     "non-UTF-8 in a record": b'{"schema": 1, "cell": "baseline", "label": "\xe9"}\n',
     "list nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000,
@@ -62,11 +59,11 @@ SMALL_INPUTS = {
     # a profile's header at its caps: comment lines of a key and blanks, no colon (the
     # provenance pattern once backtracked between the key and the blanks: 4 s here)
     "long header comments": (b"#a" + b" " * 4000 + b"b\n") * 64 + b"NCCL_PROTO=LL\n",
-    "wrong JSON types (model)": json.dumps({"schema": "nccl-tune-model/1", "topology": ["pcie"],
-                                            "nranks": "8", "params": []}).encode(),
+    "wrong JSON types (model)": json.dumps(
+        {"schema": "nccl-tune-model/1", "topology": ["pcie"], "nranks": "8", "params": []}
+    ).encode(),
     "wrong JSON types (plan)": json.dumps({"cells": [{"cell": 1, "env": [], "round": "x"}]}).encode(),
-    "wrong JSON types (record)": json.dumps({"schema": 1, "cell": ["x"], "bytes": "1",
-                                             "lat_us": []}).encode() + b"\n",
+    "wrong JSON types (record)": json.dumps({"schema": 1, "cell": ["x"], "bytes": "1", "lat_us": []}).encode() + b"\n",
     "wrong JSON types (references)": json.dumps([{"name": [], "points": "x", "n_gpus": {}}]).encode(),
     "JSON scalar": b'"just a string"',
     "JSON NaN and overflow": b'{"schema": 1, "cell": "baseline", "bytes": 1e999, "x": NaN}\n',
@@ -113,9 +110,14 @@ def test_reader_ends_with_its_own_error_or_a_result_in_time(reader, inputs):
     cases = [[name, path] for name, path, _ in inputs]
     limit = sum(BOUND_S[size] for *_, size in inputs)
     try:
-        done = subprocess.run([sys.executable, "-c", DRIVER, READERS[reader], json.dumps(cases)],
-                              capture_output=True, text=True, env=subprocess_env(), cwd=REPO_ROOT,
-                              timeout=limit)
+        done = subprocess.run(
+            [sys.executable, "-c", DRIVER, READERS[reader], json.dumps(cases)],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            cwd=REPO_ROOT,
+            timeout=limit,
+        )
     except subprocess.TimeoutExpired as exc:
         started = [json.loads(line) for line in (exc.stdout or b"").decode().splitlines()]
         pytest.fail(f"{reader}: hung on {started[-1]['input'] if started else 'its first input'}")
@@ -128,5 +130,6 @@ def test_reader_ends_with_its_own_error_or_a_result_in_time(reader, inputs):
         assert result["outcome"] in ("result", "error"), f"{where}: {result['message']}"
         assert result["seconds"] < BOUND_S[size_of[result["input"]]], f"{where}: {result['seconds']} s"
         if result["outcome"] == "error":
-            assert "\n" not in result["message"] and path_of[result["input"]] in result["message"], \
+            assert "\n" not in result["message"] and path_of[result["input"]] in result["message"], (
                 f"{where}: {result['message']!r}"
+            )

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
 import factories
+import pytest
 from conftest import python_cmd, subprocess_env
+
 from nccl_tune import stats, store
+from nccl_tune.cli import cli
 from nccl_tune.decide import export, recommendation, tuner_rows
 from nccl_tune.live import profile
 from nccl_tune.nccl import tuner
-from nccl_tune.cli import cli
 
 SIZES = (8192, 14336, 28672, 57344)
 P2P = {"NCCL_P2P_LEVEL": "SYS"}
@@ -25,9 +25,18 @@ def synth(cells, rounds=5, noise=0.4, drift_sd=1.5, seed=0, samples=25, backend=
     """Records of a sweep on the public report's 8-GPU box (factories.sweep_records):
     cells = [(env, lat_fn(bytes) -> us, extra record fields)]; every round drifts."""
     return factories.sweep_records(
-        cells, sizes, rounds=rounds, noise=noise, drift_sd=drift_sd, seed=seed, samples=samples,
-        backend=backend, versions={"nccl": "2.21.5", "torch": "2.5", "cuda": "12.4"},
-        gpus=["NVIDIA RTX PRO 6000"] * 8, topology="pcie-shm")
+        cells,
+        sizes,
+        rounds=rounds,
+        noise=noise,
+        drift_sd=drift_sd,
+        seed=seed,
+        samples=samples,
+        backend=backend,
+        versions={"nccl": "2.21.5", "torch": "2.5", "cuda": "12.4"},
+        gpus=["NVIDIA RTX PRO 6000"] * 8,
+        topology="pcie-shm",
+    )
 
 
 def flat(us, slope=1 / 2000):
@@ -35,8 +44,7 @@ def flat(us, slope=1 / 2000):
 
 
 def confirmed(algo="Ring", proto="LL", channels=1):
-    return {"effective": {"algo": algo, "proto": proto, "channels": channels, "confirmed": True,
-                          "detail": "log"}}
+    return {"effective": {"algo": algo, "proto": proto, "channels": channels, "confirmed": True, "detail": "log"}}
 
 
 def write(tmp_path, records, name="results.jsonl"):
@@ -54,8 +62,14 @@ def analyze(records, **kw):
 
 
 def test_picks_the_truly_best_cell():
-    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed()), (TREE, flat(50), confirmed("Tree")),
-                     ({"NCCL_PROTO": "Simple"}, flat(90), confirmed("Tree", "Simple"))])
+    records = synth(
+        [
+            ({}, flat(60), {}),
+            (P2P, flat(24), confirmed()),
+            (TREE, flat(50), confirmed("Tree")),
+            ({"NCCL_PROTO": "Simple"}, flat(90), confirmed("Tree", "Simple")),
+        ]
+    )
     a = analyze(records)
     assert a.source == "measured" and a.recommended.env == P2P
     assert a.recommended.saving.saving_ms == pytest.approx(36 * 123 / 1000, abs=0.15)
@@ -65,8 +79,7 @@ def test_picks_the_truly_best_cell():
 
 
 def test_declares_no_winner_on_noise(tmp_path, cli_runner):
-    records = synth([({}, flat(30), {}), (P2P, flat(30), {}), (TREE, flat(30), {})],
-                    noise=1.0, seed=5)
+    records = synth([({}, flat(30), {}), (P2P, flat(30), {}), (TREE, flat(30), {})], noise=1.0, seed=5)
     a = analyze(records)
     assert a.recommended is None
     path = write(tmp_path, records)
@@ -77,14 +90,24 @@ def test_declares_no_winner_on_noise(tmp_path, cli_runner):
     assert "not written: no recommendation" in result.output
 
 
-@pytest.mark.parametrize("bad", [
-    {"status": "wrong", "wrong": 12, "correct": False},
-    {"status": "failed", "error": "NCCL error: unhandled cuda error"},
-    {"status": "timeout", "error": "timed out after 120 s"},
-    {"effective": {"algo": "Ring", "proto": "Simple", "channels": 2, "confirmed": False,
-                   "detail": "requested LL, ran Simple"}},
-    {"final": False},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"status": "wrong", "wrong": 12, "correct": False},
+        {"status": "failed", "error": "NCCL error: unhandled cuda error"},
+        {"status": "timeout", "error": "timed out after 120 s"},
+        {
+            "effective": {
+                "algo": "Ring",
+                "proto": "Simple",
+                "channels": 2,
+                "confirmed": False,
+                "detail": "requested LL, ran Simple",
+            }
+        },
+        {"final": False},
+    ],
+)
 def test_never_picks_a_bad_cell(bad):
     fastest = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_NTHREADS": "256"}
     records = synth([({}, flat(60), {}), (fastest, flat(15), bad), (P2P, flat(24), confirmed())])
@@ -102,9 +125,14 @@ def test_declared_cells_can_win_but_say_so():
 
 def test_ties_go_to_fewer_variables():
     # Same true latency; the bigger cell happens to look 0.2 us faster.
-    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed()),
-                     ({**P2P, "NCCL_NTHREADS": "512", "NCCL_BUFFSIZE": "16777216"}, flat(23.8), confirmed())],
-                    seed=2)
+    records = synth(
+        [
+            ({}, flat(60), {}),
+            (P2P, flat(24), confirmed()),
+            ({**P2P, "NCCL_NTHREADS": "512", "NCCL_BUFFSIZE": "16777216"}, flat(23.8), confirmed()),
+        ],
+        seed=2,
+    )
     a = analyze(records)
     assert a.recommended.env == P2P
 
@@ -117,8 +145,7 @@ def test_a_clearly_better_bigger_cell_still_wins():
 def test_projection_matches_the_public_report(tmp_path, cli_runner):
     # The public report: 62.9 -> 88.8 tok/s is 4.64 ms per token; over 123 allreduces
     # (61 x 2 + 1, the defaults) that is 37.7 us less per allreduce.
-    records = synth([({}, lambda b: 60.0, {}), (P2P, lambda b: 60.0 - 37.7, confirmed())], noise=0.2,
-                    drift_sd=0.5)
+    records = synth([({}, lambda b: 60.0, {}), (P2P, lambda b: 60.0 - 37.7, confirmed())], noise=0.2, drift_sd=0.5)
     path = write(tmp_path, records)
     result = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9", "--json")
     assert result.exit_code == 0, result.output
@@ -131,15 +158,20 @@ def test_projection_matches_the_public_report(tmp_path, cli_runner):
     lo, hi = rec["saving_ci_ms"]
     assert lo < rec["saving_ms_per_token"] < hi
     assert {"cell", "env", "saving_ms_per_token", "saving_ci_ms", "projected_tok_s"} <= set(rec)
-    assert all({"cell", "env", "saving_ms_per_token", "saving_ci_ms", "projected_tok_s"} <= set(c)
-               for c in out["cells"])
+    assert all(
+        {"cell", "env", "saving_ms_per_token", "saving_ci_ms", "projected_tok_s"} <= set(c) for c in out["cells"]
+    )
 
 
 @pytest.mark.slow
 def test_embedded_default_runs_with_no_gpu_and_says_modelled():
-    proc = subprocess.run(python_cmd("-m", "nccl_tune", "recommend", "--layers", "61"),
-                          capture_output=True, text=True, env=subprocess_env(CUDA_VISIBLE_DEVICES=""),
-                          timeout=120)
+    proc = subprocess.run(
+        python_cmd("-m", "nccl_tune", "recommend", "--layers", "61"),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(CUDA_VISIBLE_DEVICES=""),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("MODELLED, not measured") and "--results" in lines[0]
@@ -191,17 +223,18 @@ def test_assumed_topology_is_named(cli_runner, monkeypatch):
 
     def broken():
         raise OSError("nvidia-smi hung")
+
     fake.detect_kind = broken
-    assert "pcie-amd-2s ASSUMED (topology detection failed: nvidia-smi hung)" in run(
-        cli_runner, "--layers", "61").output
+    assert (
+        "pcie-amd-2s ASSUMED (topology detection failed: nvidia-smi hung)" in run(cli_runner, "--layers", "61").output
+    )
 
 
 def test_exported_profile_lints_clean_and_round_trips(tmp_path, cli_runner):
     records = synth([({}, flat(60), {}), (P2P_LL, flat(22), confirmed())])
     path = write(tmp_path, records)
     out = tmp_path / "tp8.env"
-    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out),
-                 "--baseline-tok-s", "62.9")
+    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out), "--baseline-tok-s", "62.9")
     assert result.exit_code == 0, result.output
     prof = profile.load_profile(str(out))
     assert prof.env == P2P_LL
@@ -236,6 +269,7 @@ def test_force_exports_the_best_cell_without_a_significant_saving(tmp_path, cli_
 def test_tuner_csv_has_explicit_channels_and_valid_names(tmp_path, cli_runner):
     def tree_small(b):
         return confirmed("Tree", "LL", 2) if b <= 14336 else confirmed("Ring", "LL", 1)
+
     records = synth([({}, flat(60), {}), (P2P, flat(24), tree_small)])
     path = write(tmp_path, records)
     csv = tmp_path / "nccl_tuner.conf"
@@ -263,9 +297,13 @@ def test_tuner_csv_without_the_log_uses_forced_names_and_modelled_channels(tmp_p
     assert "NO RULE (runs on ONE channel): every allgather" in text
     assert "channel counts MODELLED" in text and "algorithm/protocol MODELLED" not in text
     rules = tuner.parse(text)
-    assert {(tuner.first_match(rules, "allreduce", b, 1, 8).algorithm,
-             tuner.first_match(rules, "allreduce", b, 1, 8).protocol) for b in SIZES[1:]} == {
-        ("tree", "ll")}
+    assert {
+        (
+            tuner.first_match(rules, "allreduce", b, 1, 8).algorithm,
+            tuner.first_match(rules, "allreduce", b, 1, 8).protocol,
+        )
+        for b in SIZES[1:]
+    } == {("tree", "ll")}
     # Settings that force no algorithm: the model's choice fills in, and the header says so.
     records = synth([({}, flat(60), {}), (P2P, flat(24), {})])
     run(cli_runner, "--layers", "61", "--results", write(tmp_path, records, "b.jsonl"), "--tuner-csv", str(csv))
@@ -282,11 +320,24 @@ def test_simulated_records_say_simulated(tmp_path, cli_runner):
 
 def test_spec_steps_plan_under_baseline_and_recommended(tmp_path, cli_runner):
     sizes = tuple(14336 * n for n in (1, 2, 4, 8, 11))
-    records = synth([({}, lambda b: 55 + b / 1500, {}), (P2P, lambda b: 22 + b / 9000, confirmed())],
-                    sizes=sizes)
+    records = synth([({}, lambda b: 55 + b / 1500, {}), (P2P, lambda b: 22 + b / 9000, confirmed())], sizes=sizes)
     path = write(tmp_path, records)
-    result = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
-                 "--spec-steps", "1-10", "--accept-len", "2.9@4", "--draft-ms", "1.5", "--json")
+    result = run(
+        cli_runner,
+        "--layers",
+        "61",
+        "--results",
+        path,
+        "--baseline-tok-s",
+        "62.9",
+        "--spec-steps",
+        "1-10",
+        "--accept-len",
+        "2.9@4",
+        "--draft-ms",
+        "1.5",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     spec = json.loads(result.output)["spec"]
     assert spec["best_k_baseline"] >= 1 and spec["best_k_recommended"] >= 1
@@ -300,42 +351,97 @@ def test_spec_steps_plan_under_baseline_and_recommended(tmp_path, cli_runner):
     assert spec["best_k_recommended"] >= spec["best_k_baseline"]
     plain = spec["baseline"][0]
     assert plain["k"] == 0 and plain["tok_s"] == pytest.approx(62.9, rel=1e-6)
-    text = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
-               "--spec-steps", "1-10", "--accept-len", "2.9@4").output
+    text = run(
+        cli_runner,
+        "--layers",
+        "61",
+        "--results",
+        path,
+        "--baseline-tok-s",
+        "62.9",
+        "--spec-steps",
+        "1-10",
+        "--accept-len",
+        "2.9@4",
+    ).output
     assert "decision under the baseline: speculate with k =" in text and "ASSUMED" in text  # draft assumed
 
 
 def test_spec_steps_on_the_model_and_size_limits(tmp_path, cli_runner):
-    result = run(cli_runner, "--layers", "61", "--topology", "pcie-shm", "--spec-steps", "1-6",
-                 "--accept-rate", "0.7", "--baseline-tok-s", "62.9")
+    result = run(
+        cli_runner,
+        "--layers",
+        "61",
+        "--topology",
+        "pcie-shm",
+        "--spec-steps",
+        "1-6",
+        "--accept-rate",
+        "0.7",
+        "--baseline-tok-s",
+        "62.9",
+    )
     assert result.exit_code == 0, result.output
     assert "under the recommended cell" in result.output
     records = synth([({}, flat(60), {}), (P2P, flat(24), {})], sizes=(14336, 28672))
-    result = run(cli_runner, "--layers", "61", "--results", write(tmp_path, records),
-                 "--baseline-tok-s", "62.9", "--spec-steps", "1-4", "--accept-rate", "0.7")
+    result = run(
+        cli_runner,
+        "--layers",
+        "61",
+        "--results",
+        write(tmp_path, records),
+        "--baseline-tok-s",
+        "62.9",
+        "--spec-steps",
+        "1-4",
+        "--accept-rate",
+        "0.7",
+    )
     assert "steps left out" in result.output and "2, 3, 4" in result.output
 
 
 def test_plot(tmp_path, cli_runner):
     pytest.importorskip("matplotlib")
     png = tmp_path / "s.png"
-    result = run(cli_runner, "--layers", "61", "--topology", "pcie-shm", "--plot", str(png),
-                 "--spec-steps", "1-4", "--accept-rate", "0.7", "--baseline-tok-s", "60")
+    result = run(
+        cli_runner,
+        "--layers",
+        "61",
+        "--topology",
+        "pcie-shm",
+        "--plot",
+        str(png),
+        "--spec-steps",
+        "1-4",
+        "--accept-rate",
+        "0.7",
+        "--baseline-tok-s",
+        "60",
+    )
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args,needle", [
-    (["--results", "missing.jsonl"], "missing.jsonl"),
-    (["--dtype", "int3"], "int3"),
-    (["--spec-steps", "1-4", "--accept-len", "9@4", "--baseline-tok-s", "60"], "accept length"),
-    (["--spec-steps", "1-4"], "--accept-len"),
-    (["--spec-steps", "1-4", "--accept-rate", "0.5"], "--baseline-tok-s"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--results", "missing.jsonl"], "missing.jsonl"),
+        (["--dtype", "int3"], "int3"),
+        (["--spec-steps", "1-4", "--accept-len", "9@4", "--baseline-tok-s", "60"], "accept length"),
+        (["--spec-steps", "1-4"], "--accept-len"),
+        (["--spec-steps", "1-4", "--accept-rate", "0.5"], "--baseline-tok-s"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
-    proc = subprocess.run(python_cmd("-m", "nccl_tune", "recommend", "--layers", "61", *args),
-                          capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        python_cmd("-m", "nccl_tune", "recommend", "--layers", "61", *args),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert needle in proc.stderr and "Traceback" not in proc.stderr
 
@@ -365,11 +471,32 @@ def test_flat_sim_sweeps_keep_the_defaults(cli_runner, tmp_path):
     kept = 0
     for seed in range(1, 7):
         out = tmp_path / f"flat{seed}.jsonl"
-        sweep = cli_runner.invoke(cli, [
-            "sweep", "--backend", "sim", "--topology", "pcie", "--sim-landscape", "flat",
-            "--seed", str(seed), "--set", "NCCL_PROTO=default,LL,Simple",
-            "--set", "NCCL_ALGO=default,Ring,Tree", "--set", "NCCL_NTHREADS=default,256,512",
-            "--tokens", "1", "--rounds", "3", "--out", str(out)])
+        sweep = cli_runner.invoke(
+            cli,
+            [
+                "sweep",
+                "--backend",
+                "sim",
+                "--topology",
+                "pcie",
+                "--sim-landscape",
+                "flat",
+                "--seed",
+                str(seed),
+                "--set",
+                "NCCL_PROTO=default,LL,Simple",
+                "--set",
+                "NCCL_ALGO=default,Ring,Tree",
+                "--set",
+                "NCCL_NTHREADS=default,256,512",
+                "--tokens",
+                "1",
+                "--rounds",
+                "3",
+                "--out",
+                str(out),
+            ],
+        )
         assert sweep.exit_code == 0, sweep.output
         result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(out), "--json"])
         assert result.exit_code == 0, result.output
@@ -395,12 +522,16 @@ NCCL_TESTS_HEADER = """# nccl-tests version 2.13.8 nccl-headers=21903 nccl-libra
 
 def _nccl_tests_text(scale):
     # nccl-tests' default -b 0 run starts with a 0-byte row (a latency of nothing).
-    rows = ["           0             0     float     sum      -1     0.30    0.00    0.00"
-            "      0     0.30    0.00    0.00      0"]
+    rows = [
+        "           0             0     float     sum      -1     0.30    0.00    0.00"
+        "      0     0.30    0.00    0.00      0"
+    ]
     for b in (4096, 8192, 16384, 32768, 65536):
         t = scale * (20 + b / 4000)
-        rows.append(f"{b:12d} {b // 4:13d}     float     sum      -1  {t:7.2f}    0.10    0.10"
-                    f"      0  {t:7.2f}    0.10    0.10      0")
+        rows.append(
+            f"{b:12d} {b // 4:13d}     float     sum      -1  {t:7.2f}    0.10    0.10"
+            f"      0  {t:7.2f}    0.10    0.10      0"
+        )
     return NCCL_TESTS_HEADER + "\n".join(rows) + "\n# Out of bounds values : 0 OK\n#\n"
 
 
@@ -439,8 +570,18 @@ def test_imported_nccl_tests_with_a_zero_byte_row(tmp_path, cli_runner):
 def test_spec_plan_marks_extrapolated_verify_sizes(tmp_path, cli_runner):
     records = synth([({}, flat(60), {}), (P2P, flat(24), {})], sizes=(14336, 28672))
     path = write(tmp_path, records)
-    args = ["--layers", "61", "--results", path, "--baseline-tok-s", "62.9", "--spec-steps", "1-4",
-            "--accept-rate", "0.7"]
+    args = [
+        "--layers",
+        "61",
+        "--results",
+        path,
+        "--baseline-tok-s",
+        "62.9",
+        "--spec-steps",
+        "1-4",
+        "--accept-rate",
+        "0.7",
+    ]
     spec = json.loads(run(cli_runner, *args, "--json").output)["spec"]
     assert [p["k"] for p in spec["baseline"]] == [0, 1] and spec["skipped_steps"] == [2, 3, 4]
     assert spec["extrapolation_note"] is None
@@ -455,8 +596,18 @@ def test_spec_plan_marks_extrapolated_verify_sizes(tmp_path, cli_runner):
     assert [line.count("*") for line in rows[-5:]] == [0, 0, 2, 2, 2]
     # --verify-ms points beyond which the verify time is extrapolated: the same contract
     wide = write(tmp_path, synth([({}, flat(60), {}), (P2P, flat(24), {})]), "wide.jsonl")
-    args = ["--layers", "61", "--results", wide, "--spec-steps", "1-3", "--accept-rate", "0.7",
-            "--verify-ms", "15.9,16.2@1,2"]
+    args = [
+        "--layers",
+        "61",
+        "--results",
+        wide,
+        "--spec-steps",
+        "1-3",
+        "--accept-rate",
+        "0.7",
+        "--verify-ms",
+        "15.9,16.2@1,2",
+    ]
     spec = json.loads(run(cli_runner, *args, "--json").output)["spec"]
     assert spec["skipped_steps_verify"] == [2, 3] and [p["k"] for p in spec["baseline"]] == [0, 1]
     spec = json.loads(run(cli_runner, *args, "--extrapolate", "--json").output)["spec"]
@@ -464,8 +615,14 @@ def test_spec_plan_marks_extrapolated_verify_sizes(tmp_path, cli_runner):
 
 
 def test_export_header_names_the_family_wise_interval(tmp_path, cli_runner):
-    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed()), (TREE, flat(50), confirmed("Tree")),
-                     (P2P_LL, flat(40), confirmed())])
+    records = synth(
+        [
+            ({}, flat(60), {}),
+            (P2P, flat(24), confirmed()),
+            (TREE, flat(50), confirmed("Tree")),
+            (P2P_LL, flat(40), confirmed()),
+        ]
+    )
     path = write(tmp_path, records)
     out = tmp_path / "fw.env"
     result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(out))
@@ -484,21 +641,44 @@ def test_export_header_names_the_family_wise_interval(tmp_path, cli_runner):
 
 
 def test_plain_decoding_in_the_spec_table_matches_the_projection(tmp_path, cli_runner):
-    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed())], noise=3.0, drift_sd=4.0,
-                    samples=9, seed=3)
+    records = synth([({}, flat(60), {}), (P2P, flat(24), confirmed())], noise=3.0, drift_sd=4.0, samples=9, seed=3)
     path = write(tmp_path, records)
-    out = json.loads(run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
-                         "--spec-steps", "1-3", "--accept-rate", "0.7", "--json").output)
+    out = json.loads(
+        run(
+            cli_runner,
+            "--layers",
+            "61",
+            "--results",
+            path,
+            "--baseline-tok-s",
+            "62.9",
+            "--spec-steps",
+            "1-3",
+            "--accept-rate",
+            "0.7",
+            "--json",
+        ).output
+    )
     rec = out["recommended"]
     # The table's saving (paired by round) is not the difference of its pooled-p50 columns:
     # the spec plan must follow the former, not re-derive it from the curves.
-    assert abs(rec["saving_ms_per_token"] - (out["baseline"]["comm_ms_per_token"]
-                                             - rec["comm_ms_per_token"])) > 0.01
+    assert abs(rec["saving_ms_per_token"] - (out["baseline"]["comm_ms_per_token"] - rec["comm_ms_per_token"])) > 0.01
     plain = out["spec"]["recommended"][0]
     assert plain["k"] == 0 and plain["tok_s"] == pytest.approx(rec["projected_tok_s"], rel=1e-9)
     assert out["spec"]["baseline"][0]["tok_s"] == pytest.approx(62.9, rel=1e-9)
-    text = run(cli_runner, "--layers", "61", "--results", path, "--baseline-tok-s", "62.9",
-               "--spec-steps", "1-3", "--accept-rate", "0.7").output
+    text = run(
+        cli_runner,
+        "--layers",
+        "61",
+        "--results",
+        path,
+        "--baseline-tok-s",
+        "62.9",
+        "--spec-steps",
+        "1-3",
+        "--accept-rate",
+        "0.7",
+    ).output
     assert f"-> {rec['projected_tok_s']:.1f} tok/s" in text
     plain_row = next(line for line in text.splitlines() if line.startswith("0 (plain)"))
     assert plain_row.split()[-1] == f"{rec['projected_tok_s']:.1f}"
@@ -515,19 +695,27 @@ def test_tuner_rules_come_from_the_exported_cell_at_the_family_wise_level(tmp_pa
 
     def tree_lat(b):
         return 60.0 if b == 8192 else 10.0 if b == 57344 else 24.0
-    records = synth([({}, lambda b: 60.0, {}), (P2P, p2p_lat, confirmed("Ring", "LL", 1)),
-                     (tree_cell, tree_lat, confirmed("Tree", "LL", 2))], seed=4)
+
+    records = synth(
+        [
+            ({}, lambda b: 60.0, {}),
+            (P2P, p2p_lat, confirmed("Ring", "LL", 1)),
+            (tree_cell, tree_lat, confirmed("Tree", "LL", 2)),
+        ],
+        seed=4,
+    )
     path = write(tmp_path, records)
     env_out, csv = tmp_path / "p.env", tmp_path / "t.csv"
-    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(env_out),
-                 "--tuner-csv", str(csv))
+    result = run(cli_runner, "--layers", "61", "--results", path, "--export", str(env_out), "--tuner-csv", str(csv))
     assert result.exit_code == 0, result.output
     assert profile.load_profile(str(env_out)).env == P2P
     text = csv.read_text()
     rules = tuner.parse(text)
-    assert {(r.algorithm, r.protocol, r.channels) for r in rules
-            if r.collective == "allreduce" and r.min_bytes <= 57344 and r.max_bytes >= 8192} == {
-        ("ring", "ll", 1)}
+    assert {
+        (r.algorithm, r.protocol, r.channels)
+        for r in rules
+        if r.collective == "allreduce" and r.min_bytes <= 57344 and r.max_bytes >= 8192
+    } == {("ring", "ll", 1)}
     text = text.replace("\n#    ", " ")  # comment lines wrapped for the plugin's line buffer
     assert "rules describe one cell, the exported profile's: NCCL_P2P_LEVEL=SYS" in text
     assert "97.5% CI above zero (family-wise 95%, Bonferroni over 2 cells)" in text
@@ -544,10 +732,30 @@ def test_tuner_rules_come_from_the_exported_cell_at_the_family_wise_level(tmp_pa
 
 def test_a_search_stopped_before_its_final_rung_says_so(tmp_path, cli_runner):
     out = tmp_path / "capped.jsonl"
-    sweep = cli_runner.invoke(cli, [
-        "sweep", "--backend", "sim", "--topology", "pcie-shm", "--set", "NCCL_P2P_LEVEL=default,SYS",
-        "--set", "NCCL_PROTO=default,LL,Simple", "--set", "NCCL_ALGO=default,Ring,Tree",
-        "--tokens", "1", "--search", "halving", "--budget", "10", "--out", str(out)])
+    sweep = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie-shm",
+            "--set",
+            "NCCL_P2P_LEVEL=default,SYS",
+            "--set",
+            "NCCL_PROTO=default,LL,Simple",
+            "--set",
+            "NCCL_ALGO=default,Ring,Tree",
+            "--tokens",
+            "1",
+            "--search",
+            "halving",
+            "--budget",
+            "10",
+            "--out",
+            str(out),
+        ],
+    )
     assert sweep.exit_code == 0, sweep.output
     assert all(r.get("final") is False for r in store.read_records([str(out)]))
     env_out = tmp_path / "p.env"

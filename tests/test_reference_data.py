@@ -17,8 +17,20 @@ import pytest
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import nccltests
 
-REQUIRED = ("name", "machine", "kind", "gpus", "n_gpus", "mode", "gpus_per_process", "settings",
-            "settings_stated", "p2p", "source", "points")
+REQUIRED = (
+    "name",
+    "machine",
+    "kind",
+    "gpus",
+    "n_gpus",
+    "mode",
+    "gpus_per_process",
+    "settings",
+    "settings_stated",
+    "p2p",
+    "source",
+    "points",
+)
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +97,11 @@ def _markdown_tables(text: str) -> list[dict[int, list[float]]]:
 
 def _nccl_tests_tables(text: str, path: str) -> list[dict[int, list[float]]]:
     runs, _ = nccltests.parse_text(text, path)
-    return [{row["size"]: [row["out"]["time_us"]] for row in run.rows if row.get("out")}
-            for run in runs]
+    return [{row["size"]: [row["out"]["time_us"]] for row in run.rows if row.get("out")} for run in runs]
 
 
 def _matches(ref: dict, tables: list[dict[int, list[float]]]) -> bool:
-    return any(all(any(abs(v - t) < 0.006 for v in table.get(b, ())) for b, t in ref["points"])
-               for table in tables)
+    return any(all(any(abs(v - t) < 0.006 for v in table.get(b, ())) for b, t in ref["points"]) for table in tables)
 
 
 def test_shipped_figures_are_the_verbatim_tables_numbers(shipped, real_fixtures):
@@ -104,8 +114,7 @@ def test_shipped_figures_are_the_verbatim_tables_numbers(shipped, real_fixtures)
         if not path.is_file():
             continue
         text = path.read_text(encoding="utf-8")
-        tables = (_nccl_tests_tables(text, str(path)) if "float     sum" in text
-                  else _markdown_tables(text))
+        tables = _nccl_tests_tables(text, str(path)) if "float     sum" in text else _markdown_tables(text)
         assert _matches(ref, tables), f"{ref['name']}: figures differ from {ref['fixture']}"
         checked += 1
     if not checked:

@@ -8,13 +8,13 @@ import json
 import zlib
 from pathlib import Path
 
+import factories
 import numpy as np
 import pytest
 
-import factories
 from nccl_tune import store
-from nccl_tune.decide import report
 from nccl_tune.cli import cli
+from nccl_tune.decide import report
 
 NBYTES = 14336
 
@@ -23,11 +23,24 @@ def _record(env, round_, p50, *, backend="nccl", status="ok", confirmed=True, er
     # crc32, not hash(): str hashes are salted per process, so data would differ run to run.
     rng = np.random.default_rng(zlib.crc32(repr((sorted(env.items()), round_)).encode()))
     samples = list(p50 * rng.lognormal(0, 0.01, 50))
-    effective = None if backend in ("gloo",) else {"algo": "Ring", "proto": "LL", "channels": 2,
-                                                    "confirmed": confirmed, "detail": "test"}
-    return factories.record(env, NBYTES, p50=p50, samples_us=samples, round_=round_,
-                            backend=backend, nnodes=1, status=status, error=error,
-                            effective=effective, **extra)
+    effective = (
+        None
+        if backend in ("gloo",)
+        else {"algo": "Ring", "proto": "LL", "channels": 2, "confirmed": confirmed, "detail": "test"}
+    )
+    return factories.record(
+        env,
+        NBYTES,
+        p50=p50,
+        samples_us=samples,
+        round_=round_,
+        backend=backend,
+        nnodes=1,
+        status=status,
+        error=error,
+        effective=effective,
+        **extra,
+    )
 
 
 def _write(tmp_path, records, name="r.jsonl"):
@@ -54,15 +67,15 @@ def test_superseded_records_are_left_out():
 def test_multiplicity_adjustment_is_recorded():
     records = [_record({}, r, 50.0 + 0.3 * np.sin(r)) for r in range(1, 6)]
     for k in range(8):
-        records += [_record({"NCCL_NTHREADS": str(64 + 32 * k)}, r, 50.0 + 0.3 * np.cos(r * (k + 1)))
-                    for r in range(1, 6)]
+        records += [
+            _record({"NCCL_NTHREADS": str(64 + 32 * k)}, r, 50.0 + 0.3 * np.cos(r * (k + 1))) for r in range(1, 6)
+        ]
     rows = [s for s in report.summarize(records) if s.cell != store.BASELINE]
     pvalues = [s.p_value for s in rows]
     assert len(rows) == 8 and None not in pvalues
     # Benjamini-Hochberg from its definition: p_i adjusted = min over p_j >= p_i of p_j m / rank_j.
     ranked = sorted(pvalues)
-    expected = [min(1.0, min(q * len(ranked) / (k + 1) for k, q in enumerate(ranked) if q >= p))
-                for p in pvalues]
+    expected = [min(1.0, min(q * len(ranked) / (k + 1) for k, q in enumerate(ranked) if q >= p)) for p in pvalues]
     assert [s.p_adjusted for s in rows] == pytest.approx(expected)
     assert any(s.p_adjusted > s.p_value for s in rows)  # the adjustment did something
     raw = [s for s in report.summarize(records, adjust="none") if s.cell != store.BASELINE]
@@ -71,8 +84,9 @@ def test_multiplicity_adjustment_is_recorded():
 
 def test_single_values_give_a_difference_but_no_interval_or_verdict():
     base = store.make_record(env={}, backend="nccl-tests", bytes=NBYTES, lat_us={"p50": 60.0}, round=1)
-    cell = store.make_record(env={"NCCL_PROTO": "LL"}, backend="nccl-tests", bytes=NBYTES,
-                             lat_us={"p50": 22.0}, round=1)
+    cell = store.make_record(
+        env={"NCCL_PROTO": "LL"}, backend="nccl-tests", bytes=NBYTES, lat_us={"p50": 22.0}, round=1
+    )
     rows = report.summarize([base, cell])
     assert rows[0].ci_us is None and rows[1].ci_us is None
     assert rows[1].delta_us == pytest.approx(-38.0)
@@ -96,10 +110,19 @@ def test_observation_flags():
 def _mixed(tmp_path):
     records = [_record({}, r, 50.0) for r in (1, 2, 3)]
     records += [_record({"NCCL_PROTO": "LL"}, r, 42.0, confirmed=None) for r in (1, 2, 3)]
-    records += [_record({"NCCL_PROTO": "LL128"}, r, 30.0, status="wrong", correct=False,
-                        error="1024 wrong elements") for r in (1, 2, 3)]
-    records.append(_record({"NCCL_ALGO": "Tree"}, 1, 0.0, status="timeout",
-                           error="launch timed out; last lines of output:\nNCCL WARN stuck"))
+    records += [
+        _record({"NCCL_PROTO": "LL128"}, r, 30.0, status="wrong", correct=False, error="1024 wrong elements")
+        for r in (1, 2, 3)
+    ]
+    records.append(
+        _record(
+            {"NCCL_ALGO": "Tree"},
+            1,
+            0.0,
+            status="timeout",
+            error="launch timed out; last lines of output:\nNCCL WARN stuck",
+        )
+    )
     return _write(tmp_path, records)
 
 
@@ -117,8 +140,23 @@ def test_report_text_lists_failures_and_flags(cli_runner, tmp_path):
 def test_report_json_keys(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["report", str(_mixed(tmp_path)), "--json"])
     rows = json.loads(result.stdout)
-    for key in ("cell", "env", "bytes", "p50_us", "ci_us", "delta_us", "delta_ci_us", "verdict",
-                "status", "flag", "simulated", "p_value", "p_adjusted", "effective", "errors"):
+    for key in (
+        "cell",
+        "env",
+        "bytes",
+        "p50_us",
+        "ci_us",
+        "delta_us",
+        "delta_ci_us",
+        "verdict",
+        "status",
+        "flag",
+        "simulated",
+        "p_value",
+        "p_adjusted",
+        "effective",
+        "errors",
+    ):
         assert all(key in row for row in rows)
     by_cell = {r["cell"]: r for r in rows}
     ll = by_cell[store.cell_id({"NCCL_PROTO": "LL"})]
@@ -151,8 +189,11 @@ def test_report_corrupt_line_is_skipped_with_a_warning(cli_runner, tmp_path):
 def test_report_simulated_and_gloo_notes(cli_runner, tmp_path):
     sim = _write(tmp_path, [_record({}, 1, 50.0, backend="sim", source="modelled")], "sim.jsonl")
     assert "SIMULATED" in cli_runner.invoke(cli, ["report", str(sim)]).output
-    gloo = _write(tmp_path, [_record({}, 1, 50.0, backend="gloo"),
-                             _record({"NCCL_PROTO": "LL"}, 1, 51.0, backend="gloo")], "gloo.jsonl")
+    gloo = _write(
+        tmp_path,
+        [_record({}, 1, 50.0, backend="gloo"), _record({"NCCL_PROTO": "LL"}, 1, 51.0, backend="gloo")],
+        "gloo.jsonl",
+    )
     out = cli_runner.invoke(cli, ["report", str(gloo)]).output
     assert "NCCL settings do not affect gloo" in out and "! " not in out
 
@@ -198,16 +239,19 @@ def test_plot_without_matplotlib_says_so(cli_runner, tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- comparison families
 
+
 def test_records_of_two_machines_mode_or_dtype_are_never_compared():
     records = []
     for host, gpu, base, cell in (("box-a", "NVIDIA A40", 80.0, 60.0), ("box-b", "NVIDIA H100", 20.0, 25.0)):
         records += [_record({}, r, base, host=host, hosts=[host], gpus=[gpu] * 8) for r in (1, 2, 3)]
-        records += [_record({"NCCL_PROTO": "LL"}, r, cell, host=host, hosts=[host], gpus=[gpu] * 8)
-                    for r in (1, 2, 3)]
+        records += [_record({"NCCL_PROTO": "LL"}, r, cell, host=host, hosts=[host], gpus=[gpu] * 8) for r in (1, 2, 3)]
     rows = report.summarize(records)
     assert [(s.machine, s.cell == store.BASELINE) for s in rows] == [
-        ("host box-a (NVIDIA A40)", True), ("host box-a (NVIDIA A40)", False),
-        ("host box-b (NVIDIA H100)", True), ("host box-b (NVIDIA H100)", False)]
+        ("host box-a (NVIDIA A40)", True),
+        ("host box-a (NVIDIA A40)", False),
+        ("host box-b (NVIDIA H100)", True),
+        ("host box-b (NVIDIA H100)", False),
+    ]
     assert [s.verdict for s in rows if s.cell != store.BASELINE] == ["faster", "slower"]
     assert rows[0].p50_us == pytest.approx(80.0, rel=0.01)  # not a blend of the two machines
     same_host = [_record({}, r, 50.0, mode="graph", dtype="bf16") for r in (1, 2, 3)]
@@ -215,15 +259,29 @@ def test_records_of_two_machines_mode_or_dtype_are_never_compared():
     same_host += [_record({}, r, 90.0, mode="graph", dtype="fp32") for r in (1, 2, 3)]
     rows = report.summarize(same_host)
     assert sorted((s.mode, s.dtype, round(s.p50_us)) for s in rows) == [
-        ("eager", "bf16", 70), ("graph", "bf16", 50), ("graph", "fp32", 90)]
+        ("eager", "bf16", 70),
+        ("graph", "bf16", 50),
+        ("graph", "fp32", 90),
+    ]
 
 
 def test_a_sweeps_records_with_a_failed_filler_stay_one_family():
-    ok = [_record(env, r, 50.0, host="h", hosts=["h"], gpus=["G"] * 8, mode="graph", dtype="bf16")
-          for env in ({}, {"NCCL_PROTO": "LL"}) for r in (1, 2, 3)]
+    ok = [
+        _record(env, r, 50.0, host="h", hosts=["h"], gpus=["G"] * 8, mode="graph", dtype="bf16")
+        for env in ({}, {"NCCL_PROTO": "LL"})
+        for r in (1, 2, 3)
+    ]
     # The engine's own record for a crashed cell: no GPU names (no rank reported any).
-    filler = _record({"NCCL_ALGO": "Tree"}, 2, 1.0, host="h", status="failed", mode="graph",
-                     dtype="bf16", error="launch exited with code 3")
+    filler = _record(
+        {"NCCL_ALGO": "Tree"},
+        2,
+        1.0,
+        host="h",
+        status="failed",
+        mode="graph",
+        dtype="bf16",
+        error="launch exited with code 3",
+    )
     rows = report.summarize(ok + [filler])
     assert {s.machine for s in rows} == {"host h (G)"} and len(rows) == 3
     assert {s.status for s in rows} == {"ok", "failed"}
@@ -245,8 +303,9 @@ def test_imported_files_of_two_machines_are_reported_apart(cli_runner, tmp_path,
     # The same machine named at import (--host): files are compared with each other.
     both = tmp_path / "both.jsonl"
     for env in ("", "NCCL_PROTO=LL"):
-        result = cli_runner.invoke(cli, ["import-nccl-tests", str(a40), "--env", env, "--host", "box",
-                                         "--out", str(both)])
+        result = cli_runner.invoke(
+            cli, ["import-nccl-tests", str(a40), "--env", env, "--host", "box", "--out", str(both)]
+        )
         assert result.exit_code == 0, result.output
     rows = json.loads(cli_runner.invoke(cli, ["report", str(both), "--json"]).stdout)
     assert {r["machine"] for r in rows} == {"host box"}
@@ -272,9 +331,20 @@ def test_report_csv_and_json_carry_the_context(cli_runner, tmp_path):
 
 def test_reduction_ops_are_compared_apart(tmp_path, cli_runner):
     # nccl-tests -o all: max and min rows at the same size are different measurements.
-    rows = [store.make_record(env={}, backend="nccl-tests", op="allreduce", world_size=16, bytes=196608,
-                              dtype="float", redop=redop, lat_us={"p50": p50}, round=1)
-            for redop, p50 in (("max", 125.6), ("min", 131.1))]
+    rows = [
+        store.make_record(
+            env={},
+            backend="nccl-tests",
+            op="allreduce",
+            world_size=16,
+            bytes=196608,
+            dtype="float",
+            redop=redop,
+            lat_us={"p50": p50},
+            round=1,
+        )
+        for redop, p50 in (("max", 125.6), ("min", 131.1))
+    ]
     summaries = report.summarize(rows)
     assert [(s.redop, s.p50_us) for s in summaries] == [("max", 125.6), ("min", 131.1)]
     result = cli_runner.invoke(cli, ["report", str(_write(tmp_path, rows))])

@@ -12,22 +12,39 @@ import sys
 import time
 
 import pytest
+from conftest import REPO_ROOT, subprocess_env
 
 from nccl_tune import fileio, store
-
-from conftest import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
 
 SIZES = "1K,14K"
-SWEEP = ["sweep", "--backend", "sim", "--topology", "pcie-shm", "--grid", "decode", "--rounds", "1",
-         "--sizes", SIZES, "--json"]
+SWEEP = [
+    "sweep",
+    "--backend",
+    "sim",
+    "--topology",
+    "pcie-shm",
+    "--grid",
+    "decode",
+    "--rounds",
+    "1",
+    "--sizes",
+    SIZES,
+    "--json",
+]
 
 
 def _sweep(out, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nccl_tune", *SWEEP, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env(), cwd=REPO_ROOT, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nccl_tune", *SWEEP, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+        **kwargs,
+    )
 
 
 def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
@@ -47,13 +64,18 @@ def _lines(path) -> int:
 
 
 def _final_keys(path) -> list[tuple]:
-    return [(r["cell"], r["round"], r["bytes"]) for r in store.read_records([str(path)])
-            if not r.get("superseded")]
+    return [(r["cell"], r["round"], r["bytes"]) for r in store.read_records([str(path)]) if not r.get("superseded")]
 
 
 def _expected_pairs() -> int:
-    plan = subprocess.run([sys.executable, "-m", "nccl_tune", *SWEEP, "--dry-run"], capture_output=True,
-                          text=True, env=subprocess_env(), cwd=REPO_ROOT, check=True)
+    plan = subprocess.run(
+        [sys.executable, "-m", "nccl_tune", *SWEEP, "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+        check=True,
+    )
     return len(json.loads(plan.stdout)["cells"]) * len(SIZES.split(","))
 
 
@@ -62,12 +84,19 @@ def test_a_second_sweep_to_the_same_file_is_refused_while_the_first_runs(tmp_pat
     first = _sweep(out)
     try:
         _wait_for(lambda: out.exists() and fileio._busy(str(out)) is not None, "the first sweep's lock")
-        second = subprocess.run([sys.executable, "-m", "nccl_tune", *SWEEP, "--out", str(out)],
-                                capture_output=True, text=True, env=subprocess_env(), cwd=REPO_ROOT,
-                                timeout=120)
+        second = subprocess.run(
+            [sys.executable, "-m", "nccl_tune", *SWEEP, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            cwd=REPO_ROOT,
+            timeout=120,
+        )
         assert second.returncode == 2, second.stderr
-        assert second.stderr == (f"Error: --out {out}: another process (pid {first.pid}) is writing "
-                                 "results to this file; wait for it to finish or choose another file\n")
+        assert second.stderr == (
+            f"Error: --out {out}: another process (pid {first.pid}) is writing "
+            "results to this file; wait for it to finish or choose another file\n"
+        )
     finally:
         first.wait(timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -87,15 +116,22 @@ def test_a_sweep_killed_and_resumed_while_report_reads_loses_and_repeats_nothing
     resumed = _sweep(out)
     reports = []
     while resumed.poll() is None or not reports:  # read while it writes, at least once
-        reports.append(subprocess.run([sys.executable, "-m", "nccl_tune", "report", "--json", str(out)],
-                                      capture_output=True, text=True, env=subprocess_env(),
-                                      cwd=REPO_ROOT, timeout=120))
+        reports.append(
+            subprocess.run(
+                [sys.executable, "-m", "nccl_tune", "report", "--json", str(out)],
+                capture_output=True,
+                text=True,
+                env=subprocess_env(),
+                cwd=REPO_ROOT,
+                timeout=120,
+            )
+        )
     resumed.wait(timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     for report in reports:  # a torn last line is skipped with a warning, never an error
         assert report.returncode == 0, report.stderr[-2000:]
         json.loads(report.stdout)
     after = out.read_bytes()
-    assert after[:len(before)] == before  # nothing the killed sweep wrote was lost or changed
+    assert after[: len(before)] == before  # nothing the killed sweep wrote was lost or changed
     keys = _final_keys(out)
     assert len(keys) == len(set(keys)) == expected  # every pair once, none twice

@@ -7,23 +7,30 @@ import json
 from collections import Counter
 from dataclasses import replace
 
+import factories
 import pytest
 
-import factories
-from nccl_tune.measure import grid as gridlib
 from nccl_tune import store
+from nccl_tune.cli import cli
+from nccl_tune.measure import grid as gridlib
 from nccl_tune.measure import search, simbackend
 from nccl_tune.measure import sweep as sweeplib
-from nccl_tune.cli import cli
 
 SIZES = (14336, 57344)
-AXES = ["NCCL_PROTO=default,LL,Simple", "NCCL_ALGO=default,Ring,Tree",
-        "NCCL_MAX_NCHANNELS=default,4,16", "NCCL_NTHREADS=default,256,512"]
+AXES = [
+    "NCCL_PROTO=default,LL,Simple",
+    "NCCL_ALGO=default,Ring,Tree",
+    "NCCL_MAX_NCHANNELS=default,4,16",
+    "NCCL_NTHREADS=default,256,512",
+]
 # A separable landscape with one clearly best cell: LL + Ring + 16 channels + 256 threads.
-EFFECTS = {"NCCL_PROTO": {"LL": 0.85}, "NCCL_ALGO": {"Ring": 0.9},
-           "NCCL_MAX_NCHANNELS": {"16": 0.9}, "NCCL_NTHREADS": {"256": 0.92}}
-BEST_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16",
-            "NCCL_NTHREADS": "256"}
+EFFECTS = {
+    "NCCL_PROTO": {"LL": 0.85},
+    "NCCL_ALGO": {"Ring": 0.9},
+    "NCCL_MAX_NCHANNELS": {"16": 0.9},
+    "NCCL_NTHREADS": {"256": 0.92},
+}
+BEST_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16", "NCCL_NTHREADS": "256"}
 
 
 def _grid(sets=AXES):
@@ -32,8 +39,7 @@ def _grid(sets=AXES):
 
 def _engine(tmp_path, land, strategy, name="r.jsonl"):
     options = sweeplib.MeasureOptions(backend="sim", sizes=SIZES)
-    return sweeplib.SweepEngine(options, None, str(tmp_path / name), landscape=land,
-                                strategy=strategy)
+    return sweeplib.SweepEngine(options, None, str(tmp_path / name), landscape=land, strategy=strategy)
 
 
 def _run(tmp_path, strategy, land, rounds=3, budget=None, name=None):
@@ -137,17 +143,18 @@ def test_killed_halving_resumes_in_its_rung_and_measures_nothing_twice(tmp_path)
     again = _engine(tmp_path, land, "halving", "killed.jsonl")
     resumed = search.run_halving(g.cells, again.measure, search.Ledger(len(SIZES), 200), 3)
     assert again.stats.cells_reused == 100  # the interrupted cells came from the file
-    keys = Counter((r["cell"], r["round"], r["rung"], r["bytes"])
-                   for r in store.iter_records(str(tmp_path / "killed.jsonl")))
+    keys = Counter(
+        (r["cell"], r["round"], r["rung"], r["bytes"]) for r in store.iter_records(str(tmp_path / "killed.jsonl"))
+    )
     assert keys and max(keys.values()) == 1
     # Cells measured after the resume see new launches (new noise), so the finalists may
     # differ from an uninterrupted run's; the clearly best cell must still win.
     assert resumed.best == store.cell_id(BEST_ENV) and resumed.winner
     # every rung's cells (the final one with any finalist's part brought back) once each
-    assert again.stats.cells_measured + again.stats.cells_reused == sum(
-        (r.cells + 1) * r.rounds for r in resumed.rungs)
-    assert [r.cells for r in resumed.rungs][:-1] == [
-        r.cells for r in search.plan_halving(len(g.cells) - 1, 200, 3)][:-1]
+    assert again.stats.cells_measured + again.stats.cells_reused == sum((r.cells + 1) * r.rounds for r in resumed.rungs)
+    assert [r.cells for r in resumed.rungs][:-1] == [r.cells for r in search.plan_halving(len(g.cells) - 1, 200, 3)][
+        :-1
+    ]
 
 
 def test_descent_batches_share_launches(tmp_path):
@@ -160,8 +167,22 @@ def test_descent_batches_share_launches(tmp_path):
 
 
 def test_cli_dry_run_shows_every_strategy_cost(cli_runner):
-    args = ["sweep", "--backend", "sim", "--topology", "pcie", *sum([["--set", s] for s in AXES], []),
-            "--tokens", "1,4", "--rounds", "3", "--search", "halving", "--dry-run", "--json"]
+    args = [
+        "sweep",
+        "--backend",
+        "sim",
+        "--topology",
+        "pcie",
+        *sum([["--set", s] for s in AXES], []),
+        "--tokens",
+        "1,4",
+        "--rounds",
+        "3",
+        "--search",
+        "halving",
+        "--dry-run",
+        "--json",
+    ]
     result = cli_runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
@@ -172,8 +193,22 @@ def test_cli_dry_run_shows_every_strategy_cost(cli_runner):
 
 def test_cli_budget_run_says_what_it_never_finished(cli_runner, tmp_path):
     out = tmp_path / "b.jsonl"
-    args = ["sweep", "--backend", "sim", "--topology", "pcie", *sum([["--set", s] for s in AXES], []),
-            "--tokens", "1", "--search", "halving", "--budget", "30", "--out", str(out)]
+    args = [
+        "sweep",
+        "--backend",
+        "sim",
+        "--topology",
+        "pcie",
+        *sum([["--set", s] for s in AXES], []),
+        "--tokens",
+        "1",
+        "--search",
+        "halving",
+        "--budget",
+        "30",
+        "--out",
+        str(out),
+    ]
     result = cli_runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "stopped early: budget" in result.output and "never finished" in result.output
@@ -182,8 +217,21 @@ def test_cli_budget_run_says_what_it_never_finished(cli_runner, tmp_path):
 def test_cli_descent_needs_axes(cli_runner, tmp_path):
     grid_file = tmp_path / "g.toml"
     grid_file.write_text('[[cells]]\nNCCL_PROTO = "LL"\n')
-    result = cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--topology", "pcie", "--grid",
-                                     str(grid_file), "--search", "descent", "--dry-run"])
+    result = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie",
+            "--grid",
+            str(grid_file),
+            "--search",
+            "descent",
+            "--dry-run",
+        ],
+    )
     assert result.exit_code == 2
     assert "descent needs grid axes" in result.output
 
@@ -192,8 +240,22 @@ def test_report_and_recommend_judge_only_final_cells(cli_runner, tmp_path):
     # pcie-shm: NCCL_P2P_LEVEL=SYS is the model's clear win (P2P instead of host memory)
     out = tmp_path / "h.jsonl"
     sets = AXES[:3] + ["NCCL_P2P_LEVEL=default,SYS"]
-    args = ["sweep", "--backend", "sim", "--topology", "pcie-shm", *sum([["--set", s] for s in sets], []),
-            "--tokens", "1", "--search", "halving", "--rounds", "3", "--out", str(out)]
+    args = [
+        "sweep",
+        "--backend",
+        "sim",
+        "--topology",
+        "pcie-shm",
+        *sum([["--set", s] for s in sets], []),
+        "--tokens",
+        "1",
+        "--search",
+        "halving",
+        "--rounds",
+        "3",
+        "--out",
+        str(out),
+    ]
     assert cli_runner.invoke(cli, args).exit_code == 0
     finals = {r["cell"] for r in store.iter_records(str(out)) if r["final"]}
     rows = json.loads(cli_runner.invoke(cli, ["report", str(out), "--json"]).output)
@@ -209,8 +271,15 @@ def test_report_and_recommend_judge_only_final_cells(cli_runner, tmp_path):
 def test_halving_rungs_at_full_iterations_take_two_rounds():
     plan = search.plan_halving(324, 200, 3)
     assert [(r.cells, r.iters, r.rounds) for r in plan] == [
-        (324, 25, 1), (162, 50, 1), (81, 100, 1), (41, 200, 1), (21, 200, 1),
-        (11, 200, 2), (6, 200, 2), (3, 200, 3)]
+        (324, 25, 1),
+        (162, 50, 1),
+        (81, 100, 1),
+        (41, 200, 1),
+        (21, 200, 1),
+        (11, 200, 2),
+        (6, 200, 2),
+        (3, 200, 3),
+    ]
     assert plan[-1].final and not any(r.final for r in plan[:-1])
     assert plan[-1].final and plan[-1].rounds == 3 and plan[-1].cells <= 4
 
@@ -226,8 +295,11 @@ def test_score_noise_matches_the_p50_standard_error():
 
     rng = np.random.default_rng(0)
     samples = (100 * rng.lognormal(0, 0.05, 400)).tolist()
-    records = [store.make_record(cell=c, bytes=b, round=1, lat_us={"p50": float(np.median(samples))},
-                                 samples_us=samples) for c in ("baseline", "c-x") for b in SIZES]
+    records = [
+        store.make_record(cell=c, bytes=b, round=1, lat_us={"p50": float(np.median(samples))}, samples_us=samples)
+        for c in ("baseline", "c-x")
+        for b in SIZES
+    ]
     rse = 1.2533 * np.std(samples, ddof=1) / np.mean(samples) / np.sqrt(400)
     assert search.score_noise(records) == pytest.approx(rse * np.sqrt(2 / 2))
     assert search.score_noise([store.make_record(cell="c", bytes=1, lat_us={"p50": 1.0})]) == 0.0
@@ -237,8 +309,10 @@ def test_cli_refuses_nccl_without_gpus(cli_runner, tmp_path, monkeypatch):
     from nccl_tune.measure import sweep_request
 
     monkeypatch.setattr(sweep_request, "gpu_count", lambda: 0)
-    result = cli_runner.invoke(cli, ["sweep", "--backend", "nccl", "--set", "NCCL_PROTO=LL",
-                                     "--nproc", "2", "--out", str(tmp_path / "n.jsonl")])
+    result = cli_runner.invoke(
+        cli,
+        ["sweep", "--backend", "nccl", "--set", "NCCL_PROTO=LL", "--nproc", "2", "--out", str(tmp_path / "n.jsonl")],
+    )
     assert result.exit_code == 2
     assert "NCCL needs one GPU per rank" in result.output
 

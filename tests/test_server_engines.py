@@ -29,21 +29,33 @@ def test_vllm_steps_set_num_speculative_tokens_and_keep_the_users_method():
 
 
 def test_vllm_equals_and_dotted_forms_are_folded_into_one_json():
-    args = ["--model", "m", '--speculative-config={"method": "ngram", "prompt_lookup_max": 4}',
-            "--speculative-config.prompt_lookup_min", "2"]
+    args = [
+        "--model",
+        "m",
+        '--speculative-config={"method": "ngram", "prompt_lookup_max": 4}',
+        "--speculative-config.prompt_lookup_min",
+        "2",
+    ]
     out = vllm.server_args_for_steps(args, 3)
-    assert _spec(out) == {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2,
-                          "num_speculative_tokens": 3}
+    assert _spec(out) == {
+        "method": "ngram",
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+        "num_speculative_tokens": 3,
+    }
     assert not any(a.startswith("--speculative-config.") for a in out)
     assert vllm.server_args_for_steps(args, 0) == ["--model", "m"]
 
 
-@pytest.mark.parametrize("args, why", [
-    (["--model", "m"], "needs --speculative-config"),
-    (["--model", "m", "--speculative-config", "{not json"], "not JSON"),
-    (["--model", "m", "--speculative-config", "[1, 2]"], "JSON object"),
-    (["--model", "m", "--speculative-config", '{"num_speculative_tokens": 3}'], "with a method"),
-])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["--model", "m"], "needs --speculative-config"),
+        (["--model", "m", "--speculative-config", "{not json"], "not JSON"),
+        (["--model", "m", "--speculative-config", "[1, 2]"], "JSON object"),
+        (["--model", "m", "--speculative-config", '{"num_speculative_tokens": 3}'], "with a method"),
+    ],
+)
 def test_vllm_refuses_steps_it_cannot_apply(args, why):
     with pytest.raises(ValueError, match=why):
         vllm.server_args_for_steps(args, 1)
@@ -52,8 +64,15 @@ def test_vllm_refuses_steps_it_cannot_apply(args, why):
 def test_sglang_keeps_its_step_options_and_both_engines_share_the_server():
     args = sglang.server_args_for_steps(["--model-path", "m", "--speculative-algorithm", "EAGLE3"], 3)
     assert server.option_value(args, "--speculative-num-draft-tokens") == "4"
-    s = server.Server(vllm.ENGINE, ARGS, profile_env={"NCCL_PROTO": "LL"}, steps=1, log_path="/dev/null",
-                      command=["python", "-m", "x"], base_env={"PATH": "/bin", "NCCL_ALGO": "Tree"})
+    s = server.Server(
+        vllm.ENGINE,
+        ARGS,
+        profile_env={"NCCL_PROTO": "LL"},
+        steps=1,
+        log_path="/dev/null",
+        command=["python", "-m", "x"],
+        base_env={"PATH": "/bin", "NCCL_ALGO": "Tree"},
+    )
     assert s.argv[:3] == ["python", "-m", "x"] and s.argv[-4] == "--host"
     assert s.env == {"PATH": "/bin", "NCCL_PROTO": "LL"}  # every stray NCCL_* removed
     assert isinstance(sglang.SGLangServer(["--model-path", "m"], log_path="/dev/null"), server.Server)
@@ -67,6 +86,7 @@ def test_tp_size_of_each_engine():
 
 
 # --- OpenAI completions client against a small server written from the OpenAI API ------
+
 
 class _Completions(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -109,8 +129,10 @@ class _Completions(BaseHTTPRequestHandler):
             if type(self).die_after is not None and len(type(self).seen) > type(self).die_after and i == 2:
                 self.connection.close()
                 return
-            chunk = {"choices": [{"index": 0, "text": "a", "finish_reason": "length" if i == n - 1 else None}],
-                     "usage": None}
+            chunk = {
+                "choices": [{"index": 0, "text": "a", "finish_reason": "length" if i == n - 1 else None}],
+                "usage": None,
+            }
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         if body.get("stream_options", {}).get("include_usage"):
             self.wfile.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
@@ -157,16 +179,33 @@ def test_validate_vllm_refusals_are_one_line_exit_2(cli_runner, tmp_path, monkey
     profile = tmp_path / "p.env"
     profile.write_text("NCCL_PROTO=LL\n")
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "vllm" else object())
-    out = cli_runner.invoke(cli, ["validate", "--engine", "vllm", "--profile", str(profile),
-                                  "--server-args", "--model m"])
+    out = cli_runner.invoke(
+        cli, ["validate", "--engine", "vllm", "--profile", str(profile), "--server-args", "--model m"]
+    )
     assert out.exit_code == 2 and "./install.sh --vllm" in out.output and "Traceback" not in out.output
-    out = cli_runner.invoke(cli, ["validate", "--engine", "vllm", "--profile", str(profile),
-                                  "--server-args", "--model m", "--steps", "0,2",
-                                  "--server-command", "python -m nothing", "--out", str(tmp_path / "o.jsonl")])
+    out = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--engine",
+            "vllm",
+            "--profile",
+            str(profile),
+            "--server-args",
+            "--model m",
+            "--steps",
+            "0,2",
+            "--server-command",
+            "python -m nothing",
+            "--out",
+            str(tmp_path / "o.jsonl"),
+        ],
+    )
     assert out.exit_code == 2 and "--server-args: steps > 0 needs --speculative-config" in out.output
     assert "(--steps 2)" in out.output and not (tmp_path / "o.jsonl").exists()
-    out = cli_runner.invoke(cli, ["validate", "--engine", "vllm", "--profile", str(profile),
-                                  "--server-command", "python -m nothing"])
+    out = cli_runner.invoke(
+        cli, ["validate", "--engine", "vllm", "--profile", str(profile), "--server-command", "python -m nothing"]
+    )
     assert out.exit_code == 2 and "needs --server-args" in out.output
 
 

@@ -27,11 +27,17 @@ COMMUNICATOR_SCOPED = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_THREAD_THRESHOLDS"}
 # Defaults NCCL publishes (docs/env.rst: BUFFSIZE 4194304, DEBUG_SUBSYS INIT,BOOTSTRAP,ENV,
 # NVLS_ENABLE 2, CUMEM_ENABLE 1 since 2.19, GRAPH_REGISTER 1, CTA_POLICY 0; P2P_DISABLE
 # and SHM_DISABLE 0; tuning.cc's LL128 maximum of 640 threads). The rest are unset.
-PUBLISHED_DEFAULTS = {"NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV",
-                      "NCCL_NVLS_ENABLE": "2", "NCCL_CUMEM_ENABLE": "1",
-                      "NCCL_GRAPH_REGISTER": "1", "NCCL_CTA_POLICY": "0",
-                      "NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0",
-                      "NCCL_LL128_NTHREADS": "unset: 640"}
+PUBLISHED_DEFAULTS = {
+    "NCCL_BUFFSIZE": "4194304",
+    "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV",
+    "NCCL_NVLS_ENABLE": "2",
+    "NCCL_CUMEM_ENABLE": "1",
+    "NCCL_GRAPH_REGISTER": "1",
+    "NCCL_CTA_POLICY": "0",
+    "NCCL_P2P_DISABLE": "0",
+    "NCCL_SHM_DISABLE": "0",
+    "NCCL_LL128_NTHREADS": "unset: 640",
+}
 
 
 @pytest.mark.parametrize("name", ISSUE_VARIABLES)
@@ -48,8 +54,14 @@ def test_scopes_follow_design():
     # Re-read at every communicator init (DESIGN.md section 5).
     for name in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_THREAD_THRESHOLDS"):
         assert settings.scope_of(name) == "communicator"
-    for name in ("NCCL_NTHREADS", "NCCL_BUFFSIZE", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL",
-                 "NCCL_CUMEM_ENABLE", "NCCL_DEBUG"):
+    for name in (
+        "NCCL_NTHREADS",
+        "NCCL_BUFFSIZE",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_P2P_LEVEL",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_DEBUG",
+    ):
         assert settings.scope_of(name) == "process"
     assert settings.scope_of("NCCL_NOT_A_THING") == "process"
 
@@ -75,15 +87,19 @@ def test_split_by_scope_keeps_order():
 
 # ------------------------------------------------------------------ PROTO / ALGO grammar
 
-@pytest.mark.parametrize("value,expected", [
-    ("LL", {"LL"}),
-    ("ll,simple", {"LL", "Simple"}),                       # case-insensitive
-    ("^LL", {"LL128", "Simple"}),                          # ^ excludes
-    ("^LL128", {"LL", "Simple"}),
-    ("Simple;allreduce:LL", {"LL"}),                        # per collective (2.24+)
-    ("LL;broadcast:Simple", {"LL"}),
-    ("allreduce:^LL", {"LL128", "Simple"}),
-])
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("LL", {"LL"}),
+        ("ll,simple", {"LL", "Simple"}),  # case-insensitive
+        ("^LL", {"LL128", "Simple"}),  # ^ excludes
+        ("^LL128", {"LL", "Simple"}),
+        ("Simple;allreduce:LL", {"LL"}),  # per collective (2.24+)
+        ("LL;broadcast:Simple", {"LL"}),
+        ("allreduce:^LL", {"LL128", "Simple"}),
+    ],
+)
 def test_allowed_protocols_for_allreduce(value, expected):
     assert settings.allowed_protocols(value) == frozenset(expected)
 
@@ -99,8 +115,9 @@ def test_allowed_algorithms():
     assert settings.allowed_algorithms("Tree;allreduce:Ring,Tree") == {"Ring", "Tree"}
 
 
-@pytest.mark.parametrize("value", ["LL128", "^LL", "^Simple", "LL;allreduce:LL128", "^LL,Simple",
-                                   "simple;reduce:ll128"])
+@pytest.mark.parametrize(
+    "value", ["LL128", "^LL", "^Simple", "LL;allreduce:LL128", "^LL,Simple", "simple;reduce:ll128"]
+)
 def test_enables_ll128(value):
     assert settings.enables_ll128(value)
     assert WARNING in severities("NCCL_PROTO", value)
@@ -112,15 +129,18 @@ def test_does_not_enable_ll128(value):
     assert severities("NCCL_PROTO", value) == []
 
 
-@pytest.mark.parametrize("name,value,why", [
-    ("NCCL_PROTO", "LL,Fast", "unknown protocol"),
-    ("NCCL_PROTO", "", "empty"),
-    ("NCCL_PROTO", "LL;sendrecv:Simple", "unknown collective"),    # not one of NCCL's five
-    ("NCCL_PROTO", "allreduce:LL;Simple", "only the first list"),
-    ("NCCL_PROTO", "^LL,LL128,Simple", "leaves no protocol"),
-    ("NCCL_ALGO", "CollNet", "unknown algorithm"),
-    ("NCCL_ALGO", "Ring,,Tree", "empty"),
-])
+@pytest.mark.parametrize(
+    "name,value,why",
+    [
+        ("NCCL_PROTO", "LL,Fast", "unknown protocol"),
+        ("NCCL_PROTO", "", "empty"),
+        ("NCCL_PROTO", "LL;sendrecv:Simple", "unknown collective"),  # not one of NCCL's five
+        ("NCCL_PROTO", "allreduce:LL;Simple", "only the first list"),
+        ("NCCL_PROTO", "^LL,LL128,Simple", "leaves no protocol"),
+        ("NCCL_ALGO", "CollNet", "unknown algorithm"),
+        ("NCCL_ALGO", "Ring,,Tree", "empty"),
+    ],
+)
 def test_proto_algo_errors(name, value, why):
     found = check_value(name, value)
     assert [sev for sev, _ in found] == [ERROR]
@@ -134,6 +154,7 @@ def test_per_collective_form_needs_2_24():
 
 
 # ------------------------------------------------------------------ P2P level
+
 
 @pytest.mark.parametrize("value", settings.P2P_LEVELS)
 def test_p2p_level_names(value):
@@ -161,20 +182,24 @@ def test_p2p_level_invalid(value):
 
 # ------------------------------------------------------------------ integers and ranges
 
-@pytest.mark.parametrize("name,good,bad", [
-    ("NCCL_NTHREADS", ["64", "96", "256", "512"], ["32", "100", "544", "x", "-64"]),
-    ("NCCL_LL128_NTHREADS", ["160", "640"], ["128", "672", "170"]),
-    ("NCCL_MAX_NCHANNELS", ["1", "16", "64"], ["0", "65", "sixteen"]),
-    ("NCCL_MIN_NCHANNELS", ["1", "32"], ["0"]),
-    ("NCCL_MAX_CTAS", ["1", "64"], ["0", "65"]),
-    ("NCCL_BUFFSIZE", ["16777216", "0x400000"], ["0", "-1", "4M"]),
-    ("NCCL_P2P_DISABLE", ["0", "1"], ["2", "yes"]),
-    ("NCCL_NVLS_ENABLE", ["0", "1", "2"], ["3"]),
-    ("NCCL_CTA_POLICY", ["0", "2", "EFFICIENCY"], ["3", "FAST"]),
-    ("NCCL_DEBUG", ["INFO", "warn", "TRACE"], ["DEBUG"]),
-    ("NCCL_THREAD_THRESHOLDS", ["8 8 64 8 8 64", "512"], ["a b", "1 2 3 4 5 6 7"]),
-    ("NCCL_SOCKET_IFNAME", ["eth0", "^docker,lo", "=eth0"], ["^", ","]),
-])
+
+@pytest.mark.parametrize(
+    "name,good,bad",
+    [
+        ("NCCL_NTHREADS", ["64", "96", "256", "512"], ["32", "100", "544", "x", "-64"]),
+        ("NCCL_LL128_NTHREADS", ["160", "640"], ["128", "672", "170"]),
+        ("NCCL_MAX_NCHANNELS", ["1", "16", "64"], ["0", "65", "sixteen"]),
+        ("NCCL_MIN_NCHANNELS", ["1", "32"], ["0"]),
+        ("NCCL_MAX_CTAS", ["1", "64"], ["0", "65"]),
+        ("NCCL_BUFFSIZE", ["16777216", "0x400000"], ["0", "-1", "4M"]),
+        ("NCCL_P2P_DISABLE", ["0", "1"], ["2", "yes"]),
+        ("NCCL_NVLS_ENABLE", ["0", "1", "2"], ["3"]),
+        ("NCCL_CTA_POLICY", ["0", "2", "EFFICIENCY"], ["3", "FAST"]),
+        ("NCCL_DEBUG", ["INFO", "warn", "TRACE"], ["DEBUG"]),
+        ("NCCL_THREAD_THRESHOLDS", ["8 8 64 8 8 64", "512"], ["a b", "1 2 3 4 5 6 7"]),
+        ("NCCL_SOCKET_IFNAME", ["eth0", "^docker,lo", "=eth0"], ["^", ","]),
+    ],
+)
 def test_ranges(name, good, bad):
     for value in good:
         assert ERROR not in severities(name, value), value
@@ -201,6 +226,5 @@ def test_debug_subsys_unknown_is_a_warning():
 
 def test_unknown_names_and_validity():
     assert check_value("NCCL_NOT_A_THING", "whatever") == []
-    assert settings.is_valid("NCCL_PROTO", "^LL")          # a warning is still valid
+    assert settings.is_valid("NCCL_PROTO", "^LL")  # a warning is still valid
     assert not settings.is_valid("NCCL_PROTO", "Fast")
-

@@ -15,9 +15,19 @@ from tests.conftest import REPO_ROOT, subprocess_env
 
 STANDIN = [sys.executable, str(REPO_ROOT / "tests" / "sglang_standin.py")]
 PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
-SPEC_ARGS = ["--model-path", "m", "--tp", "2", "--speculative-algorithm", "EAGLE3",
-             "--speculative-draft-model-path", "d", "--speculative-num-steps", "7",
-             "--speculative-num-draft-tokens=9"]
+SPEC_ARGS = [
+    "--model-path",
+    "m",
+    "--tp",
+    "2",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "d",
+    "--speculative-num-steps",
+    "7",
+    "--speculative-num-draft-tokens=9",
+]
 
 
 def _base_env():
@@ -27,8 +37,14 @@ def _base_env():
 
 def test_speculative_flags_replace_given_ones_with_topk_1():
     args = sglang.server_args_for_steps(SPEC_ARGS, 2)
-    assert args[-6:] == ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-                         "--speculative-num-draft-tokens", "3"]
+    assert args[-6:] == [
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+    ]
     assert args.count("--speculative-num-steps") == 1 and "--speculative-num-draft-tokens=9" not in args
     assert sglang.option_value(args, "--speculative-algorithm") == "EAGLE3"
 
@@ -56,15 +72,17 @@ def test_env_check_flags_missing_different_and_extra():
     own = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     check = sglang.check_processes([here], {**own, "NCCL_NOT_SET_ANYWHERE": "1"})
     assert not check.ok and "missing NCCL_NOT_SET_ANYWHERE" in check.problems()[0]
-    gone = sglang.check_processes([2 ** 22 + 12345], {})
+    gone = sglang.check_processes([2**22 + 12345], {})
     assert not gone.ok and gone.processes[0]["error"] == "the process is gone"
     stale = sglang.check_processes([here], {})
     assert stale.ok == (not own)  # for the baseline any NCCL_* at all is unexpected
     # a real process started with other values: "different" (and "unexpected" for extras)
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                            env=subprocess_env(NCCL_PROTO="Simple", NCCL_ALGO="Ring", NCCL_P2P_LEVEL="SYS"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env=subprocess_env(NCCL_PROTO="Simple", NCCL_ALGO="Ring", NCCL_P2P_LEVEL="SYS"),
+    )
     try:  # Popen returns once the child has exec'd: its environ is the new one
         check = sglang.check_processes([proc.pid], PROFILE)
         (entry,) = check.processes
@@ -80,8 +98,15 @@ def test_env_check_flags_missing_different_and_extra():
 @pytest.mark.slow
 def test_start_ready_profile_carried_by_workers_stop_leaves_nothing(tmp_path):
     log = tmp_path / "server.log"
-    server = sglang.SGLangServer(SPEC_ARGS, profile_env=PROFILE, steps=2, log_path=str(log),
-                                 health_timeout=30, command=STANDIN, base_env=_base_env())
+    server = sglang.SGLangServer(
+        SPEC_ARGS,
+        profile_env=PROFILE,
+        steps=2,
+        log_path=str(log),
+        health_timeout=30,
+        command=STANDIN,
+        base_env=_base_env(),
+    )
     with server:
         assert server.wait_ready(poll=0.1) < 30
         pids = server.processes()
@@ -101,9 +126,13 @@ def test_start_ready_profile_carried_by_workers_stop_leaves_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_never_healthy_times_out_with_log_tail_and_no_process_left(tmp_path):
-    server = sglang.SGLangServer(["--model-path", "m", "--standin-never-healthy"],
-                                 log_path=str(tmp_path / "stuck.log"), health_timeout=2.0,
-                                 command=STANDIN, base_env=_base_env())
+    server = sglang.SGLangServer(
+        ["--model-path", "m", "--standin-never-healthy"],
+        log_path=str(tmp_path / "stuck.log"),
+        health_timeout=2.0,
+        command=STANDIN,
+        base_env=_base_env(),
+    )
     server.start()
     with pytest.raises(sglang.ServerError) as info:
         server.wait_ready(poll=0.1)
@@ -115,9 +144,13 @@ def test_never_healthy_times_out_with_log_tail_and_no_process_left(tmp_path):
 
 @pytest.mark.slow
 def test_server_that_exits_early_is_reported(tmp_path):
-    server = sglang.SGLangServer(["--model-path", "m"], log_path=str(tmp_path / "gone.log"),
-                                 health_timeout=30, command=[sys.executable, "-c", "print('boom'); raise SystemExit(4)"],
-                                 base_env=_base_env())
+    server = sglang.SGLangServer(
+        ["--model-path", "m"],
+        log_path=str(tmp_path / "gone.log"),
+        health_timeout=30,
+        command=[sys.executable, "-c", "print('boom'); raise SystemExit(4)"],
+        base_env=_base_env(),
+    )
     server.start()
     with pytest.raises(sglang.ServerError, match="exited with code 4") as info:
         server.wait_ready(poll=0.1)
@@ -126,8 +159,13 @@ def test_server_that_exits_early_is_reported(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_inside_the_block_still_stops_everything(tmp_path):
-    server = sglang.SGLangServer(["--model-path", "m"], log_path=str(tmp_path / "int.log"),
-                                 health_timeout=30, command=STANDIN, base_env=_base_env())
+    server = sglang.SGLangServer(
+        ["--model-path", "m"],
+        log_path=str(tmp_path / "int.log"),
+        health_timeout=30,
+        command=STANDIN,
+        base_env=_base_env(),
+    )
     with pytest.raises(KeyboardInterrupt):
         with server:
             server.wait_ready(poll=0.1)

@@ -13,8 +13,9 @@ from integration.tp_model import Collective, ModelShape, build_models  # noqa: E
 
 def models(noise=0.25):
     shape = ModelShape(2, 64, 4, 128, 256)
-    return build_models(shape, 1, noise, 0, 0, 1, torch.float64, torch.device("cpu"), Collective(None),
-                        residual_scale=0.25)
+    return build_models(
+        shape, 1, noise, 0, 0, 1, torch.float64, torch.device("cpu"), Collective(None), residual_scale=0.25
+    )
 
 
 def test_forward_many_equals_each_sequences_own_forward():

@@ -19,8 +19,12 @@ from nccl_tune.spec import schedule
 from nccl_tune.spec.planner import PlanError, PlanRequest, plan
 
 SWEEPS = Path(__file__).resolve().parent / "fixtures" / "spec_sweeps"
-SWEEP_FILES = ["vllm_issue20780_llama31_8b_eagle1.csv", "vllm_issue20780_llama31_8b_eagle3.csv",
-               "vllm_pr16035_llama3_8b_eagle.csv", "kimi_k25_eagle3_pcie.csv"]
+SWEEP_FILES = [
+    "vllm_issue20780_llama31_8b_eagle1.csv",
+    "vllm_issue20780_llama31_8b_eagle3.csv",
+    "vllm_pr16035_llama3_8b_eagle.csv",
+    "kimi_k25_eagle3_pcie.csv",
+]
 
 
 def spec_plan(cli_runner, *args, code: int = 0) -> dict | str:
@@ -37,20 +41,22 @@ def tok(out: dict) -> dict[int, float]:
 
 # ---------------------------------------------------------------- the four decisions
 
+
 def test_plain_decoding_wins_and_the_answer_is_do_not_speculate(cli_runner):
     # The issue's case. iid rate a from 1.1@2: a + a^2 = 0.1 -> a = 0.09161, tau(1) = 1.09161.
     # verify: (1, 10) and (3, 30) -> 20 ms at 2 tokens. k = 1: 1000 x 1.09161 / (1 + 20) = 52.0;
     # k = 2: 1000 x 1.1 / (2 + 30) = 34.4; plain 1000 / 10 = 100.0: do not speculate.
-    args = ["--decode-ms", "10", "--verify-ms", "30@3", "--draft-ms", "1", "--accept-len", "1.1@2",
-            "--steps", "1-2"]
+    args = ["--decode-ms", "10", "--verify-ms", "30@3", "--draft-ms", "1", "--accept-len", "1.1@2", "--steps", "1-2"]
     out = spec_plan(cli_runner, *args, "--json")
     assert out["best_k"] == 0 and out["speculate"] is False
     assert tok(out) == pytest.approx({0: 100.0, 1: 51.98, 2: 34.375}, abs=0.01)
     assert out["decision"].startswith("do not speculate")
     assert out["candidates"] == [0] and out["validate_command"].endswith("--steps 0,1")
     text = spec_plan(cli_runner, *args)
-    assert "decision: do not speculate: plain decoding is fastest (100.0 tok/s; the best " \
-           "speculative k = 1 gives 0.52x)" in text
+    assert (
+        "decision: do not speculate: plain decoding is fastest (100.0 tok/s; the best "
+        "speculative k = 1 gives 0.52x)" in text
+    )
     # --batch 1,2: at batch 2 plain decoding is the 2-token forward, 20 ms (50 tok/s); k = 1
     # verifies 4 tokens (40 ms, extrapolated) with a draft step of 1 x 20 / 10 = 2 ms:
     # 1000 x 1.09161 / 42 = 26.0 tok/s. Plain wins at both.
@@ -77,8 +83,7 @@ def test_two_measured_points_plan_without_plain_decoding(cli_runner):
     # iid rate 0.6: tau = 1.6, 1.96, 2.176, 2.3056 at k = 1..4. Cycles implied: 1600 / 100 = 16,
     # 1960 / 112 = 17.5 -> cycle(k) = 14.5 + 1.5 k. k = 3: 2176 / 19 = 114.53 (best);
     # k = 4: 2305.6 / 20.5 = 112.47; within 5% (>= 108.80): k = 2, 3, 4.
-    args = ["--accept-rate", "0.6", "--measured-tok-s", "100@1", "--measured-tok-s", "112@2",
-            "--fit", "--steps", "1-4"]
+    args = ["--accept-rate", "0.6", "--measured-tok-s", "100@1", "--measured-tok-s", "112@2", "--fit", "--steps", "1-4"]
     out = spec_plan(cli_runner, *args, "--json")
     assert out["best_k"] == 3 and out["speculate"] is None and out["candidates"] == [2, 3, 4]
     assert tok(out) == pytest.approx({1: 100.0, 2: 112.0, 3: 114.526, 4: 112.468}, abs=0.001)
@@ -90,8 +95,7 @@ def test_one_measured_point_spans_both_explanations_and_names_the_next_measureme
     # a = 10, b = 4.545: k = 1 110, k = 2 1960 / 19.09 = 102.7 -> best 1 (plain 100). All
     # fixed: 14.545 flat: tok/s = 68.75 tau = 110, 134.8, 149.6, 158.5 -> best 4. The middle
     # split (b = 2.273): k = 2 1960 / 16.82 = 116.5 (best), where the ends differ by 31%.
-    args = ["--decode-ms", "10", "--accept-rate", "0.6", "--measured-tok-s", "110@1", "--fit",
-            "--steps", "1-4"]
+    args = ["--decode-ms", "10", "--accept-rate", "0.6", "--measured-tok-s", "110@1", "--fit", "--steps", "1-4"]
     out = spec_plan(cli_runner, *args, "--json")
     span = out["one_point_span"]
     assert span["best_k_all_per_step"] == 1 and span["best_k_all_fixed"] == 4
@@ -114,8 +118,20 @@ def test_batch_rows_beyond_the_verify_points_are_marked_plain_row_included(cli_r
     # 12 ms (a measured point), k = 1 verifies 4 tokens: 16 ms*, draft 1 x 12 / 10 = 1.2 ms:
     # 1550 / 17.2 = 90.12 > 83.33 -> k = 1. batch 4: plain = 16 ms* (62.5 tok/s), k = 1
     # verifies 8 tokens: 24 ms*, draft 1.6: 1550 / 25.6 = 60.55 -> do not speculate.
-    args = ["--decode-ms", "10", "--verify-ms", "12,14@2,3", "--draft-ms", "1", "--accept-rate",
-            "0.55", "--steps", "1", "--batch", "1,2,4"]
+    args = [
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "12,14@2,3",
+        "--draft-ms",
+        "1",
+        "--accept-rate",
+        "0.55",
+        "--steps",
+        "1",
+        "--batch",
+        "1,2,4",
+    ]
     out = spec_plan(cli_runner, *args, "--extrapolate", "--json")
     b1, b2, b4 = out["batches"]
     assert [p["extrapolated"] for p in b2["plans"]] == [False, True]
@@ -134,12 +150,22 @@ def test_saturation_and_per_sequence_cost_make_the_best_k_fall_fitted_from_batch
     # n_sat = 8: batch 1 verifies <= 5 tokens, 10 ms: tok/s = 100 tau -> k = 4 (193.75).
     # batch 8 verifies 8 (k + 1) tokens: 10 x 8 (k + 1) / 8 = 10 (k + 1) ms: tok/s =
     # 100 tau / (k + 1) = 75, 58.3, ... while plain (8 tokens, 10 ms) is 100 -> k = 0.
-    base = ["--verify-ms", "10@2", "--draft-ms", "0", "--accept-rate", "0.5", "--steps", "1-4",
-            "--batch", "1,8", "--extrapolate"]
+    base = [
+        "--verify-ms",
+        "10@2",
+        "--draft-ms",
+        "0",
+        "--accept-rate",
+        "0.5",
+        "--steps",
+        "1-4",
+        "--batch",
+        "1,8",
+        "--extrapolate",
+    ]
     sat = spec_plan(cli_runner, "--decode-ms", "10", *base, "--saturation-tokens", "8", "--json")
     assert [b["best_k"] for b in sat["batches"]] == [4, 0]
-    assert tok(sat["batches"][1]) == pytest.approx({0: 100.0, 1: 75.0, 2: 1750 / 30, 3: 1875 / 40,
-                                                    4: 1937.5 / 50})
+    assert tok(sat["batches"][1]) == pytest.approx({0: 100.0, 1: 75.0, 2: 1750 / 30, 3: 1875 / 40, 4: 1937.5 / 50})
     # the default (295 tokens, H100) is far beyond 40 tokens: the verify stays 10 ms, k = 4
     default = spec_plan(cli_runner, "--decode-ms", "10", *base, "--json")
     assert [b["best_k"] for b in default["batches"]] == [4, 4]
@@ -163,14 +189,30 @@ def test_saturation_and_per_sequence_cost_make_the_best_k_fall_fitted_from_batch
 
 
 @settings(max_examples=60, deadline=None)
-@given(decode=st.floats(2.0, 40.0), v1=st.floats(0.5, 2.0), slope=st.floats(0.0, 3.0),
-       draft=st.floats(0.0, 3.0), other=st.floats(0.0, 2.0), rate=st.floats(0.0, 0.99),
-       batch=st.sampled_from([1, 2, 8]))
+@given(
+    decode=st.floats(2.0, 40.0),
+    v1=st.floats(0.5, 2.0),
+    slope=st.floats(0.0, 3.0),
+    draft=st.floats(0.0, 3.0),
+    other=st.floats(0.0, 2.0),
+    rate=st.floats(0.0, 0.99),
+    batch=st.sampled_from([1, 2, 8]),
+)
 def test_the_best_plan_is_never_worse_than_plain_decoding_by_its_own_prediction(
-        decode, v1, slope, draft, other, rate, batch):
+    decode, v1, slope, draft, other, rate, batch
+):
     points = [(t, decode * v1 + slope * t) for t in (2, 6, 48)]
-    req = PlanRequest(list(range(1, 6)), so.parse_acceptance(accept_rate=rate), decode, points,
-                      False, draft, other, batches=[batch], extrapolate=True)
+    req = PlanRequest(
+        list(range(1, 6)),
+        so.parse_acceptance(accept_rate=rate),
+        decode,
+        points,
+        False,
+        draft,
+        other,
+        batches=[batch],
+        extrapolate=True,
+    )
     try:
         result = plan(req)
     except PlanError:
@@ -185,6 +227,7 @@ def test_the_best_plan_is_never_worse_than_plain_decoding_by_its_own_prediction(
 
 # ---------------------------------------------------------------- public step sweeps
 
+
 def load_sweep(name: str) -> list[dict]:
     with open(SWEEPS / name, encoding="utf-8") as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
@@ -195,8 +238,9 @@ def _inputs(name):
     plain = next(float(r["tok_s"]) for r in rows if r["k"] == "0")
     spec = [r for r in rows if r["k"] != "0"]
     if name.startswith("kimi"):  # the report's per-cycle profiler count (bonus not counted)
-        acc = so.parse_acceptance(accepted_drafts=tuple(
-            f"{float(r['accept_len']) - 1:.4f}@{r['k']}" for r in spec if r["accept_len"]))
+        acc = so.parse_acceptance(
+            accepted_drafts=tuple(f"{float(r['accept_len']) - 1:.4f}@{r['k']}" for r in spec if r["accept_len"])
+        )
     else:
         acc = so.parse_acceptance(accept_len=tuple(f"{r['accept_len']}@{r['k']}" for r in spec))
     tok_s = {int(r["k"]): float(r["tok_s"]) for r in spec}
@@ -214,8 +258,7 @@ def test_public_sweep_one_measured_point_keeps_the_measured_best(name, k):
     assert out["one_point_span"]["measured_k"] == k
 
 
-@pytest.mark.parametrize("name,pair", [(n, p) for n in SWEEP_FILES
-                                       for p in itertools.combinations(_inputs(n)[2], 2)])
+@pytest.mark.parametrize("name,pair", [(n, p) for n in SWEEP_FILES for p in itertools.combinations(_inputs(n)[2], 2)])
 def test_public_sweep_two_points_without_plain_decoding(name, pair):
     plain, acc, tok_s, steps, best = _inputs(name)
     req = PlanRequest(steps, acc, None, measured=[(k, tok_s[k]) for k in pair], fit=True)
@@ -228,9 +271,9 @@ def test_public_sweep_two_points_without_plain_decoding(name, pair):
 
 # ---------------------------------------------------------------- vLLM's schedule
 
+
 def test_schedule_merges_equal_neighbours_and_starts_at_one():
-    assert schedule.ranges([(1, 4), (2, 4), (4, 2), (8, 2), (16, 0)]) == [[1, 3, 4], [4, 15, 2],
-                                                                           [16, 16, 0]]
+    assert schedule.ranges([(1, 4), (2, 4), (4, 2), (8, 2), (16, 0)]) == [[1, 3, 4], [4, 15, 2], [16, 16, 0]]
     assert schedule.ranges([(2, 3), (8, 1)]) == [[1, 7, 3], [8, 8, 1]]
     assert schedule.ranges([(1, 2), (4, 2)]) == [[1, 4, 2]]
     for bad in ([[2, 4, 1]], [[1, 4, 1], [4, 8, 2]], [[1, 4, -1]], [[1, 0, 1]], [], [[1, 2]]):
@@ -245,10 +288,15 @@ def test_schedule_round_trip_through_vllms_own_rules(tmp_path):
     ranges = schedule.ranges([(1, 4), (2, 4), (4, 2), (16, 0)])
     assert schedule.validate(ranges) == ([(1, 3, 4), (4, 15, 2), (16, 16, 0)], how)
     assert "validate_and_normalize_dynamic_sd_schedule" in how
-    cfg = schedule.config({"method": "ngram", "prompt_lookup_max": 4, "num_speculative_tokens": 9,
-                           schedule.KEY: [[1, 1, 1]]}, ranges)
-    assert cfg == {"method": "ngram", "prompt_lookup_max": 4, "num_speculative_tokens": 4,
-                   schedule.KEY: [[1, 3, 4], [4, 15, 2], [16, 16, 0]]}
+    cfg = schedule.config(
+        {"method": "ngram", "prompt_lookup_max": 4, "num_speculative_tokens": 9, schedule.KEY: [[1, 1, 1]]}, ranges
+    )
+    assert cfg == {
+        "method": "ngram",
+        "prompt_lookup_max": 4,
+        "num_speculative_tokens": 4,
+        schedule.KEY: [[1, 3, 4], [4, 15, 2], [16, 16, 0]],
+    }
     back = json.loads(json.dumps(cfg))[schedule.KEY]
     # vLLM's scheduler expands it per batch size (up to max_num_seqs = 20): k = 0 from 16 on
     lookup = module.build_dynamic_sd_schedule_lookup(back, 20, cfg["num_speculative_tokens"])
@@ -267,18 +315,38 @@ def test_spec_plan_exports_the_schedule_with_a_zero_range(cli_runner, tmp_path):
     target = tmp_path / "spec.json"
     base = tmp_path / "base.json"
     base.write_text('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}')
-    args = ["--decode-ms", "10", "--verify-ms", "12,14@2,3", "--draft-ms", "1", "--accept-rate",
-            "0.55", "--steps", "1", "--batch", "1,2,4", "--extrapolate", "--export-vllm", str(target)]
+    args = [
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "12,14@2,3",
+        "--draft-ms",
+        "1",
+        "--accept-rate",
+        "0.55",
+        "--steps",
+        "1",
+        "--batch",
+        "1,2,4",
+        "--extrapolate",
+        "--export-vllm",
+        str(target),
+    ]
     assert "--speculative-config-base" in spec_plan(cli_runner, *args, code=2)
     out = spec_plan(cli_runner, *args, "--speculative-config-base", str(base), "--json")
     written = json.loads(target.read_text())
-    assert written == {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                       "num_speculative_tokens": 1, schedule.KEY: [[1, 3, 1], [4, 4, 0]]}
+    assert written == {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 1,
+        schedule.KEY: [[1, 3, 1], [4, 4, 0]],
+    }
     assert out["export_vllm"]["written"] and out["export_vllm"]["config"] == written
     text = spec_plan(cli_runner, *args, "--speculative-config-base", '{"method": "ngram"}')
     assert f"export-vllm: wrote {target}" in text and "[[1, 3, 1], [4, 4, 0]]" in text
-    assert "--speculative-config-base" in spec_plan(cli_runner, *args, "--speculative-config-base",
-                                                     '{"num_speculative_tokens": 2}', code=2)
+    assert "--speculative-config-base" in spec_plan(
+        cli_runner, *args, "--speculative-config-base", '{"num_speculative_tokens": 2}', code=2
+    )
 
 
 def test_recommend_spec_steps_says_do_not_speculate_in_json_text_and_the_profile(cli_runner, tmp_path):
@@ -288,8 +356,23 @@ def test_recommend_spec_steps_says_do_not_speculate_in_json_text_and_the_profile
     # the same inputs as the first case: plain 100 tok/s beats k = 1 (52.0) and k = 2 (34.4)
     # under the baseline, and still under the recommended cell (every forward saves the same
     # comm time at these sizes, so plain decoding stays ahead)
-    args = ["recommend", "--layers", "61", "--topology", "pcie-shm", "--spec-steps", "1-2",
-            "--decode-ms", "10", "--verify-ms", "30@3", "--draft-ms", "1", "--accept-len", "1.1@2"]
+    args = [
+        "recommend",
+        "--layers",
+        "61",
+        "--topology",
+        "pcie-shm",
+        "--spec-steps",
+        "1-2",
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "30@3",
+        "--draft-ms",
+        "1",
+        "--accept-len",
+        "1.1@2",
+    ]
     out = json.loads(cli_runner.invoke(cli, [*args, "--json"]).output)["spec"]
     assert out["best_k_baseline"] == 0 and out["speculate_baseline"] is False
     assert out["baseline"][0]["tok_s"] == pytest.approx(100.0)

@@ -12,21 +12,36 @@ import pytest
 import torch
 
 from integration import spec_loop
-from integration.tp_model import (Arithmetic, Collective, ModelShape, build_models,
-                                  round_to_grid)
+from integration.tp_model import Arithmetic, Collective, ModelShape, build_models, round_to_grid
 from tests.conftest import REPO_ROOT, subprocess_env
 
-TINY = ["--layers", "2", "--hidden", "32", "--heads", "2", "--vocab", "64",
-        "--prompt-len", "6", "--warmup-tokens", "2"]
+TINY = ["--layers", "2", "--hidden", "32", "--heads", "2", "--vocab", "64", "--prompt-len", "6", "--warmup-tokens", "2"]
 
 
 def _torchrun(*args: str, timeout: float = 120) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "integration.spec_loop", *TINY, *args, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "integration.spec_loop",
+        *TINY,
+        *args,
+        "--json",
+    ]
     # A session of its own, so a hang is ended with every rank, not just torchrun.
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=subprocess_env(OMP_NUM_THREADS="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env=subprocess_env(OMP_NUM_THREADS="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -42,9 +57,18 @@ def _torchrun(*args: str, timeout: float = 120) -> dict:
 def _models(world_noise=0.0, draft_layers=2, dtype=torch.float64):
     shape = ModelShape(layers=2, hidden=32, heads=2, vocab=64, ffn=128)
     collective = Collective()
-    target, draft = build_models(shape, draft_layers, world_noise, seed=3, rank=0, world=1,
-                                 dtype=dtype, device=torch.device("cpu"), collective=collective,
-                                 residual_scale=0.25)
+    target, draft = build_models(
+        shape,
+        draft_layers,
+        world_noise,
+        seed=3,
+        rank=0,
+        world=1,
+        dtype=dtype,
+        device=torch.device("cpu"),
+        collective=collective,
+        residual_scale=0.25,
+    )
     return target, draft, collective
 
 
@@ -97,9 +121,14 @@ def test_bad_sizes_are_refused_in_one_line():
         ModelShape(2, 36, 3, 64, 128).check(2)
     with pytest.raises(ValueError, match="not a multiple of heads"):
         ModelShape(2, 30, 4, 64, 128).check(1)
-    proc = subprocess.run([sys.executable, "-m", "integration.spec_loop", "--hidden", "30",
-                           "--heads", "4"], cwd=REPO_ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "integration.spec_loop", "--hidden", "30", "--heads", "4"],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["spec_loop: hidden 30 is not a multiple of heads 4"]
 
@@ -113,8 +142,19 @@ def test_non_exact_dtype_runs_and_says_so():
 
 @pytest.mark.slow
 def test_world2_speculative_equals_greedy_with_consistent_timing():
-    r = _torchrun("--steps", "3", "--draft-noise", "0.5", "--draft-layers", "1",
-                  "--new-tokens", "24", "--runs", "2", "--check-greedy")
+    r = _torchrun(
+        "--steps",
+        "3",
+        "--draft-noise",
+        "0.5",
+        "--draft-layers",
+        "1",
+        "--new-tokens",
+        "24",
+        "--runs",
+        "2",
+        "--check-greedy",
+    )
     assert r["backend"] == "gloo" and r["world_size"] == 2 and r["exact"] is True
     assert r["matches_greedy"] is True and r["ranks_agree"] is True
     assert len(r["tokens"]) == 24 and r["tokens_valid"] is True
@@ -127,16 +167,33 @@ def test_world2_speculative_equals_greedy_with_consistent_timing():
     # time, and the phases are disjoint parts of the cycle: together no longer than it
     # (a bound, not a wall-clock tolerance: loop overhead on a loaded machine is free)
     parts = r["draft_ms"] + r["verify_ms"] + r["other_ms"]
-    assert r["shares"] == pytest.approx({"draft": r["draft_ms"] / parts,
-                                         "verify": r["verify_ms"] / parts,
-                                         "other": r["other_ms"] / parts})
+    assert r["shares"] == pytest.approx(
+        {"draft": r["draft_ms"] / parts, "verify": r["verify_ms"] / parts, "other": r["other_ms"] / parts}
+    )
     assert r["draft_ms"] > 0 and r["verify_ms"] > 0 and r["other_ms"] > 0
     assert parts <= r["step_ms"] * (1 + 1e-9)
     assert 1.0 <= r["accept_len"] <= 4.0
     assert len(r["runs_tok_s"]) == 2 and r["tok_s"] > 0
-    for key in ("backend", "world_size", "layers", "hidden", "heads", "vocab", "dtype", "steps",
-                "draft_layers", "draft_noise", "new_tokens", "cycles", "accept_len", "tok_s",
-                "draft_ms", "verify_ms", "other_ms", "step_ms"):
+    for key in (
+        "backend",
+        "world_size",
+        "layers",
+        "hidden",
+        "heads",
+        "vocab",
+        "dtype",
+        "steps",
+        "draft_layers",
+        "draft_noise",
+        "new_tokens",
+        "cycles",
+        "accept_len",
+        "tok_s",
+        "draft_ms",
+        "verify_ms",
+        "other_ms",
+        "step_ms",
+    ):
         assert key in r
     # every rank's stamps split the collectives' time (integration.commtime)
     split = r["comm_split"]
@@ -152,8 +209,7 @@ def test_world2_speculative_equals_greedy_with_consistent_timing():
 
 @pytest.mark.slow
 def test_world2_acceptance_falls_as_draft_noise_rises():
-    out = _torchrun("--steps", "3", "--draft-layers", "2", "--new-tokens", "40",
-                    "--sweep-noise", "0,0.3,1.5")
+    out = _torchrun("--steps", "3", "--draft-layers", "2", "--new-tokens", "40", "--sweep-noise", "0,0.3,1.5")
     by_noise = {rec["draft_noise"]: rec for rec in out["sweep"]}
     accept = [by_noise[n]["accept_len"] for n in (0.0, 0.3, 1.5)]
     assert accept[0] == 4.0  # an exact copy of the target: every draft accepted
@@ -203,11 +259,33 @@ def test_world2_perturbed_rank_follows_rank_0s_decisions_without_hanging():
     """Rank 1's target choices are made wrong every other cycle (SPEC_LOOP_FAULT): alone it
     would accept other drafts, run other cycle counts and hang; with rank 0's decision
     broadcast each cycle both ranks stay in step and the disagreement is named."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "integration.spec_loop", *TINY, "--steps", "3", "--draft-layers", "2",
-           "--new-tokens", "24", "--check-greedy", "--json"]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                          env=subprocess_env(OMP_NUM_THREADS="1", SPEC_LOOP_FAULT="1:perturb"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "integration.spec_loop",
+        *TINY,
+        "--steps",
+        "3",
+        "--draft-layers",
+        "2",
+        "--new-tokens",
+        "24",
+        "--check-greedy",
+        "--json",
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(OMP_NUM_THREADS="1", SPEC_LOOP_FAULT="1:perturb"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     r = json.loads(line)

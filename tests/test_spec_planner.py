@@ -11,15 +11,30 @@ from pathlib import Path
 import pytest
 
 from nccl_tune.spec import accept as sa
+from nccl_tune.spec import cycle as sd
 from nccl_tune.spec import options as so
 from nccl_tune.spec import verify as sv
-from nccl_tune.spec import cycle as sd
 from nccl_tune.spec.planner import PlanError, PlanRequest, plan
 
 SWEEPS = Path(__file__).resolve().parent / "fixtures" / "spec_sweeps"
-REPORT = ["--decode-ms", "11.26", "--verify-ms", "21.7@6", "--draft-ms", "0.138", "--other-ms",
-          "0.29", "--accepted-drafts", "0.95@5", "--moe-experts", "384", "--moe-topk", "8",
-          "--steps", "1-10"]
+REPORT = [
+    "--decode-ms",
+    "11.26",
+    "--verify-ms",
+    "21.7@6",
+    "--draft-ms",
+    "0.138",
+    "--other-ms",
+    "0.29",
+    "--accepted-drafts",
+    "0.95@5",
+    "--moe-experts",
+    "384",
+    "--moe-topk",
+    "8",
+    "--steps",
+    "1-10",
+]
 
 
 def spec_plan(cli_runner, *args) -> dict:
@@ -35,6 +50,7 @@ def row(out: dict, text: str) -> dict:
 
 
 # ---------------------------------------------------------------- the public report, end to end
+
 
 def test_the_report_case_end_to_end(cli_runner):
     out = spec_plan(cli_runner, *REPORT)
@@ -53,8 +69,7 @@ def test_the_report_case_end_to_end(cli_runner):
 
 
 def test_the_report_flags_the_accept_length_a_measured_tok_s_contradicts(cli_runner):
-    out = spec_plan(cli_runner, *REPORT[:8], *REPORT[10:], "--accept-len", "1.62@5",
-                    "--measured-tok-s", "86.7@5")
+    out = spec_plan(cli_runner, *REPORT[:8], *REPORT[10:], "--accept-len", "1.62@5", "--measured-tok-s", "86.7@5")
     r = row(out, "--measured-tok-s 86.7@5")
     assert r["agrees"] is False and r["predicted"] == pytest.approx(71.4, abs=0.1)
     need = r["would_have_to"][0]
@@ -67,8 +82,7 @@ def test_the_report_flags_the_accept_length_a_measured_tok_s_contradicts(cli_run
 
 
 def test_the_report_infers_sglang_accept_len_over_k_plus_1(cli_runner):
-    out = spec_plan(cli_runner, *REPORT[:8], *REPORT[10:], "--accept-len", "1.62@5",
-                    "--sglang-accept-rate", "0.27@5")
+    out = spec_plan(cli_runner, *REPORT[:8], *REPORT[10:], "--accept-len", "1.62@5", "--sglang-accept-rate", "0.27@5")
     r = row(out, "--sglang-accept-rate 0.27@5")
     assert r["agrees"] is True and "L / (k + 1)" in r["note"]
     variant, predicted = sa.infer_sglang_convention(1.62, 0.27, 5)
@@ -94,6 +108,7 @@ def test_text_output_labels_every_column_and_the_best_row(cli_runner):
 
 # ---------------------------------------------------------------- models against simulation
 
+
 @pytest.mark.parametrize("tokens,experts,topk", [(1, 384, 8), (3, 384, 8), (6, 64, 6), (20, 16, 2)])
 def test_distinct_experts_formula_matches_simulated_routing(tokens, experts, topk):
     expected = sv.expected_experts(tokens, experts, topk)
@@ -112,7 +127,7 @@ def test_position_dependent_tau_from_lengths_meets_every_point_and_simulation():
     assert mean == pytest.approx(sa.tau_from_reach(reach, 7), abs=0.02)
     one, _ = sa.reach_from_points([(5, 1.95)], 5)
     rate = sa.iid_rate_from_accept_len(1.95, 5)
-    assert one == pytest.approx([rate ** i for i in range(1, 6)], abs=1e-6)
+    assert one == pytest.approx([rate**i for i in range(1, 6)], abs=1e-6)
 
 
 def test_moe_fit_is_exact_through_two_points_and_comm_moves_every_n():
@@ -133,17 +148,54 @@ def test_moe_fit_is_exact_through_two_points_and_comm_moves_every_n():
 
 
 def test_measured_points_are_never_silently_extrapolated(cli_runner):
-    out = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "11,12@2,3", "--draft-ms", "0.5",
-                    "--accept-rate", "0.7", "--steps", "1-5")
+    out = spec_plan(
+        cli_runner,
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "11,12@2,3",
+        "--draft-ms",
+        "0.5",
+        "--accept-rate",
+        "0.7",
+        "--steps",
+        "1-5",
+    )
     assert [p["k"] for p in out["plans"]] == [0, 1, 2] and out["left_out_steps"] == [3, 4, 5]
-    ext = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "11,12@2,3", "--draft-ms", "0.5",
-                    "--accept-rate", "0.7", "--steps", "1-5", "--extrapolate")
+    ext = spec_plan(
+        cli_runner,
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "11,12@2,3",
+        "--draft-ms",
+        "0.5",
+        "--accept-rate",
+        "0.7",
+        "--steps",
+        "1-5",
+        "--extrapolate",
+    )
     assert [p["extrapolated"] for p in ext["plans"]] == [False, False, False, True, True, True]
 
 
 def test_other_ms_is_not_charged_to_plain_decoding(cli_runner):
-    base = ["--decode-ms", "10", "--verify-ms", "12@4", "--draft-ms", "0.5", "--accept-rate", "0.7",
-            "--moe-experts", "64", "--moe-topk", "4", "--steps", "1-3"]
+    base = [
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "12@4",
+        "--draft-ms",
+        "0.5",
+        "--accept-rate",
+        "0.7",
+        "--moe-experts",
+        "64",
+        "--moe-topk",
+        "4",
+        "--steps",
+        "1-3",
+    ]
     a, b = spec_plan(cli_runner, *base), spec_plan(cli_runner, *base, "--other-ms", "2")
     assert a["plain_tok_s"] == b["plain_tok_s"] == pytest.approx(100.0)
     assert b["plans"][2]["cycle_ms"] == pytest.approx(a["plans"][2]["cycle_ms"] + 2)
@@ -151,22 +203,52 @@ def test_other_ms_is_not_charged_to_plain_decoding(cli_runner):
 
 # ---------------------------------------------------------------- --fit and --batch
 
+
 def test_fit_verify_shape_and_acceptance(cli_runner):
-    base = ["--decode-ms", "11.26", "--verify-ms", "21.7@6", "--draft-ms", "0.138", "--other-ms", "0.29",
-            "--moe-experts", "384", "--moe-topk", "8", "--steps", "1-6"]
+    base = [
+        "--decode-ms",
+        "11.26",
+        "--verify-ms",
+        "21.7@6",
+        "--draft-ms",
+        "0.138",
+        "--other-ms",
+        "0.29",
+        "--moe-experts",
+        "384",
+        "--moe-topk",
+        "8",
+        "--steps",
+        "1-6",
+    ]
     acc = spec_plan(cli_runner, *base, "--measured-tok-s", "86.7@5", "--measured-tok-s", "93.9@2", "--fit")
     assert acc["fit"]["fitted"] == "acceptance"
     assert acc["acceptance"]["points"][1]["accept_len"] == pytest.approx(86.7 * 22.68 / 1000)
-    shape = spec_plan(cli_runner, *base, "--accepted-drafts", "0.95@5", "--measured-tok-s", "93.9@2",
-                      "--fit")
+    shape = spec_plan(cli_runner, *base, "--accepted-drafts", "0.95@5", "--measured-tok-s", "93.9@2", "--fit")
     assert shape["fit"]["fitted"] == "verify curve" and "FITTED" in " ".join(shape["notes"])
     assert [p[0] for p in shape["verify_model"]["points"]] == [1, 3, 6]
 
 
 def test_batch_plans_each_batch_size(cli_runner):
-    out = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "12,20,40@4,16,64", "--draft-ms",
-                    "0.4", "--accept-rate", "0.7", "--moe-experts", "64", "--moe-topk", "4",
-                    "--steps", "1-4", "--batch", "1,8")
+    out = spec_plan(
+        cli_runner,
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "12,20,40@4,16,64",
+        "--draft-ms",
+        "0.4",
+        "--accept-rate",
+        "0.7",
+        "--moe-experts",
+        "64",
+        "--moe-topk",
+        "4",
+        "--steps",
+        "1-4",
+        "--batch",
+        "1,8",
+    )
     assert [b["batch"] for b in out["batches"]] == [1, 8]
     b8 = out["batches"][1]
     curve = sv.fit_curve(sv.MOE, [(1, 10), (4, 12), (16, 20), (64, 40)], experts=64, topk=4)
@@ -175,9 +257,23 @@ def test_batch_plans_each_batch_size(cli_runner):
     assert out["best_k"] == out["batches"][0]["best_k"]
     # MoE: 8 sequences already touch most of the 64 experts, so extra draft tokens are cheap;
     # dense: each extra token costs the same, 8 times over at batch 8, so k cannot rise
-    dense = spec_plan(cli_runner, "--decode-ms", "10", "--verify-ms", "12,20,40@4,16,64", "--draft-ms",
-                      "0.4", "--accept-rate", "0.7", "--verify-model", "dense", "--steps", "1-4",
-                      "--batch", "1,8")
+    dense = spec_plan(
+        cli_runner,
+        "--decode-ms",
+        "10",
+        "--verify-ms",
+        "12,20,40@4,16,64",
+        "--draft-ms",
+        "0.4",
+        "--accept-rate",
+        "0.7",
+        "--verify-model",
+        "dense",
+        "--steps",
+        "1-4",
+        "--batch",
+        "1,8",
+    )
     assert dense["batches"][1]["best_k"] <= dense["batches"][0]["best_k"]
     assert b8["best_k"] >= out["batches"][0]["best_k"]
 
@@ -185,25 +281,43 @@ def test_batch_plans_each_batch_size(cli_runner):
 def test_bad_input_names_the_option(cli_runner):
     from nccl_tune.cli import cli
 
-    for args, needle in ((["--decode-ms", "10", "--verify-ms", "12@4", "--accept-rate", "0.5"], "--draft-ms"),
-                         (["--decode-ms", "10", "--draft-ms", "1", "--accept-rate", "0.5"], "--verify-ms"),
-                         (["--verify-ms", "12@4", "--draft-ms", "1", "--accept-rate", "0.5",
-                           "--moe-experts", "8", "--moe-topk", "2"], "--decode-ms"),
-                         (["--decode-ms", "10", "--verify-ms", "12@4", "--draft-ms", "1",
-                           "--accept-rate", "0.5", "--moe-experts", "8"], "--moe-topk"),
-                         (["--decode-ms", "10", "--measured-tok-s", "x@2", "--fit",
-                           "--accept-rate", "0.5"], "--measured-tok-s")):
+    for args, needle in (
+        (["--decode-ms", "10", "--verify-ms", "12@4", "--accept-rate", "0.5"], "--draft-ms"),
+        (["--decode-ms", "10", "--draft-ms", "1", "--accept-rate", "0.5"], "--verify-ms"),
+        (
+            ["--verify-ms", "12@4", "--draft-ms", "1", "--accept-rate", "0.5", "--moe-experts", "8", "--moe-topk", "2"],
+            "--decode-ms",
+        ),
+        (
+            [
+                "--decode-ms",
+                "10",
+                "--verify-ms",
+                "12@4",
+                "--draft-ms",
+                "1",
+                "--accept-rate",
+                "0.5",
+                "--moe-experts",
+                "8",
+            ],
+            "--moe-topk",
+        ),
+        (["--decode-ms", "10", "--measured-tok-s", "x@2", "--fit", "--accept-rate", "0.5"], "--measured-tok-s"),
+    ):
         result = cli_runner.invoke(cli, ["spec-plan", *args])
         assert result.exit_code == 2 and needle in result.output, (args, result.output)
 
 
 # ---------------------------------------------------------------- candidates hold the truth
 
+
 def _truth(rng):
     experts = rng.choice([64, 128, 256, 384])
     topk = rng.choice([2, 4, 8])
-    curve = sv.VerifyCurve(sv.MOE, ((1, 1.0),), rng.uniform(5, 15), rng.uniform(0.02, 0.4),
-                           experts, min(topk, experts), covers_all=True)
+    curve = sv.VerifyCurve(
+        sv.MOE, ((1, 1.0),), rng.uniform(5, 15), rng.uniform(0.02, 0.4), experts, min(topk, experts), covers_all=True
+    )
     conditional = sorted((rng.uniform(0.4, 0.95) for _ in range(8)), reverse=True)
     reach = sa.reach_from_conditional(conditional)
     return curve, reach, rng.uniform(0.05, 1.0), rng.uniform(0.0, 1.0)
@@ -213,18 +327,20 @@ def _truth(rng):
 def test_candidates_contain_the_true_best_under_input_noise(seed):
     rng = random.Random(seed)
     curve, reach, draft, other = _truth(rng)
-    true = sd.plan_steps(range(0, 9), lambda k: sa.tau_from_reach(reach, k), draft, curve, other,
-                         curve(1))
+    true = sd.plan_steps(range(0, 9), lambda k: sa.tau_from_reach(reach, k), draft, curve, other, curve(1))
     true_best = sd.best_step(true[1:]).k
 
     def noisy(x):
         return x * (1 + rng.uniform(-0.02, 0.02))
+
     points = [(n, noisy(curve(n))) for n in (2, 5, 9)]
     per_pos = ",".join(f"{noisy(p) if i else p:.6f}" for i, p in enumerate(reach))
-    acc = so.parse_acceptance(accept_per_pos=",".join(
-        f"{v:.6f}" for v in sorted((float(x) for x in per_pos.split(",")), reverse=True)))
-    req = PlanRequest(list(range(1, 9)), acc, noisy(curve(1)), points, False, noisy(draft), other,
-                      "moe", curve.experts, curve.topk)
+    acc = so.parse_acceptance(
+        accept_per_pos=",".join(f"{v:.6f}" for v in sorted((float(x) for x in per_pos.split(",")), reverse=True))
+    )
+    req = PlanRequest(
+        list(range(1, 9)), acc, noisy(curve(1)), points, False, noisy(draft), other, "moe", curve.experts, curve.topk
+    )
     result = plan(req)
     cands = result.batches[0].candidates
     assert true_best in cands, (seed, true_best, cands)
@@ -233,13 +349,18 @@ def test_candidates_contain_the_true_best_under_input_noise(seed):
 
 # ---------------------------------------------------------------- public step sweeps
 
+
 def load_sweep(name: str) -> list[dict]:
     with open(SWEEPS / name, encoding="utf-8") as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
-SWEEP_FILES = ["vllm_issue20780_llama31_8b_eagle1.csv", "vllm_issue20780_llama31_8b_eagle3.csv",
-               "vllm_pr16035_llama3_8b_eagle.csv", "kimi_k25_eagle3_pcie.csv"]
+SWEEP_FILES = [
+    "vllm_issue20780_llama31_8b_eagle1.csv",
+    "vllm_issue20780_llama31_8b_eagle3.csv",
+    "vllm_pr16035_llama3_8b_eagle.csv",
+    "kimi_k25_eagle3_pcie.csv",
+]
 
 
 def _sweep_cases():
@@ -259,8 +380,9 @@ def test_public_sweep_best_is_a_candidate_from_plain_accept_lengths_and_two_poin
     spec = [r for r in rows if r["k"] != "0"]
     measured_best = int(max(spec, key=lambda r: float(r["tok_s"]))["k"])
     if name.startswith("kimi"):  # the report's per-cycle profiler count (bonus not counted)
-        acc = so.parse_acceptance(accepted_drafts=tuple(
-            f"{float(r['accept_len']) - 1:.4f}@{r['k']}" for r in spec if r["accept_len"]))
+        acc = so.parse_acceptance(
+            accepted_drafts=tuple(f"{float(r['accept_len']) - 1:.4f}@{r['k']}" for r in spec if r["accept_len"])
+        )
     else:
         acc = so.parse_acceptance(accept_len=tuple(f"{r['accept_len']}@{r['k']}" for r in spec))
     tok = {int(r["k"]): float(r["tok_s"]) for r in spec}
@@ -275,8 +397,18 @@ def test_public_sweep_best_is_a_candidate_from_plain_accept_lengths_and_two_poin
 
 def test_public_sweep_kimi_cycle_fit_from_two_of_its_points_predicts_the_third(cli_runner):
     # plain 88.8, accept 0.95 + 1 at 5 steps, tok/s at 2 and 5 steps: no timings at all
-    out = spec_plan(cli_runner, "--decode-ms", f"{1000 / 88.8:.4f}", "--accepted-drafts", "0.95@5",
-                    "--measured-tok-s", "93.9@2", "--measured-tok-s", "86.7@5", "--fit")
+    out = spec_plan(
+        cli_runner,
+        "--decode-ms",
+        f"{1000 / 88.8:.4f}",
+        "--accepted-drafts",
+        "0.95@5",
+        "--measured-tok-s",
+        "93.9@2",
+        "--measured-tok-s",
+        "86.7@5",
+        "--fit",
+    )
     assert out["best_k"] in out["candidates"] and 2 in out["candidates"]
     assert len(out["candidates"]) <= 4
     with pytest.raises(PlanError):
@@ -285,15 +417,36 @@ def test_public_sweep_kimi_cycle_fit_from_two_of_its_points_predicts_the_third(c
 
 # ---------------------------------------------------------------- one planner for every command
 
+
 def _loop_runs():
     # a loop's own measurements by step count (what integration.spec_loop reports)
-    return {0: {"step_ms": 2.0, "verify_ms": 1.9, "tok_s": 500.0},
-            1: {"verify_ms": 2.2, "draft_ms": 0.5, "other_ms": 0.1, "accept_len": 1.8, "tok_s": 570.0,
-                "accept_per_pos": [0.8]},
-            2: {"verify_ms": 2.4, "draft_ms": 1.0, "other_ms": 0.1, "accept_len": 2.4, "tok_s": 600.0,
-                "accept_per_pos": [0.8, 0.6]},
-            3: {"verify_ms": 2.7, "draft_ms": 1.5, "other_ms": 0.1, "accept_len": 2.7, "tok_s": 590.0,
-                "accept_per_pos": [0.8, 0.6, 0.3]}}
+    return {
+        0: {"step_ms": 2.0, "verify_ms": 1.9, "tok_s": 500.0},
+        1: {
+            "verify_ms": 2.2,
+            "draft_ms": 0.5,
+            "other_ms": 0.1,
+            "accept_len": 1.8,
+            "tok_s": 570.0,
+            "accept_per_pos": [0.8],
+        },
+        2: {
+            "verify_ms": 2.4,
+            "draft_ms": 1.0,
+            "other_ms": 0.1,
+            "accept_len": 2.4,
+            "tok_s": 600.0,
+            "accept_per_pos": [0.8, 0.6],
+        },
+        3: {
+            "verify_ms": 2.7,
+            "draft_ms": 1.5,
+            "other_ms": 0.1,
+            "accept_len": 2.7,
+            "tok_s": 590.0,
+            "accept_per_pos": [0.8, 0.6, 0.3],
+        },
+    }
 
 
 def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
@@ -302,12 +455,28 @@ def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
 
     runs = _loop_runs()
     loop = plan_from_loop(runs).to_dict()
-    cli = spec_plan(cli_runner, "--decode-ms", "2.0", "--verify-ms", "2.2,2.4,2.7@2,3,4", "--draft-ms",
-                    "0.5", "--other-ms", "0.1", "--accept-per-pos", "0.8,0.6,0.3", "--steps", "1-3")
+    cli = spec_plan(
+        cli_runner,
+        "--decode-ms",
+        "2.0",
+        "--verify-ms",
+        "2.2,2.4,2.7@2,3,4",
+        "--draft-ms",
+        "0.5",
+        "--other-ms",
+        "0.1",
+        "--accept-per-pos",
+        "0.8,0.6,0.3",
+        "--steps",
+        "1-3",
+    )
     assert [p["tok_s"] for p in loop["plans"]] == pytest.approx([p["tok_s"] for p in cli["plans"]])
     assert loop["candidates"] == cli["candidates"]
-    measured = {(label, k): {"status": "ok", "runs_tok_s": [r["tok_s"]] * 3, **r}
-                for label in ("baseline", "profile") for k, r in runs.items()}
+    measured = {
+        (label, k): {"status": "ok", "runs_tok_s": [r["tok_s"]] * 3, **r}
+        for label in ("baseline", "profile")
+        for k, r in runs.items()
+    }
     planned = lib.plan_steps_from_runs(measured, [0, 1, 2, 3], {"baseline": 2, "profile": 2})
     assert planned["baseline"]["candidates"] == loop["candidates"]
     assert planned["baseline"]["measured_best_in_candidates"] == (2 in loop["candidates"])
@@ -320,11 +489,24 @@ def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
 def test_recommend_plans_with_the_same_planner(cli_runner):
     from nccl_tune.cli import cli
 
-    args = ["--decode-ms", "15.9", "--verify-ms", "16.4,17.5@2,4", "--draft-ms", "1.4", "--other-ms",
-            "0.3", "--accept-len", "2.9@4", "--steps", "1-3"]
+    args = [
+        "--decode-ms",
+        "15.9",
+        "--verify-ms",
+        "16.4,17.5@2,4",
+        "--draft-ms",
+        "1.4",
+        "--other-ms",
+        "0.3",
+        "--accept-len",
+        "2.9@4",
+        "--steps",
+        "1-3",
+    ]
     alone = spec_plan(cli_runner, *args)
-    rec = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm", "--json",
-                                  "--spec-steps", "1-3", *args[:-2]])
+    rec = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--topology", "pcie-shm", "--json", "--spec-steps", "1-3", *args[:-2]]
+    )
     assert rec.exit_code == 0, rec.output
     spec = json.loads(rec.output)["spec"]
     assert [p["tok_s"] for p in spec["baseline"]] == pytest.approx([p["tok_s"] for p in alone["plans"]])
@@ -336,10 +518,21 @@ def test_recommend_plans_with_the_same_planner(cli_runner):
 
 
 def test_candidates_from_the_inputs_intervals(cli_runner):
-    base = ["--verify-ms", "21.7+-0.5@6", "--draft-ms", "0.138", "--other-ms", "0.29",
-            "--moe-experts", "384", "--moe-topk", "8", "--steps", "1-6"]
-    narrow = spec_plan(cli_runner, "--decode-ms", "11.26+-0.01", "--accepted-drafts", "0.95+-0.01@5",
-                       *base)
+    base = [
+        "--verify-ms",
+        "21.7+-0.5@6",
+        "--draft-ms",
+        "0.138",
+        "--other-ms",
+        "0.29",
+        "--moe-experts",
+        "384",
+        "--moe-topk",
+        "8",
+        "--steps",
+        "1-6",
+    ]
+    narrow = spec_plan(cli_runner, "--decode-ms", "11.26+-0.01", "--accepted-drafts", "0.95+-0.01@5", *base)
     wide = spec_plan(cli_runner, "--decode-ms", "11.26+-0.5", "--accepted-drafts", "0.95+-0.3@5", *base)
     for out in (narrow, wide):
         assert out["uncertainty"].startswith("the inputs' intervals")
@@ -348,8 +541,9 @@ def test_candidates_from_the_inputs_intervals(cli_runner):
             assert lo <= p["tok_s"] <= hi
     assert set(narrow["candidates"]) < set(wide["candidates"])
     assert 2 in narrow["candidates"]
-    exact = spec_plan(cli_runner, "--decode-ms", "11.26", "--accepted-drafts", "0.95@5", *base[2:],
-                      "--verify-ms", "21.7@6")
+    exact = spec_plan(
+        cli_runner, "--decode-ms", "11.26", "--accepted-drafts", "0.95@5", *base[2:], "--verify-ms", "21.7@6"
+    )
     assert exact["tok_s_intervals"] is None and exact["uncertainty"] == "stated relative error"
     assert so.split_interval("1.62\u00b10.05@5", "x") == ("1.62@5", [0.05])
     with pytest.raises(ValueError, match="--decode-ms"):

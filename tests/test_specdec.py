@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nccl_tune.model.per_token import LatencyCurve, message_bytes
+from nccl_tune.spec import accept as sa
+from nccl_tune.spec import cycle as sd
 from nccl_tune.spec import options as so
 from nccl_tune.spec import verify as sv
-from nccl_tune.spec import accept as sa, cycle as sd
-from nccl_tune.model.per_token import LatencyCurve, message_bytes
 
 
 def acceptance(**kwargs):
@@ -23,8 +24,8 @@ def acceptance(**kwargs):
 @pytest.mark.parametrize("rate", [0.0, 0.3, 0.7, 0.9, 1.0])
 @pytest.mark.parametrize("k", [0, 1, 3, 8])
 def test_iid_closed_form_equals_the_sum(rate, k):
-    assert sa.tau_iid(rate, k) == pytest.approx(1 + sum(rate ** i for i in range(1, k + 1)))
-    assert sa.tau_from_reach([rate ** i for i in range(1, k + 1)]) == pytest.approx(sa.tau_iid(rate, k))
+    assert sa.tau_iid(rate, k) == pytest.approx(1 + sum(rate**i for i in range(1, k + 1)))
+    assert sa.tau_from_reach([rate**i for i in range(1, k + 1)]) == pytest.approx(sa.tau_iid(rate, k))
 
 
 @pytest.mark.parametrize("rate,k", [(0.6, 3), (0.85, 5), (0.95, 2)])
@@ -93,8 +94,15 @@ def test_profile_that_flattens_comm_can_move_best_k_up():
     prof = LatencyCurve.from_points([(b, 15 + b / 4000) for b in sizes])
 
     def verify(curve):
-        return sv.VerifyCurve(sv.DENSE, ((1, 8.0),), 8.0, 0.05, covers_all=True,
-                              comm=lambda n: collectives * curve.at(message_bytes(n, hidden)) / 1000)
+        return sv.VerifyCurve(
+            sv.DENSE,
+            ((1, 8.0),),
+            8.0,
+            0.05,
+            covers_all=True,
+            comm=lambda n: collectives * curve.at(message_bytes(n, hidden)) / 1000,
+        )
+
     assert _best_k(verify(prof)) > _best_k(verify(base))
 
 
@@ -114,6 +122,7 @@ def test_plan_row_arithmetic():
 # Mutants of nccl_tune/spec/cycle.py left alive on purpose (bench/mutation_check.py): the
 # float defaults 0.0 (other_ms, the k = 0 row's draft and other time) "mutate" to
 # 0.0 x 1.5 = 0.0, the same program.
+
 
 def test_plan_rows_by_hand_and_their_edges():
     # k = 2 with a 1.5 ms draft step: draft 2 x 1.5 = 3.0 ms, cycle 3.0 + 12.0 = 15.0 ms
@@ -166,13 +175,20 @@ def test_acceptance_options_are_exclusive_and_checked():
     per_pos = acceptance(accept_per_pos="0.9,0.7")
     assert per_pos.max_k == 2 and per_pos.tau(2) == pytest.approx(2.6)
     assert acceptance(accepted_drafts="2.0@4").tau(4) == pytest.approx(3.0)  # bonus added
-    for kwargs in ({}, {"accept_len": "3@4", "accept_rate": 0.5}, {"accept_per_pos": "0.5,0.9"},
-                   {"accept_rate": 1.5}, {"accept_len": "3"}, {"accepted_drafts": "5@4"}):
+    for kwargs in (
+        {},
+        {"accept_len": "3@4", "accept_rate": 0.5},
+        {"accept_per_pos": "0.5,0.9"},
+        {"accept_rate": 1.5},
+        {"accept_len": "3"},
+        {"accepted_drafts": "5@4"},
+    ):
         with pytest.raises(ValueError):
             acceptance(**kwargs)
 
 
 # ---------------------------------------------------------------- the spec-plan command
+
 
 def _spec_plan(cli_runner, *args):
     from nccl_tune.cli import cli
@@ -183,8 +199,19 @@ def _spec_plan(cli_runner, *args):
 def test_spec_plan_json(cli_runner):
     import json
 
-    result = _spec_plan(cli_runner, "--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9",
-                        "--accept-len", "3.0@4", "--steps", "1-6", "--extrapolate", "--json")
+    result = _spec_plan(
+        cli_runner,
+        "--verify-ms",
+        "11.3,11.6,12.4@1,2,4",
+        "--draft-ms",
+        "0.9",
+        "--accept-len",
+        "3.0@4",
+        "--steps",
+        "1-6",
+        "--extrapolate",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3, 4, 5, 6]
@@ -202,15 +229,18 @@ def test_spec_plan_text_and_errors(cli_runner):
     result = _spec_plan(cli_runner, "--verify-ms", "20", "--draft-ms", "1", "--accept-rate", "0.8")
     assert result.exit_code == 0 and "decision: speculate with k =" in result.output
     assert "flat" in result.output
-    for args in (["--verify-ms", "10,11", "--draft-ms", "1", "--accept-rate", "0.8"],
-                 ["--verify-ms", "10", "--draft-ms", "1"],
-                 ["--verify-ms", "10", "--draft-ms", "1", "--accept-per-pos", "0.9", "--steps", "1-3"],
-                 ["--verify-ms", "x", "--draft-ms", "1", "--accept-rate", "0.8"]):
+    for args in (
+        ["--verify-ms", "10,11", "--draft-ms", "1", "--accept-rate", "0.8"],
+        ["--verify-ms", "10", "--draft-ms", "1"],
+        ["--verify-ms", "10", "--draft-ms", "1", "--accept-per-pos", "0.9", "--steps", "1-3"],
+        ["--verify-ms", "x", "--draft-ms", "1", "--accept-rate", "0.8"],
+    ):
         bad = _spec_plan(cli_runner, *args)
         assert bad.exit_code == 2, args
 
 
 # ---------------------------------------------------------------- option parsing (audit items)
+
 
 def test_step_ranges_are_bounded_before_they_are_built():
     import tracemalloc
@@ -241,13 +271,16 @@ def test_verify_errors_name_the_option():
     assert so.verify_points("11") == ([(1, 11.0)], True)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--steps", "a-b"], "--steps 'a-b'"),
-    (["--steps", "1-99999999999999"], "--steps '1-99999999999999'"),
-    (["--verify-ms", "12,13"], "--verify-ms '12,13'"),
-    (["--accept-rate", "1.5"], "--accept-rate"),
-    (["--accept-per-pos", "0.5,0.9"], "--accept-per-pos"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--steps", "a-b"], "--steps 'a-b'"),
+        (["--steps", "1-99999999999999"], "--steps '1-99999999999999'"),
+        (["--verify-ms", "12,13"], "--verify-ms '12,13'"),
+        (["--accept-rate", "1.5"], "--accept-rate"),
+        (["--accept-per-pos", "0.5,0.9"], "--accept-per-pos"),
+    ],
+)
 def test_spec_plan_errors_name_the_option(cli_runner, args, needle):
     base = {"--verify-ms": "12", "--draft-ms": "1", "--accept-rate": "0.5"}
     if "--accept-per-pos" in args:
@@ -277,10 +310,14 @@ def test_sglang_and_vllm_rate_options_round_trip(rate, k):
 def test_rate_options_are_checked_and_exclusive():
     with pytest.raises(ValueError, match="--sglang-accept-rate '0.1@4'"):  # L = 0.5 < 1
         acceptance(sglang_accept_rate="0.1@4", sglang_convention=sa.SGLANG_RATE_TOTAL)
-    for kwargs in ({"sglang_accept_rate": "0.7"}, {"sglang_accept_rate": "1.2@3"},
-                   {"vllm_acceptance_rate": "0.5@0"}, {"vllm_acceptance_rate": "nan@2"},
-                   {"sglang_accept_rate": "0.5@2", "accept_rate": 0.5},
-                   {"sglang_accept_rate": "0.5@2"}):  # no pair, no convention named: refused
+    for kwargs in (
+        {"sglang_accept_rate": "0.7"},
+        {"sglang_accept_rate": "1.2@3"},
+        {"vllm_acceptance_rate": "0.5@0"},
+        {"vllm_acceptance_rate": "nan@2"},
+        {"sglang_accept_rate": "0.5@2", "accept_rate": 0.5},
+        {"sglang_accept_rate": "0.5@2"},
+    ):  # no pair, no convention named: refused
         with pytest.raises(ValueError):
             acceptance(**kwargs)
 
@@ -290,24 +327,62 @@ def test_rate_options_in_spec_plan_and_recommend(cli_runner):
 
     from nccl_tune.cli import cli
 
-    out = json.loads(_spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--steps", "1-4",
-                                "--sglang-accept-rate", "0.7@3", "--sglang-rate-convention", "drafts",
-                                "--json").output)
+    out = json.loads(
+        _spec_plan(
+            cli_runner,
+            "--verify-ms",
+            "12",
+            "--draft-ms",
+            "1",
+            "--steps",
+            "1-4",
+            "--sglang-accept-rate",
+            "0.7@3",
+            "--sglang-rate-convention",
+            "drafts",
+            "--json",
+        ).output
+    )
     assert out["plans"][3]["tau"] == pytest.approx(1 + 0.7 * 3)
     assert "(L - 1) / k, SGLang after PR #23530" in out["acceptance"]["convention"]
-    refused = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--sglang-accept-rate",
-                         "0.7@3")
+    refused = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--sglang-accept-rate", "0.7@3")
     assert refused.exit_code == 2 and "changed meaning" in refused.output
-    out = json.loads(_spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--steps", "1-4",
-                                "--sglang-accept-rate", "0.7@3", "--sglang-rate-convention", "total",
-                                "--json").output)
+    out = json.loads(
+        _spec_plan(
+            cli_runner,
+            "--verify-ms",
+            "12",
+            "--draft-ms",
+            "1",
+            "--steps",
+            "1-4",
+            "--sglang-accept-rate",
+            "0.7@3",
+            "--sglang-rate-convention",
+            "total",
+            "--json",
+        ).output
+    )
     assert out["plans"][3]["tau"] == pytest.approx(0.7 * 4)
-    both = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--accept-len", "2@2",
-                      "--accept-rate", "0.5")
+    both = _spec_plan(cli_runner, "--verify-ms", "12", "--draft-ms", "1", "--accept-len", "2@2", "--accept-rate", "0.5")
     assert both.exit_code == 2 and "not several of these" in both.output
-    rec = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie-shm",
-                                  "--spec-steps", "1-4", "--vllm-acceptance-rate", "0.6@4",
-                                  "--baseline-tok-s", "60", "--json"])
+    rec = cli_runner.invoke(
+        cli,
+        [
+            "recommend",
+            "--layers",
+            "61",
+            "--topology",
+            "pcie-shm",
+            "--spec-steps",
+            "1-4",
+            "--vllm-acceptance-rate",
+            "0.6@4",
+            "--baseline-tok-s",
+            "60",
+            "--json",
+        ],
+    )
     assert rec.exit_code == 0, rec.output
     spec = json.loads(rec.output)["spec"]
     assert spec["baseline"][4]["tau"] == pytest.approx(1 + 0.6 * 4)
@@ -316,8 +391,7 @@ def test_rate_options_in_spec_plan_and_recommend(cli_runner):
 def test_spec_plan_extrapolates_verify_only_when_asked(cli_runner):
     import json
 
-    args = ["--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9", "--accept-len", "3.0@4",
-            "--steps", "1-6"]
+    args = ["--verify-ms", "11.3,11.6,12.4@1,2,4", "--draft-ms", "0.9", "--accept-len", "3.0@4", "--steps", "1-6"]
     out = json.loads(_spec_plan(cli_runner, *args, "--json").output)
     assert [p["k"] for p in out["plans"]] == [0, 1, 2, 3] and out["left_out_steps"] == [4, 5, 6]
     assert not any(p["extrapolated"] for p in out["plans"])
@@ -328,7 +402,8 @@ def test_spec_plan_extrapolates_verify_only_when_asked(cli_runner):
     marked = [line.split()[0] for line in text.splitlines() if line[:1].isdigit() and "*" in line]
     assert marked == ["4", "5", "6"]
     # without plain decoding's time the plan ranks k >= 1 and says what decides (issue 21)
-    no_plain = _spec_plan(cli_runner, "--verify-ms", "11.6,12.4@2,4", "--draft-ms", "0.9",
-                          "--accept-rate", "0.7", "--steps", "1-3")
+    no_plain = _spec_plan(
+        cli_runner, "--verify-ms", "11.6,12.4@2,4", "--draft-ms", "0.9", "--accept-rate", "0.7", "--steps", "1-3"
+    )
     assert no_plain.exit_code == 0 and "0 (plain)" not in no_plain.output
     assert "only if plain decoding takes more than" in no_plain.output

@@ -41,9 +41,7 @@ def stats_keys():
 
 
 def test_slowest_rank_takes_the_max_per_iteration():
-    per_rank = [[10.0, 20.0, 30.0, 5.0],
-                [12.0, 18.0, 31.0, 4.0],
-                [11.0, 25.0, 29.0, 6.0]]
+    per_rank = [[10.0, 20.0, 30.0, 5.0], [12.0, 18.0, 31.0, 4.0], [11.0, 25.0, 29.0, 6.0]]
     assert stats.slowest_rank(per_rank) == [12.0, 25.0, 31.0, 6.0]
     assert stats.slowest_rank([[1.0, 2.0]]) == [1.0, 2.0]
 
@@ -136,6 +134,7 @@ def test_mann_whitney_and_verdict():
 # count or seed draws other resamples of the same distribution; a test that pinned them
 # could only restate the code, so those mutants are equivalent for every caller.
 
+
 def test_summarize_two_values_have_a_cv():
     # sd of (1, 3) = sqrt(2), mean 2: cv = 0.7071 (one value is the only case without one)
     assert stats.summarize([1.0, 3.0])["cv"] == pytest.approx(np.sqrt(2) / 2)
@@ -146,8 +145,7 @@ def test_t_ci_by_hand():
     mean, lo, hi = stats.t_ci([1.0, 2.0, 3.0])
     assert (mean, lo, hi) == (2.0, pytest.approx(-0.484, abs=1e-3), pytest.approx(4.484, abs=1e-3))
     # two values: (1, 3), sd sqrt(2), standard error 1: 2 -+ 12.706
-    assert stats.t_ci([1.0, 3.0]) == (2.0, pytest.approx(-10.706, abs=1e-3),
-                                      pytest.approx(14.706, abs=1e-3))
+    assert stats.t_ci([1.0, 3.0]) == (2.0, pytest.approx(-10.706, abs=1e-3), pytest.approx(14.706, abs=1e-3))
     assert stats.t_ci([5.0]) == (5.0, 5.0, 5.0)
 
 

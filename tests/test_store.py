@@ -6,48 +6,123 @@ import json
 
 import pytest
 
-from nccl_tune.measure import grid as gridlib
 from nccl_tune import store
+from nccl_tune.cli import cli
+from nccl_tune.measure import grid as gridlib
 from nccl_tune.measure import launch, simbackend
 from nccl_tune.measure import sweep as sweeplib
-from nccl_tune.cli import cli
 
 NBYTES = 14336
 
 
 def _good(**fields) -> dict:
     record = store.make_record(
-        run_id="r1", env={"NCCL_PROTO": "LL"}, backend="nccl", op="allreduce", mode="eager",
-        world_size=2, nnodes=1, bytes=NBYTES, dtype="bf16", iters=3,
-        lat_us={"min": 9.0, "p10": 9.5, "p50": 10.0, "p90": 11.0, "p99": 12.0, "max": 12.0,
-                "mean": 10.2, "cv": 0.05, "n": 3},
-        samples_us=[9.0, 10.0, 12.0], algbw_gbps=1.4, busbw_gbps=1.4, correct=True, wrong=0,
+        run_id="r1",
+        env={"NCCL_PROTO": "LL"},
+        backend="nccl",
+        op="allreduce",
+        mode="eager",
+        world_size=2,
+        nnodes=1,
+        bytes=NBYTES,
+        dtype="bf16",
+        iters=3,
+        lat_us={
+            "min": 9.0,
+            "p10": 9.5,
+            "p50": 10.0,
+            "p90": 11.0,
+            "p99": 12.0,
+            "max": 12.0,
+            "mean": 10.2,
+            "cv": 0.05,
+            "n": 3,
+        },
+        samples_us=[9.0, 10.0, 12.0],
+        algbw_gbps=1.4,
+        busbw_gbps=1.4,
+        correct=True,
+        wrong=0,
         effective={"algo": "Ring", "proto": "LL", "channels": 2, "confirmed": True, "detail": "x"},
-        versions={"nccl": "2.21.5", "torch": "2.4", "cuda": None}, gpus=["H100"], hosts=["h"],
-        topology="nvlink", round=1, label="l", rung=0, final=True, superseded=False,
-        strategy="exhaustive", isolation="group", source_file="a.txt",
-        conf_files={"/etc/nccl.conf": {"NCCL_DEBUG": "WARN"}})
+        versions={"nccl": "2.21.5", "torch": "2.4", "cuda": None},
+        gpus=["H100"],
+        hosts=["h"],
+        topology="nvlink",
+        round=1,
+        label="l",
+        rung=0,
+        final=True,
+        superseded=False,
+        strategy="exhaustive",
+        isolation="group",
+        source_file="a.txt",
+        conf_files={"/etc/nccl.conf": {"NCCL_DEBUG": "WARN"}},
+    )
     record.update(fields)
     return record
 
 
 # Every checked field with a value of the wrong type (or out of range).
 BAD_FIELDS = [
-    ("run_id", 5), ("cell", ["x"]), ("env", [1]), ("env", {"NCCL_PROTO": 5}), ("backend", 1),
-    ("op", {}), ("mode", 2), ("world_size", "eight"), ("world_size", 0), ("world_size", True),
-    ("nnodes", 1.5), ("bytes", "abc"), ("bytes", 0), ("bytes", -4), ("dtype", 2), ("iters", -1),
-    ("lat_us", "zz"), ("lat_us", {"p50": "zz"}), ("lat_us", {"p50": -1.0}),
-    ("lat_us", {"p50": float("nan")}), ("lat_us", {"p50": float("inf")}), ("lat_us", {"n": 2.5}),
+    ("run_id", 5),
+    ("cell", ["x"]),
+    ("env", [1]),
+    ("env", {"NCCL_PROTO": 5}),
+    ("backend", 1),
+    ("op", {}),
+    ("mode", 2),
+    ("world_size", "eight"),
+    ("world_size", 0),
+    ("world_size", True),
+    ("nnodes", 1.5),
+    ("bytes", "abc"),
+    ("bytes", 0),
+    ("bytes", -4),
+    ("dtype", 2),
+    ("iters", -1),
+    ("lat_us", "zz"),
+    ("lat_us", {"p50": "zz"}),
+    ("lat_us", {"p50": -1.0}),
+    ("lat_us", {"p50": float("nan")}),
+    ("lat_us", {"p50": float("inf")}),
+    ("lat_us", {"n": 2.5}),
     ("lat_us", {"p50": 0.0}),
-    ("lat_us", {"cv": "x"}), ("samples_us", ["a"]), ("samples_us", "abc"),
-    ("samples_us", [1.0, float("nan")]), ("algbw_gbps", "x"), ("busbw_gbps", -1),
-    ("correct", "yes"), ("wrong", "3"), ("wrong", -1), ("effective", "Ring"),
-    ("effective", {"channels": ["x"]}), ("effective", {"algo": 1}), ("effective", {"confirmed": "y"}),
-    ("versions", "2.21"), ("versions", {"nccl": 2}), ("host", 7), ("hosts", "h"), ("gpus", "H100"),
-    ("gpus", [1]), ("topology", 3), ("status", "bogus"), ("status", 1), ("error", 5), ("time", 1),
-    ("round", "x"), ("round", 1.5), ("label", 3), ("rung", "0"), ("final", "no"),
-    ("superseded", 1), ("strategy", 3), ("isolation", 1), ("source_file", 2),
-    ("conf_files", {"/etc/nccl.conf": ["NCCL_DEBUG"]}), ("conf_files", "x"), ("sweep", "x"),
+    ("lat_us", {"cv": "x"}),
+    ("samples_us", ["a"]),
+    ("samples_us", "abc"),
+    ("samples_us", [1.0, float("nan")]),
+    ("algbw_gbps", "x"),
+    ("busbw_gbps", -1),
+    ("correct", "yes"),
+    ("wrong", "3"),
+    ("wrong", -1),
+    ("effective", "Ring"),
+    ("effective", {"channels": ["x"]}),
+    ("effective", {"algo": 1}),
+    ("effective", {"confirmed": "y"}),
+    ("versions", "2.21"),
+    ("versions", {"nccl": 2}),
+    ("host", 7),
+    ("hosts", "h"),
+    ("gpus", "H100"),
+    ("gpus", [1]),
+    ("topology", 3),
+    ("status", "bogus"),
+    ("status", 1),
+    ("error", 5),
+    ("time", 1),
+    ("round", "x"),
+    ("round", 1.5),
+    ("label", 3),
+    ("rung", "0"),
+    ("final", "no"),
+    ("superseded", 1),
+    ("strategy", 3),
+    ("isolation", 1),
+    ("source_file", 2),
+    ("conf_files", {"/etc/nccl.conf": ["NCCL_DEBUG"]}),
+    ("conf_files", "x"),
+    ("sweep", "x"),
 ]
 
 
@@ -82,21 +157,29 @@ def test_schema_of_the_wrong_type_is_skipped(tmp_path):
     path.write_text(json.dumps(_good(schema="1")) + "\n" + json.dumps(_good()) + "\n")
     warnings = []
     assert len(list(store.iter_records(str(path), warnings.append))) == 1
-    assert warnings == [f"{path}:1: skipped: field schema is \"1\", expected a positive integer"]
+    assert warnings == [f'{path}:1: skipped: field schema is "1", expected a positive integer']
 
 
 def _sim_results(path, rounds=3):
     land = simbackend.make_landscape("nccl", "pcie-shm", seed=3)
-    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", (NBYTES,), iters=50),
-                                  launch.Launcher(nproc=8), str(path), landscape=land)
+    engine = sweeplib.SweepEngine(
+        sweeplib.MeasureOptions("sim", (NBYTES,), iters=50), launch.Launcher(nproc=8), str(path), landscape=land
+    )
     cells = gridlib.build_grid(gridlib.spec_from_sets(["NCCL_PROTO=LL"]), None, False).cells
     sweeplib.run_rounds(engine, cells, rounds=rounds, seed=1)
     return cells, land
 
 
 BAD_LINES = [
-    {"bytes": "abc"}, {"lat_us": {"p50": "zz"}}, {"env": [1]}, {"cell": ["x"]}, {"round": "x"},
-    {"samples_us": ["a"]}, {"world_size": "eight"}, {"lat_us": {"p50": -3.0}}, {"bytes": 0},
+    {"bytes": "abc"},
+    {"lat_us": {"p50": "zz"}},
+    {"env": [1]},
+    {"cell": ["x"]},
+    {"round": "x"},
+    {"samples_us": ["a"]},
+    {"world_size": "eight"},
+    {"lat_us": {"p50": -3.0}},
+    {"bytes": 0},
 ]
 
 
@@ -108,8 +191,9 @@ def _with_bad_lines(path):
         handle.write(json.dumps({**template, "lat_us": {"p50": float("nan")}}) + "\n")
 
 
-@pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["report", "--csv"],
-                                     ["recommend", "--layers", "61"]])
+@pytest.mark.parametrize(
+    "command", [["report"], ["report", "--json"], ["report", "--csv"], ["recommend", "--layers", "61"]]
+)
 def test_readers_skip_wrongly_typed_lines_instead_of_crashing(tmp_path, cli_runner, command):
     path = tmp_path / "r.jsonl"
     _sim_results(path)
@@ -126,9 +210,13 @@ def test_sweep_resume_skips_wrongly_typed_lines(tmp_path):
     cells, land = _sim_results(path, rounds=1)
     _with_bad_lines(path)
     warnings = []
-    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", (NBYTES,), iters=50),
-                                  launch.Launcher(nproc=8), str(path), landscape=land,
-                                  warn=warnings.append)
+    engine = sweeplib.SweepEngine(
+        sweeplib.MeasureOptions("sim", (NBYTES,), iters=50),
+        launch.Launcher(nproc=8),
+        str(path),
+        landscape=land,
+        warn=warnings.append,
+    )
     sweeplib.run_rounds(engine, cells, rounds=1, seed=1)
     assert engine.stats.cells_reused == len(cells) and engine.stats.cells_measured == 0
     assert len(warnings) == len(BAD_LINES) + 1
@@ -151,9 +239,13 @@ def test_sweep_resume_after_a_torn_line_loses_no_new_record(tmp_path):
     text = path.read_text()
     path.write_text(text[:-40])  # the last record cut mid-line, as a crash leaves it
     warnings = []
-    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", (NBYTES,), iters=50),
-                                  launch.Launcher(nproc=8), str(path), landscape=land,
-                                  warn=warnings.append)
+    engine = sweeplib.SweepEngine(
+        sweeplib.MeasureOptions("sim", (NBYTES,), iters=50),
+        launch.Launcher(nproc=8),
+        str(path),
+        landscape=land,
+        warn=warnings.append,
+    )
     sweeplib.run_rounds(engine, cells, rounds=2, seed=1)
     assert engine.stats.cells_reused == len(cells) - 1
     records = store.read_records([str(path)], warnings.append)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
+import factories
 import pytest
 
-import factories
 from nccl_tune import store
-from nccl_tune.measure import launch, simbackend
 from nccl_tune.decide import report
-from nccl_tune.measure import sweep as sweeplib
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.measure import launch, simbackend
+from nccl_tune.measure import sweep as sweeplib
 
 SIZES = (14336, 57344)
 
@@ -23,11 +23,11 @@ _grid = factories.grid
 def _sim_engine(out, *, isolation="group", land=None, iters=100, nproc=8):
     land = land or simbackend.make_landscape("nccl", "pcie-shm", seed=3)
     options = sweeplib.MeasureOptions("sim", SIZES, iters=iters)
-    return sweeplib.SweepEngine(options, launch.Launcher(nproc=nproc), str(out),
-                                isolation=isolation, landscape=land)
+    return sweeplib.SweepEngine(options, launch.Launcher(nproc=nproc), str(out), isolation=isolation, landscape=land)
 
 
 # ---------------------------------------------------------------- options and launchers
+
 
 def test_resolve_sizes():
     assert sweeplib.resolve_sizes(None, "1,4", None, "bf16") == [14336, 57344]
@@ -44,19 +44,58 @@ def test_resolve_sizes():
 
 
 def test_microbench_args_pass_measurement_options_through():
-    options = sweeplib.MeasureOptions("nccl", SIZES, dtype="bf16", op="all_gather", iters=50,
-                                      warmup=5, mode="graph", verify_effective=True, op_timeout=30)
+    options = sweeplib.MeasureOptions(
+        "nccl",
+        SIZES,
+        dtype="bf16",
+        op="all_gather",
+        iters=50,
+        warmup=5,
+        mode="graph",
+        verify_effective=True,
+        op_timeout=30,
+    )
     assert options.microbench_args("P.json", "O.jsonl") == [
-        "--plan", "P.json", "--out", "O.jsonl", "--backend", "nccl", "--op", "all_gather",
-        "--sizes", "14336,57344", "--dtype", "bf16", "--iters", "50", "--warmup", "5",
-        "--mode", "graph", "--verify-effective", "--timeout", "30"]
+        "--plan",
+        "P.json",
+        "--out",
+        "O.jsonl",
+        "--backend",
+        "nccl",
+        "--op",
+        "all_gather",
+        "--sizes",
+        "14336,57344",
+        "--dtype",
+        "bf16",
+        "--iters",
+        "50",
+        "--warmup",
+        "5",
+        "--mode",
+        "graph",
+        "--verify-effective",
+        "--timeout",
+        "30",
+    ]
 
 
 def test_launcher_argv_local_and_multinode():
     local = launch.Launcher(nproc=2)
     assert local.argv("microbench.allreduce", ["--plan", "p"], {}) == [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-        "--max-restarts", "0", "-m", "microbench.allreduce", "--plan", "p"]
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        "--max-restarts",
+        "0",
+        "-m",
+        "microbench.allreduce",
+        "--plan",
+        "p",
+    ]
     multi = launch.Launcher(nproc=8, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400")
     argv = multi.argv("m", [], {})
     assert argv[argv.index("--rdzv-backend") + 1] == "static"
@@ -71,13 +110,30 @@ def test_launcher_argv_local_and_multinode():
 
 def test_template_expands_to_argv_without_a_shell():
     template = "srun --nodes 2 --ntasks-per-node {nproc} env {env} python -m {module} {args}"
-    argv = launch.expand_template(template, "microbench.allreduce",
-                                  ["--plan", "a b;rm -rf /", "--out", "$(x)"],
-                                  {"NCCL_NTHREADS": "256"}, 8, 2)
-    assert argv == ["srun", "--nodes", "2", "--ntasks-per-node", "8", "env", "NCCL_NTHREADS=256",
-                    "python", "-m", "microbench.allreduce", "--plan", "a b;rm -rf /", "--out", "$(x)"]
-    for bad, message in [("python -m {module}", "needs {args}"), ("x --a={args}", "word of its own"),
-                         ("'unclosed {args}", "cannot split")]:
+    argv = launch.expand_template(
+        template, "microbench.allreduce", ["--plan", "a b;rm -rf /", "--out", "$(x)"], {"NCCL_NTHREADS": "256"}, 8, 2
+    )
+    assert argv == [
+        "srun",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "8",
+        "env",
+        "NCCL_NTHREADS=256",
+        "python",
+        "-m",
+        "microbench.allreduce",
+        "--plan",
+        "a b;rm -rf /",
+        "--out",
+        "$(x)",
+    ]
+    for bad, message in [
+        ("python -m {module}", "needs {args}"),
+        ("x --a={args}", "word of its own"),
+        ("'unclosed {args}", "cannot split"),
+    ]:
         with pytest.raises(NcclTuneError, match=message):
             launch.check_template(bad)
 
@@ -87,7 +143,9 @@ def test_launch_environment_removes_inherited_nccl(tmp_path):
     env, removed = sweeplib.launch_environment({"NCCL_NTHREADS": "256"}, ("NCCL_SOCKET_IFNAME",), base)
     assert removed == ["NCCL_DEBUG", "NCCL_PROTO"]
     assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == {
-        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_NTHREADS": "256"}
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_NTHREADS": "256",
+    }
     conf = tmp_path / "nccl.conf"
     conf.write_text("# site defaults\nNCCL_P2P_LEVEL=SYS\nNCCL_IB_DISABLE=1\n")
     assert str(conf) not in dict(sweeplib.conf_files({"NCCL_CONF_FILE": str(conf)}))  # removed
@@ -98,6 +156,7 @@ def test_launch_environment_removes_inherited_nccl(tmp_path):
 
 
 # ---------------------------------------------------------------- sim backend: grouping, rounds
+
 
 def test_grouped_launches_and_rounds(tmp_path):
     g = _grid("NCCL_PROTO=LL,Simple,default", "NCCL_ALGO=Ring,Tree", "NCCL_NTHREADS=256,default")
@@ -152,7 +211,8 @@ def test_resume_into_a_file_of_another_world_is_refused_before_measuring(tmp_pat
         _sim_engine(out, nproc=4)
     assert str(info.value) == (
         f"{out}: holds the records of another sweep (world size 8 there, 4 here, line 1): resume "
-        "only the same sweep (same grid, sizes and options), or choose another --out")
+        "only the same sweep (same grid, sizes and options), or choose another --out"
+    )
     assert out.read_bytes() == before
     same = _sim_engine(out, nproc=8)
     sweeplib.run_rounds(same, g.cells, rounds=1, seed=1)
@@ -168,8 +228,13 @@ def test_resume_skips_a_corrupt_line_with_a_warning(tmp_path):
     out.write_text("\n".join(lines) + "\n")
     warnings = []
     land = simbackend.make_landscape("nccl", "pcie-shm", seed=3)
-    again = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", SIZES, iters=100), launch.Launcher(nproc=8),
-                                 str(out), landscape=land, warn=warnings.append)
+    again = sweeplib.SweepEngine(
+        sweeplib.MeasureOptions("sim", SIZES, iters=100),
+        launch.Launcher(nproc=8),
+        str(out),
+        landscape=land,
+        warn=warnings.append,
+    )
     sweeplib.run_rounds(again, g.cells, rounds=1, seed=1)
     assert len(warnings) == 1 and warnings[0].startswith(f"{out}:2: skipped: not JSON")
     assert again.stats.cells_measured == 1 and again.stats.cells_reused == 1
@@ -192,8 +257,13 @@ def test_partially_recorded_cell_is_completed_exactly_once(tmp_path):
 
 def test_sim_report_ranks_the_true_best_cell_first(tmp_path):
     out = tmp_path / "r.jsonl"
-    g = _grid("NCCL_PROTO=LL,Simple,default", "NCCL_ALGO=Ring,Tree,default",
-              "NCCL_P2P_LEVEL=SYS,default", "NCCL_MAX_NCHANNELS=16,default", topology="pcie-shm")
+    g = _grid(
+        "NCCL_PROTO=LL,Simple,default",
+        "NCCL_ALGO=Ring,Tree,default",
+        "NCCL_P2P_LEVEL=SYS,default",
+        "NCCL_MAX_NCHANNELS=16,default",
+        topology="pcie-shm",
+    )
     land = simbackend.make_landscape("perturbed", "pcie-shm", seed=11)
     engine = _sim_engine(out, land=land, iters=200)
     sweeplib.run_rounds(engine, g.cells, rounds=5, seed=2)
@@ -238,8 +308,9 @@ def test_engine_argument_checks(tmp_path):
     with pytest.raises(NcclTuneError, match="needs a landscape"):
         sweeplib.SweepEngine(options, None, str(tmp_path / "x"))
     with pytest.raises(NcclTuneError, match="--isolation"):
-        sweeplib.SweepEngine(options, None, str(tmp_path / "x"), isolation="thread",
-                             landscape=simbackend.make_landscape("nccl", "pcie"))
+        sweeplib.SweepEngine(
+            options, None, str(tmp_path / "x"), isolation="thread", landscape=simbackend.make_landscape("nccl", "pcie")
+        )
     with pytest.raises(NcclTuneError, match="--backend"):
         sweeplib.MeasureOptions("mpi", SIZES)
 
@@ -247,14 +318,14 @@ def test_engine_argument_checks(tmp_path):
 def test_strategy_interface_measures_requests_with_iters_and_extra(tmp_path):
     g = _grid("NCCL_PROTO=LL,Simple", "NCCL_NTHREADS=256,default")
     engine = _sim_engine(tmp_path / "r.jsonl")
-    requests = [sweeplib.Request(c, 1, iters=20, extra={"strategy": "halving", "rung": 0, "final": False})
-                for c in g.cells]
+    requests = [
+        sweeplib.Request(c, 1, iters=20, extra={"strategy": "halving", "rung": 0, "final": False}) for c in g.cells
+    ]
     records = engine.measure(requests)
     assert len(records) == len(g.cells) * len(SIZES)
     assert {(r["strategy"], r["rung"], r["final"], r["iters"]) for r in records} == {("halving", 0, False, 20)}
     assert engine.stats.launches == len(g.groups())
-    rung1 = [sweeplib.Request(c, 1, iters=100, extra={"strategy": "halving", "rung": 1})
-             for c in g.cells[:2]]
+    rung1 = [sweeplib.Request(c, 1, iters=100, extra={"strategy": "halving", "rung": 1}) for c in g.cells[:2]]
     assert len(engine.measure(rung1)) == 2 * len(SIZES)  # same round, another rung: measured
     assert len(engine.measure(requests)) == len(records)  # already recorded: returned as found
     assert engine.stats.cells_reused == len(g.cells)
@@ -266,19 +337,27 @@ def test_resume_measures_failed_and_timed_out_cells_again_but_not_wrong_ones(tmp
     failed, wrong = [c.id for c in g.cells if c.env][:2]
     import dataclasses
 
-    broken = dataclasses.replace(simbackend.make_landscape("nccl", "pcie-shm", seed=3),
-                                 broken={failed: "failed", wrong: "wrong"})
+    broken = dataclasses.replace(
+        simbackend.make_landscape("nccl", "pcie-shm", seed=3), broken={failed: "failed", wrong: "wrong"}
+    )
     sweeplib.run_rounds(_sim_engine(out, land=broken), g.cells, rounds=2, seed=1)
     lines = out.read_text().splitlines()
     # A timed-out record (the sim has none): the baseline of round 2, every size.
-    timed_out = [json.dumps({**json.loads(line), "status": "timeout", "error": "launch timed out"})
-                 if (json.loads(line)["cell"], json.loads(line)["round"]) == ("baseline", 2) else line
-                 for line in lines]
+    timed_out = [
+        json.dumps({**json.loads(line), "status": "timeout", "error": "launch timed out"})
+        if (json.loads(line)["cell"], json.loads(line)["round"]) == ("baseline", 2)
+        else line
+        for line in lines
+    ]
     out.write_text("\n".join(timed_out) + "\n")
     warnings = []
-    again = sweeplib.SweepEngine(sweeplib.MeasureOptions("sim", SIZES, iters=100), launch.Launcher(nproc=8),
-                                 str(out), landscape=simbackend.make_landscape("nccl", "pcie-shm", seed=3),
-                                 warn=warnings.append)
+    again = sweeplib.SweepEngine(
+        sweeplib.MeasureOptions("sim", SIZES, iters=100),
+        launch.Launcher(nproc=8),
+        str(out),
+        landscape=simbackend.make_landscape("nccl", "pcie-shm", seed=3),
+        warn=warnings.append,
+    )
     assert len(warnings) == 1 and "3 recorded (cell, round) pair(s) failed or timed out" in warnings[0]
     assert len(again.recorded_requests()) == len(g.cells) * 2 - 3
     sweeplib.run_rounds(again, g.cells, rounds=2, seed=1)
@@ -304,13 +383,17 @@ def test_resume_measures_failed_and_timed_out_cells_again_but_not_wrong_ones(tmp
 
 
 def test_launch_error_text_leads_with_the_ranks_own_error():
-    tail = ["[rank1]: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
-            "microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
-            "microbench.allreduce: rank 0: lost contact with the other ranks (a peer closed its connection)",
-            "some trailing line"]
+    tail = [
+        "[rank1]: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
+        "microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: x.cpp:1, unhandled system error",
+        "microbench.allreduce: rank 0: lost contact with the other ranks (a peer closed its connection)",
+        "some trailing line",
+    ]
     text = launch.LaunchOutcome("failed", 1, 1.0, tail, "/tmp/x.log").error_text()
-    assert text.splitlines()[0] == ("launch exited with code 1: microbench.allreduce: rank 1: failed: "
-                                    "RuntimeError: NCCL error in: x.cpp:1, unhandled system error")
+    assert text.splitlines()[0] == (
+        "launch exited with code 1: microbench.allreduce: rank 1: failed: "
+        "RuntimeError: NCCL error in: x.cpp:1, unhandled system error"
+    )
     assert text.splitlines()[1] == "(full output: /tmp/x.log) last lines of output:"
     assert text.splitlines()[2:] == tail
     assert launch.summarize_error(text) == text.splitlines()[0] + " (full output: /tmp/x.log)"
@@ -318,10 +401,12 @@ def test_launch_error_text_leads_with_the_ranks_own_error():
     plain = launch.LaunchOutcome("failed", 3, 1.0, ["step 1", "step 2"], "/tmp/y.log").error_text()
     assert plain.splitlines()[0] == "launch exited with code 3: step 2"
     assert launch.LaunchOutcome("timeout", None, 1.0, [], "/tmp/z.log").error_text() == (
-        "launch timed out (no output; full output: /tmp/z.log)")
+        "launch timed out (no output; full output: /tmp/z.log)"
+    )
     # Records written before this format get the same one-line summary in reports.
     old = "launch exited with code 3 (full output: /w/l.log); last lines of output:\n" + "\n".join(tail)
     assert launch.summarize_error(old) == (
         "launch exited with code 3: microbench.allreduce: rank 1: failed: RuntimeError: NCCL error in: "
-        "x.cpp:1, unhandled system error (full output: /w/l.log)")
+        "x.cpp:1, unhandled system error (full output: /w/l.log)"
+    )
     assert launch.summarize_error("simulated: NCCL would fail") == "simulated: NCCL would fail"

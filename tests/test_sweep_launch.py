@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 import time
 
-import pytest
-
 import factories
+import pytest
 from conftest import OWN_FIXTURES, subprocess_env
+
 from nccl_tune.measure import launch
 from nccl_tune.measure import sweep as sweeplib
 
@@ -27,8 +27,9 @@ def _engine(tmp_path, mode="records", backend="gloo", isolation="group", timeout
     env["NCCL_INHERITED_JUNK"] = "1"  # must not reach any launch
     launcher = launch.Launcher(nproc=2, template=f"{sys.executable} {FAKE} {mode} {{args}}")
     options = sweeplib.MeasureOptions(backend, SIZES, iters=5)
-    return sweeplib.SweepEngine(options, launcher, str(tmp_path / "r.jsonl"), isolation=isolation,
-                                timeout=timeout, base_env=env)
+    return sweeplib.SweepEngine(
+        options, launcher, str(tmp_path / "r.jsonl"), isolation=isolation, timeout=timeout, base_env=env
+    )
 
 
 def _left_alive(tmp_path) -> list[int]:
@@ -64,8 +65,7 @@ def test_unconfirmed_nccl_cells_are_rerun_alone(tmp_path):
     assert engine.stats.reruns == 2 and engine.stats.launches == 1 + 2
     by_cell = {r["cell"]: r["isolation"] for r in final}
     assert by_cell == {"baseline": "group", **{c.id: "process" for c in g.cells if c.comm_env}}
-    assert sorted((r["cell"], r["bytes"]) for r in final) == sorted(
-        (c.id, b) for c in g.cells for b in SIZES)
+    assert sorted((r["cell"], r["bytes"]) for r in final) == sorted((c.id, b) for c in g.cells for b in SIZES)
 
 
 def test_unconfirmable_nccl_switches_to_process_isolation(tmp_path):
@@ -77,8 +77,7 @@ def test_unconfirmable_nccl_switches_to_process_isolation(tmp_path):
     assert engine.stats.reruns == 2 and engine.stats.launches == 3 + 3
     assert engine.isolation == "process" and "switched to process" in engine.stats.notes[0]
     final = [r for r in _records(tmp_path) if not r.get("superseded")]
-    assert {(r["round"], r["isolation"]) for r in final if r["cell"] != "baseline"} == {
-        (1, "process"), (2, "process")}
+    assert {(r["round"], r["isolation"]) for r in final if r["cell"] != "baseline"} == {(1, "process"), (2, "process")}
 
 
 def test_confirmed_cells_stay_grouped(tmp_path):
@@ -147,15 +146,28 @@ def test_hang_mid_group_times_out_one_cell(tmp_path):
 def test_torchrun_boilerplate_is_left_out_of_errors(tmp_path):
     # The shape of torchrun's output after a rank failed (written here, not copied).
     log = tmp_path / "launch.log"
-    log.write_text("\n".join([
-        "*" * 41, "Setting OMP_NUM_THREADS environment variable for each process to be 1 ...", "*" * 41,
-        "rank 1: the real reason",
-        "W0101 00:00:00.000000 42 torch/distributed/elastic/multiprocessing/api.py:1] Sending SIGTERM",
-        "Traceback (most recent call last):",
-        '  File "/x/torch/distributed/run.py", line 1, in <module>',
-        "    raise ChildFailedError(",
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-        "=" * 60, "microbench.allreduce FAILED", "-" * 60, "Failures:", "  exitcode  : 2", "=" * 60]) + "\n")
+    log.write_text(
+        "\n".join(
+            [
+                "*" * 41,
+                "Setting OMP_NUM_THREADS environment variable for each process to be 1 ...",
+                "*" * 41,
+                "rank 1: the real reason",
+                "W0101 00:00:00.000000 42 torch/distributed/elastic/multiprocessing/api.py:1] Sending SIGTERM",
+                "Traceback (most recent call last):",
+                '  File "/x/torch/distributed/run.py", line 1, in <module>',
+                "    raise ChildFailedError(",
+                "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                "=" * 60,
+                "microbench.allreduce FAILED",
+                "-" * 60,
+                "Failures:",
+                "  exitcode  : 2",
+                "=" * 60,
+            ]
+        )
+        + "\n"
+    )
     assert launch.tail_lines(str(log)) == ["rank 1: the real reason"]
     prefixed = tmp_path / "prefixed.log"
     prefixed.write_text(log.read_text().replace(" 42 torch/distributed/", " 42 site-packages/torch/distributed/"))
@@ -168,8 +180,9 @@ def test_torchrun_boilerplate_is_left_out_of_errors(tmp_path):
 def test_missing_launcher_fails_fast(tmp_path):
     g = _grid("NCCL_PROTO=LL,Simple,default", "NCCL_ALGO=Ring,Tree")
     options = sweeplib.MeasureOptions("gloo", SIZES)
-    engine = sweeplib.SweepEngine(options, launch.Launcher(nproc=2, template="/no/such/torchrun {args}"),
-                                  str(tmp_path / "r.jsonl"), timeout=10)
+    engine = sweeplib.SweepEngine(
+        options, launch.Launcher(nproc=2, template="/no/such/torchrun {args}"), str(tmp_path / "r.jsonl"), timeout=10
+    )
     sweeplib.run_rounds(engine, g.cells, rounds=1, seed=0)
     records = _records(tmp_path)
     assert engine.stats.launches == 2  # two empty failures in a row end the group
@@ -202,9 +215,11 @@ def test_a_ranks_error_leads_the_record_and_the_report(tmp_path, cli_runner):
     sweeplib.run_rounds(engine, _grid("NCCL_NTHREADS=256").cells[:1], rounds=1, seed=0)
     (record, _) = _records(tmp_path)
     first, second = record["error"].splitlines()[:2]
-    assert first == ("launch exited with code 1: microbench.allreduce: rank 1: failed: RuntimeError: "
-                     "NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error")
-    log = second[len("(full output: "):second.index(")")]
+    assert first == (
+        "launch exited with code 1: microbench.allreduce: rank 1: failed: RuntimeError: "
+        "NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error"
+    )
+    log = second[len("(full output: ") : second.index(")")]
     assert second.startswith("(full output: ") and "[rank1]: Traceback" in open(log).read()
     out = cli_runner.invoke(cli, ["report", str(tmp_path / "r.jsonl")]).output
     assert f"@ 1024 B: {first} (full output: {log})" in out
@@ -214,19 +229,26 @@ def test_records_of_another_world_than_the_launcher_starts_are_failed(tmp_path):
     # A stand-in for `python -m torch.distributed.run --nproc-per-node 2 ...` whose ranks
     # each measured alone (what tasks started without torchrun do): world 1, not 2.
     standin = tmp_path / "python"
-    standin.write_text(f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[sys.argv.index('-m', 3) + 2:]\n"
-                       f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(FAKE)!r}, 'records', *args])\n")
+    standin.write_text(
+        f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[sys.argv.index('-m', 3) + 2:]\n"
+        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(FAKE)!r}, 'records', *args])\n"
+    )
     standin.chmod(0o755)
     env = subprocess_env(FAKE_WORLD="1")
     launcher = launch.Launcher(nproc=2, python=str(standin))
     assert launcher.expected_world == 2
-    engine = sweeplib.SweepEngine(sweeplib.MeasureOptions("gloo", SIZES, iters=5), launcher,
-                                  str(tmp_path / "r.jsonl"), timeout=30.0, base_env=env)
+    engine = sweeplib.SweepEngine(
+        sweeplib.MeasureOptions("gloo", SIZES, iters=5), launcher, str(tmp_path / "r.jsonl"), timeout=30.0, base_env=env
+    )
     sweeplib.run_rounds(engine, _grid("NCCL_PROTO=LL").cells, rounds=1, seed=0)
     records = _records(tmp_path)
     assert len(records) == 2 * len(SIZES) and {r["status"] for r in records} == {"failed"}
-    assert all(r["error"].startswith("world size mismatch: the ranks formed a world of 1, but the "
-                                     "launcher starts 2 (2 per node x 1 node(s))") for r in records)
+    assert all(
+        r["error"].startswith(
+            "world size mismatch: the ranks formed a world of 1, but the launcher starts 2 (2 per node x 1 node(s))"
+        )
+        for r in records
+    )
     assert engine.stats.failures == {"failed": 2}
     # A template's world is its own business: nothing to compare with.
     assert launch.Launcher(nproc=2, template="srun {args}").expected_world is None

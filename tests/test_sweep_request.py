@@ -26,8 +26,7 @@ def _sim(**changes) -> SweepRequest:
 def test_a_sim_plan_counts_cells_launches_and_measurements():
     plan = plan_sweep(_sim(), gpus=0)
     assert (plan.backend, plan.simulated, plan.isolation) == ("sim", True, "group")
-    assert [c.label for c in plan.grid.cells] == ["baseline (NCCL defaults)", "NCCL_PROTO=LL",
-                                                  "NCCL_PROTO=Simple"]
+    assert [c.label for c in plan.grid.cells] == ["baseline (NCCL defaults)", "NCCL_PROTO=LL", "NCCL_PROTO=Simple"]
     assert plan.launcher.nproc == 8  # sim's modelled world when --nproc is not given
     # one shared launch per round; alone, each of the 3 cells would need its own
     assert (plan.launches, plan.launches_exhaustive) == (2, 2)
@@ -38,10 +37,29 @@ def test_a_sim_plan_counts_cells_launches_and_measurements():
 
 def test_the_plan_dict_is_the_dry_run_json_contract():
     data = plan_sweep(_sim(), gpus=0).to_dict()
-    assert list(data) == ["search", "budget", "measurements", "halving_rungs", "backend",
-                          "simulated", "out", "sizes", "op", "rounds", "isolation", "launcher",
-                          "topology", "cells", "dropped", "groups", "launches",
-                          "launches_exhaustive", "launches_by_isolation", "estimate_s", "notes"]
+    assert list(data) == [
+        "search",
+        "budget",
+        "measurements",
+        "halving_rungs",
+        "backend",
+        "simulated",
+        "out",
+        "sizes",
+        "op",
+        "rounds",
+        "isolation",
+        "launcher",
+        "topology",
+        "cells",
+        "dropped",
+        "groups",
+        "launches",
+        "launches_exhaustive",
+        "launches_by_isolation",
+        "estimate_s",
+        "notes",
+    ]
     assert data["sizes"] == [1024, 2048] and data["halving_rungs"] is None
     assert data["groups"][0]["cells"] == [c["cell"] for c in data["cells"]]
     assert json.loads(json.dumps(data, allow_nan=False)) == data
@@ -57,13 +75,14 @@ def test_auto_backend_and_ranks_follow_the_gpus_given():
 
 
 def test_nccl_with_fewer_gpus_than_ranks_is_refused_unless_dry_run_or_a_scheduler():
-    request = SweepRequest(sets=TWO_PROTOCOLS, backend="nccl", nproc=2, topology="none",
-                           out="unused.jsonl")
+    request = SweepRequest(sets=TWO_PROTOCOLS, backend="nccl", nproc=2, topology="none", out="unused.jsonl")
     with pytest.raises(NcclTuneError, match=r"^--backend nccl: 1 GPU\(s\) visible here for 2 ranks"):
         plan_sweep(request, gpus=1)
     dry = plan_sweep(replace(request, dry_run=True), gpus=1)
-    assert "warning: 1 GPU(s) visible here for 2 ranks per node: NCCL needs one GPU per rank, " \
-           "so launches on this host will fail" in dry.notes
+    assert (
+        "warning: 1 GPU(s) visible here for 2 ranks per node: NCCL needs one GPU per rank, "
+        "so launches on this host will fail" in dry.notes
+    )
     template = replace(request, template="srun {module} {args}")
     assert not [n for n in plan_sweep(template, gpus=1).notes if "GPU(s) visible" in n]
 

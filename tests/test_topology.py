@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import OWN_FIXTURES
-from nccl_tune.nccl import topology
+
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.nccl import topology
 from nccl_tune.nccl.topology import classify, parse_topo
 
 TOPO = OWN_FIXTURES / "topo"
@@ -47,7 +47,7 @@ def test_pcie_two_socket_tabs_gpu_numa_id():
     assert (links["GPU0"]["GPU1"], links["GPU0"]["GPU2"], links["GPU0"]["GPU4"]) == ("PIX", "NODE", "SYS")
     assert topo.nic_names == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
     assert topo.matrix["GPU6"]["NIC1"] == "NODE"
-    assert classify(topo) == "pcie-shm"                 # NODE/SYS pairs exceed PXB (Intel)
+    assert classify(topo) == "pcie-shm"  # NODE/SYS pairs exceed PXB (Intel)
     assert classify(topo, "GenuineIntel") == "pcie-shm"
     # AMD with more than two GPUs keeps PXB (paths.cc), and NCCL's search falls back.
     assert classify(topo, "AuthenticAMD") == "pcie-amd-2s"
@@ -75,8 +75,8 @@ def test_markdown_paste_reads_only_the_first_matrix():
     topo = load(TOPO / "markdown_indented_phb_then_p2p_matrix.txt")
     assert topo.links() == {"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}}
     assert "NS" not in topo.legend and "OK" not in topo.legend
-    assert classify(topo) == "pcie-direct"            # PHB on one socket: beyond PXB
-    assert classify(topo, "AuthenticAMD") == "pcie"   # two GPUs on AMD: SYS level, P2P
+    assert classify(topo) == "pcie-direct"  # PHB on one socket: beyond PXB
+    assert classify(topo, "AuthenticAMD") == "pcie"  # two GPUs on AMD: SYS level, P2P
 
 
 def test_single_gpu_cannot_be_classified():
@@ -100,14 +100,17 @@ def test_to_dict_links_shape():
     assert data["nics"] == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
 
 
-@pytest.mark.parametrize("text,line,fragment", [
-    ("hello\nworld\n", None, "no nvidia-smi topo -m matrix"),
-    ("\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t X \tFOO\n", 3, "affinity"),
-    ("\tGPU0\tGPU1\nGPU0\t X \tFAST\nGPU1\tFAST\t X \n", 2, "unknown link entry 'FAST'"),
-    ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tPIX\t X \n", 2, "expected 2 link entries"),
-    ("\tGPU0\tGPU1\nGPU0\t X \tPIX\n\n", 3, "no matrix row for GPU1"),
-    ("\tGPU0\tGPU1\nGPU0\tPIX\tPIX\nGPU1\tPIX\t X \n", 2, "diagonal"),
-])
+@pytest.mark.parametrize(
+    "text,line,fragment",
+    [
+        ("hello\nworld\n", None, "no nvidia-smi topo -m matrix"),
+        ("\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t X \tFOO\n", 3, "affinity"),
+        ("\tGPU0\tGPU1\nGPU0\t X \tFAST\nGPU1\tFAST\t X \n", 2, "unknown link entry 'FAST'"),
+        ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tPIX\t X \n", 2, "expected 2 link entries"),
+        ("\tGPU0\tGPU1\nGPU0\t X \tPIX\n\n", 3, "no matrix row for GPU1"),
+        ("\tGPU0\tGPU1\nGPU0\tPIX\tPIX\nGPU1\tPIX\t X \n", 2, "diagonal"),
+    ],
+)
 def test_bad_input_names_the_line(text, line, fragment):
     with pytest.raises(NcclTuneError) as info:
         parse_topo(text, source="t.txt")
@@ -209,15 +212,18 @@ def test_markdown_pipe_table():
 # PCIe machines whose GPU blocks were posted publicly (each file's .source names the post):
 # P2P over PCIe (pcie, pcie-switch) or through host memory (pcie-direct on one socket,
 # pcie-shm / pcie-amd-2s across sockets) decides the shipped advice.
-@pytest.mark.parametrize("name, vendor, kind", [
-    ("pcie_2gpu_phb_tabs_threadripper.txt", "AuthenticAMD", "pcie"),  # AMD, <= 2 GPUs: default SYS
-    ("pcie_2gpu_phb_tabs_threadripper.txt", "GenuineIntel", "pcie-direct"),  # PHB beyond PXB
-    ("pcie_4gpu_all_phb_spaces.txt", None, "pcie-direct"),  # PHB beyond the PXB default
-    ("pcie_4gpu_all_phb_spaces.txt", "AuthenticAMD", "pcie-direct"),  # AMD, > 2 GPUs: PXB too
-    ("pcie_5gpu_sys_phb_node_spaces.txt", "GenuineIntel", "pcie-shm"),
-    ("pcie_5gpu_sys_phb_node_spaces.txt", "AuthenticAMD", "pcie-amd-2s"),  # SYS pairs, AMD search
-    ("markdown_pipe_table_pcie_4gpu.txt", "GenuineIntel", "pcie-switch"),  # PIX/PXB only
-])
+@pytest.mark.parametrize(
+    "name, vendor, kind",
+    [
+        ("pcie_2gpu_phb_tabs_threadripper.txt", "AuthenticAMD", "pcie"),  # AMD, <= 2 GPUs: default SYS
+        ("pcie_2gpu_phb_tabs_threadripper.txt", "GenuineIntel", "pcie-direct"),  # PHB beyond PXB
+        ("pcie_4gpu_all_phb_spaces.txt", None, "pcie-direct"),  # PHB beyond the PXB default
+        ("pcie_4gpu_all_phb_spaces.txt", "AuthenticAMD", "pcie-direct"),  # AMD, > 2 GPUs: PXB too
+        ("pcie_5gpu_sys_phb_node_spaces.txt", "GenuineIntel", "pcie-shm"),
+        ("pcie_5gpu_sys_phb_node_spaces.txt", "AuthenticAMD", "pcie-amd-2s"),  # SYS pairs, AMD search
+        ("markdown_pipe_table_pcie_4gpu.txt", "GenuineIntel", "pcie-switch"),  # PIX/PXB only
+    ],
+)
 def test_pcie_classification_on_posted_machines(name, vendor, kind):
     topo = load(TOPO / name)
     assert classify(topo, vendor) == kind

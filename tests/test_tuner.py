@@ -10,12 +10,19 @@ FIXTURE = "tests/fixtures/tuner/example_plugin_format.conf"
 
 
 def test_rules_tile_every_size_and_split_where_the_winner_changes():
-    points = [(1024, "Ring", "LL", 1), (4096, "Ring", "LL", 1), (16384, "Tree", "LL", 2),
-              (65536, "Tree", "LL", 2), (1048576, "Ring", "Simple", 2)]
+    points = [
+        (1024, "Ring", "LL", 1),
+        (4096, "Ring", "LL", 1),
+        (16384, "Tree", "LL", 2),
+        (65536, "Tree", "LL", 2),
+        (1048576, "Ring", "Simple", 2),
+    ]
     rules = tuner.rules_from_points(points, nnodes=1, nranks=8)
     assert [(r.min_bytes, r.max_bytes, r.algorithm, r.protocol, r.channels) for r in rules] == [
-        (0, 8192, "ring", "ll", 1), (8193, 262144, "tree", "ll", 2),
-        (262145, tuner.MAX_BYTES, "ring", "simple", 2)]
+        (0, 8192, "ring", "ll", 1),
+        (8193, 262144, "tree", "ll", 2),
+        (262145, tuner.MAX_BYTES, "ring", "simple", 2),
+    ]
     assert all(r.nnodes == 1 and r.nranks == 8 for r in rules)
     assert tuner.gaps(rules, "allreduce", 1, 8) == []
     assert tuner.gaps(rules, "allgather", 1, 8) == [(0, tuner.MAX_BYTES)]
@@ -28,12 +35,16 @@ def test_rules_tile_every_size_and_split_where_the_winner_changes():
 
 
 def test_tile_notes_say_where_each_row_comes_from():
-    pts = [tuner.Point(0, "Ring", "LL", 1, "NCCL's own choice, MODELLED for pcie"),
-           tuner.Point(14336, "Ring", "LL", 1, "measured winner (NCCL's log)", True),
-           tuner.Point(57344, "Ring", "LL", 1, "measured winner (NCCL's log)", True)]
+    pts = [
+        tuner.Point(0, "Ring", "LL", 1, "NCCL's own choice, MODELLED for pcie"),
+        tuner.Point(14336, "Ring", "LL", 1, "measured winner (NCCL's log)", True),
+        tuner.Point(57344, "Ring", "LL", 1, "measured winner (NCCL's log)", True),
+    ]
     rules = tuner.tile(pts, "allreduce", 1, 8)
-    assert [r.note for r in rules] == ["NCCL's own choice, MODELLED for pcie",
-                                       "measured winner (NCCL's log) (measured at 14336, 57344 B)"]
+    assert [r.note for r in rules] == [
+        "NCCL's own choice, MODELLED for pcie",
+        "measured winner (NCCL's log) (measured at 14336, 57344 B)",
+    ]
     text = tuner.render(rules, [])
     assert "# allreduce 120-18446744073709551615 B: measured winner" in text
     assert tuner.parse(text) == rules
@@ -61,8 +72,11 @@ def test_names_are_the_plugins_lower_case_names():
 
 def test_render_parses_back_with_the_plugins_rules():
     rules = tuner.rules_from_points([(14336, "Ring", "LL", 1), (57344, "Tree", "LL", 2)], 1, 8)
-    header = ["x " * 150, "Load: export NCCL_TUNER_PLUGIN=... and NCCL_TUNER_CONFIG_FILE=...",
-              "command: nccl-tune recommend --tuner-csv /" + "very-long-dir/" * 40 + "t.csv"]
+    header = [
+        "x " * 150,
+        "Load: export NCCL_TUNER_PLUGIN=... and NCCL_TUNER_CONFIG_FILE=...",
+        "command: nccl-tune recommend --tuner-csv /" + "very-long-dir/" * 40 + "t.csv",
+    ]
     text = tuner.render(rules, header)
     assert all(len(line.encode()) <= 200 for line in text.splitlines())  # 256-byte fgets buffer
     assert all(line.startswith("#") or line.count(",") == 7 for line in text.splitlines())
@@ -76,9 +90,17 @@ def test_parse_accepts_the_example_plugin_format(request):
     assert rules[0] == tuner.Rule("allreduce", 0, 65536, "tree", "simple", 2, 1, -1)
 
 
-@pytest.mark.parametrize("line", ["allreduce,0,10,ring,ll,1,1", "allreduce,0,10,RING,ll,1,1,8",
-                                  "allreduce,0,10,ring,LL,1,1,8", "allreduce,0,x,ring,ll,1,1,8",
-                                  "allgatherv,0,10,ring,ll,1,1,8", "allreduce,,10,ring,ll,1,1,8"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "allreduce,0,10,ring,ll,1,1",
+        "allreduce,0,10,RING,ll,1,1,8",
+        "allreduce,0,10,ring,LL,1,1,8",
+        "allreduce,0,x,ring,ll,1,1,8",
+        "allgatherv,0,10,ring,ll,1,1,8",
+        "allreduce,,10,ring,ll,1,1,8",
+    ],
+)
 def test_parse_rejects_what_the_plugin_would_misread(line):
     with pytest.raises(ValueError, match="line 1"):
         tuner.parse(line + "\n")

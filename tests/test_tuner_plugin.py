@@ -10,16 +10,21 @@ one-channel default.
 
 from __future__ import annotations
 
-import pytest
-
 import factories
+import pytest
 import tuner_plugin
-from nccl_tune import store
-from nccl_tune.nccl import tuner
-from nccl_tune.cli import cli
 
-OPS = {"allreduce": "allreduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-       "broadcast": "broadcast", "reduce": "reduce"}
+from nccl_tune import store
+from nccl_tune.cli import cli
+from nccl_tune.nccl import tuner
+
+OPS = {
+    "allreduce": "allreduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
 SIZES = (8192, 14336, 28672, 57344)
 P2P_LL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}
 
@@ -32,17 +37,29 @@ def plugin(tmp_path_factory):
 def synth(env_lat, world=8, nnodes=1, rounds=5, seed=0, algo_above="Ring", nccl="2.30.7"):
     """Records of a sweep: baseline at 60 us, the cell faster (24 us) at all but 8192 B, with
     NCCL's log reporting Tree/LL on 2 channels at <= 14336 B and Ring/LL on 1 above."""
+
     def effective(nbytes):
         algo, ch = ("Tree", 2) if nbytes <= 14336 else (algo_above, 1)
-        return {"effective": {"algo": algo, "proto": "LL", "channels": ch, "confirmed": True,
-                              "detail": "log"}}
+        return {"effective": {"algo": algo, "proto": "LL", "channels": ch, "confirmed": True, "detail": "log"}}
 
-    cells = [(env, (lambda b: 24.0 if b != 8192 else 60.0) if fast else (lambda b: 60.0),
-              effective if fast else {}) for env, fast in env_lat]
+    cells = [
+        (env, (lambda b: 24.0 if b != 8192 else 60.0) if fast else (lambda b: 60.0), effective if fast else {})
+        for env, fast in env_lat
+    ]
     return factories.sweep_records(
-        cells, SIZES, rounds=rounds, noise=0.4, drift_sd=1.5, seed=seed, samples=25,
-        world_size=world, nnodes=nnodes, versions={"nccl": nccl, "torch": "2.8", "cuda": "12.9"},
-        gpus=["NVIDIA RTX PRO 6000"] * world, topology="pcie-shm")
+        cells,
+        SIZES,
+        rounds=rounds,
+        noise=0.4,
+        drift_sd=1.5,
+        seed=seed,
+        samples=25,
+        world_size=world,
+        nnodes=nnodes,
+        versions={"nccl": nccl, "torch": "2.8", "cuda": "12.9"},
+        gpus=["NVIDIA RTX PRO 6000"] * world,
+        topology="pcie-shm",
+    )
 
 
 def csv_rows(text):
@@ -53,12 +70,10 @@ def boundary_probes(text):
     """Every rule's edges and their neighbours, 0 and SIZE_MAX, for every collective."""
     probes = set()
     for coll in OPS:
-        probes |= {(coll, 0), (coll, tuner.MAX_BYTES), (coll, 1 << 30), (coll, 64 << 20),
-                   (coll, 1 << 24)}
+        probes |= {(coll, 0), (coll, tuner.MAX_BYTES), (coll, 1 << 30), (coll, 64 << 20), (coll, 1 << 24)}
     for row in csv_rows(text):
         lo, hi = int(row[1]), int(row[2])
-        probes |= {(row[0], lo), (row[0], hi), (row[0], max(lo - 1, 0)),
-                   (row[0], min(hi + 1, tuner.MAX_BYTES))}
+        probes |= {(row[0], lo), (row[0], hi), (row[0], max(lo - 1, 0)), (row[0], min(hi + 1, tuner.MAX_BYTES))}
     return sorted(probes)
 
 
@@ -76,9 +91,12 @@ def disabled_by(env):
             for p, plugin_proto in enumerate(tuner_plugin.PROTO):
                 name_a = {v: k for k, v in tuner.ALGORITHM_NAMES.items()}[plugin_algo]
                 name_p = {v: k for k, v in tuner.PROTOCOL_NAMES.items()}[plugin_proto]
-                off = (name_a not in algos or name_p not in protos
-                       or name_a in ("NVLS", "NVLSTree", "CollNetDirect", "CollNetChain", "PAT")
-                       or (name_p == "LL128" and "LL128" not in (env.get("NCCL_PROTO") or "")))
+                off = (
+                    name_a not in algos
+                    or name_p not in protos
+                    or name_a in ("NVLS", "NVLSTree", "CollNetDirect", "CollNetChain", "PAT")
+                    or (name_p == "LL128" and "LL128" not in (env.get("NCCL_PROTO") or ""))
+                )
                 if off:
                     out.append((f, a, p))
     return out
@@ -112,8 +130,11 @@ def expect_large(answers, expected, ops=OPS):
 
 def test_modelled_csv_covers_every_collective_and_size(plugin, tmp_path, cli_runner):
     csv = tmp_path / "modelled.conf"
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "pcie",
-                                     "--tuner-csv", str(csv), "--force"], catch_exceptions=False)
+    result = cli_runner.invoke(
+        cli,
+        ["recommend", "--layers", "61", "--topology", "pcie", "--tuner-csv", str(csv), "--force"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     text = csv.read_text()
     assert all(len(line.encode()) <= 200 for line in text.splitlines())
@@ -129,17 +150,16 @@ def test_modelled_csv_covers_every_collective_and_size(plugin, tmp_path, cli_run
     assert "nNodes=1 nRanks=8 only" in text and "runs every collective on ONE channel" in text
 
 
-def test_measured_csv_applies_the_measured_winner_and_nccls_choice_elsewhere(plugin, tmp_path,
-                                                                           cli_runner):
+def test_measured_csv_applies_the_measured_winner_and_nccls_choice_elsewhere(plugin, tmp_path, cli_runner):
     path = tmp_path / "r.jsonl"
     store.append_records(str(path), synth([({}, False), (P2P_LL, True)]))
     csv = tmp_path / "measured.conf"
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path),
-                                     "--tuner-csv", str(csv)], catch_exceptions=False)
+    result = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--results", str(path), "--tuner-csv", str(csv)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     text = csv.read_text()
-    answers = plugin.query(csv, 8, 1, boundary_probes(text) + [("allreduce", b) for b in SIZES],
-                           disabled_by(P2P_LL))
+    answers = plugin.query(csv, 8, 1, boundary_probes(text) + [("allreduce", b) for b in SIZES], disabled_by(P2P_LL))
     assert_no_one_channel_fallthrough(answers)
     got = {(a.collective, a.nbytes): (a.algorithm, a.protocol, a.channels) for a in answers}
     assert got[("allreduce", 14336)] == ("tree", "ll", 2)  # measured winner, NCCL's log
@@ -156,13 +176,31 @@ def test_measured_csv_applies_the_measured_winner_and_nccls_choice_elsewhere(plu
 
 def test_sim_csv(plugin, tmp_path, cli_runner):
     out = tmp_path / "sim.jsonl"
-    sweep = cli_runner.invoke(cli, ["sweep", "--backend", "sim", "--topology", "pcie-shm",
-                                    "--set", "NCCL_P2P_LEVEL=default,SYS", "--tokens", "1,4",
-                                    "--rounds", "3", "--out", str(out)])
+    sweep = cli_runner.invoke(
+        cli,
+        [
+            "sweep",
+            "--backend",
+            "sim",
+            "--topology",
+            "pcie-shm",
+            "--set",
+            "NCCL_P2P_LEVEL=default,SYS",
+            "--tokens",
+            "1,4",
+            "--rounds",
+            "3",
+            "--out",
+            str(out),
+        ],
+    )
     assert sweep.exit_code == 0, sweep.output
     csv = tmp_path / "sim.conf"
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(out),
-                                     "--tuner-csv", str(csv), "--force"], catch_exceptions=False)
+    result = cli_runner.invoke(
+        cli,
+        ["recommend", "--layers", "61", "--results", str(out), "--tuner-csv", str(csv), "--force"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     text = csv.read_text()
     assert "SIMULATED" in text
@@ -170,12 +208,14 @@ def test_sim_csv(plugin, tmp_path, cli_runner):
     answers = plugin.query(csv, 8, 1, boundary_probes(text), disabled_by(env))
     assert_no_one_channel_fallthrough(answers)
     expect_large(answers, RING_SIMPLE_2)
-    sim = {r["bytes"]: r["effective"] for r in store.read_records([str(out)])
-           if r["env"] == env}
+    sim = {r["bytes"]: r["effective"] for r in store.read_records([str(out)]) if r["env"] == env}
     got = {a.nbytes: a for a in plugin.query(csv, 8, 1, [("allreduce", b) for b in sim])}
     for b, eff in sim.items():
         assert (got[b].algorithm, got[b].protocol, got[b].channels) == (
-            tuner.ALGORITHM_NAMES[eff["algo"]], tuner.PROTOCOL_NAMES[eff["proto"]], eff["channels"])
+            tuner.ALGORITHM_NAMES[eff["algo"]],
+            tuner.PROTOCOL_NAMES[eff["proto"]],
+            eff["channels"],
+        )
     # And what the sim reported is NCCL's choice by hand (DESIGN.md's log example): with
     # 2 channels of 24 GB/s (the model's PCI figure), at 14336 B Ring/LL 6.6 + 14 x 1.0 +
     # 14336 B / (2 x 24 x .5 x 8/14 = 13.71 GB/s) = 21.65 us beats Tree/LL 6.8 + 14 x 1.0 +
@@ -183,23 +223,26 @@ def test_sim_csv(plugin, tmp_path, cli_runner):
     # of latency alone; at 57344 B 24.8 against 34.9. One channel: both sizes are below
     # 2 channels x 512 threads x 64 B = 65536 B (enqueue.cc).
     assert {b: (got[b].algorithm, got[b].protocol, got[b].channels) for b in sim} == {
-        14336: ("ring", "ll", 1), 57344: ("ring", "ll", 1)}
+        14336: ("ring", "ll", 1),
+        57344: ("ring", "ll", 1),
+    }
 
 
 def test_two_node_csv_matches_the_two_node_communicator(plugin, tmp_path, cli_runner):
     path = tmp_path / "r2.jsonl"
     store.append_records(str(path), synth([({}, False), (P2P_LL, True)], world=16, nnodes=2))
     csv = tmp_path / "two_node.conf"
-    result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path),
-                                     "--tuner-csv", str(csv)], catch_exceptions=False)
+    result = cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--results", str(path), "--tuner-csv", str(csv)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     text = csv.read_text()
     assert {(row[6], row[7]) for row in csv_rows(text)} == {("2", "16")}
-    answers = plugin.query(csv, 16, 2, boundary_probes(text) + [("allreduce", 14336)],
-                           disabled_by(P2P_LL))
+    answers = plugin.query(csv, 16, 2, boundary_probes(text) + [("allreduce", 14336)], disabled_by(P2P_LL))
     assert_no_one_channel_fallthrough(answers)
-    assert next(a for a in answers if a.nbytes == 14336 and a.collective == "allreduce"
-                ) == tuner_plugin.Answer("allreduce", 14336, "tree", "ll", 2, True)
+    assert next(a for a in answers if a.nbytes == 14336 and a.collective == "allreduce") == tuner_plugin.Answer(
+        "allreduce", 14336, "tree", "ll", 2, True
+    )
     # The same rules on a one-node communicator of 8 ranks match nothing.
     one = plugin.query(csv, 8, 1, [("allreduce", 14336)], disabled_by(P2P_LL))
     assert not one[0].applied and one[0].channels == 1
@@ -217,8 +260,7 @@ def test_a_collective_without_rules_is_refused_unless_forced(plugin, tmp_path, c
     assert "would run every allgather" in result.output and "ONE channel" in result.output
     result = cli_runner.invoke(cli, args + ["--force"], catch_exceptions=False)
     assert csv.exists() and "NO RULE (runs on ONE channel): every allgather" in csv.read_text()
-    answers = plugin.query(csv, 8, 1, [("allreduce", 14336), ("allgather", 14336)],
-                           disabled_by(tree))
+    answers = plugin.query(csv, 8, 1, [("allreduce", 14336), ("allgather", 14336)], disabled_by(tree))
     assert answers[0].applied and not answers[1].applied and answers[1].channels == 1
 
 
@@ -226,11 +268,11 @@ def test_a_csv_for_an_older_nccl_says_its_plugin_crashes(tmp_path, cli_runner):
     path = tmp_path / "old.jsonl"
     store.append_records(str(path), synth([({}, False), (P2P_LL, True)], nccl="2.29.7"))
     csv = tmp_path / "old.conf"
-    cli_runner.invoke(cli, ["recommend", "--layers", "61", "--results", str(path), "--tuner-csv",
-                            str(csv)], catch_exceptions=False)
+    cli_runner.invoke(
+        cli, ["recommend", "--layers", "61", "--results", str(path), "--tuner-csv", str(csv)], catch_exceptions=False
+    )
     text = csv.read_text().replace("\n#    ", " ")
-    assert "WARNING: the results were measured with NCCL 2.29.7: the example plugin of NCCL " \
-           "2.29.7 CRASHES" in text
+    assert "WARNING: the results were measured with NCCL 2.29.7: the example plugin of NCCL 2.29.7 CRASHES" in text
     assert "2.30.3" in text.splitlines()[0]
 
 

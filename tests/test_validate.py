@@ -7,9 +7,9 @@ import importlib.util
 import json
 import sys
 
+import factories
 import pytest
 
-import factories
 from integration import validate as lib
 from nccl_tune import store
 from nccl_tune.cli import cli
@@ -32,15 +32,38 @@ _records = factories.read_records
 @pytest.mark.slow
 def test_builtin_end_to_end_on_gloo(cli_runner, profile_file, tmp_path):
     out = tmp_path / "val.jsonl"
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "builtin",
-                                  "--steps", "0,2", "--runs", "2", "--warmup", "0",
-                                  "--max-tokens", "12", "--model-args", TINY, "--out", str(out),
-                                  "--json"])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--engine",
+            "builtin",
+            "--steps",
+            "0,2",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "12",
+            "--model-args",
+            TINY,
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output[res.output.index("{"):])
+    data = json.loads(res.output[res.output.index("{") :])
     assert data["engine"] == "builtin" and data["backend"] == "gloo" and data["world_size"] == 2
     assert [(r["steps"], r["config"]) for r in data["rows"]] == [
-        (0, "baseline"), (0, "profile"), (2, "baseline"), (2, "profile")]
+        (0, "baseline"),
+        (0, "profile"),
+        (2, "baseline"),
+        (2, "profile"),
+    ]
     for row in data["rows"]:
         assert row["status"] == "ok" and len(row["runs_tok_s"]) == 2 and row["tok_s"] > 0
         assert row["env_ok"] is True  # the loop saw exactly the intended NCCL_* (none / profile)
@@ -60,7 +83,8 @@ def test_builtin_end_to_end_on_gloo(cli_runner, profile_file, tmp_path):
     # runs (scipy directly, not the project's helper).
     assert data["best_steps"] == {
         c: max((r for r in data["rows"] if r["config"] == c), key=lambda r: r["tok_s"])["steps"]
-        for c in ("baseline", "profile")}
+        for c in ("baseline", "profile")
+    }
     expected, lo, hi = factories.validate_verdict(data)
     assert data["verdict"] == expected, (data["verdict_detail"], lo, hi)
     assert f"[{lo:+.1f}, {hi:+.1f}] tok/s" in data["verdict_detail"]
@@ -69,7 +93,11 @@ def test_builtin_end_to_end_on_gloo(cli_runner, profile_file, tmp_path):
     assert data["model"]["dtype"] == "float64"
     records = _records(out)  # one record per configuration, appended as measured
     assert [(r["label"], r["steps"]) for r in records] == [
-        ("baseline", 0), ("profile", 0), ("baseline", 2), ("profile", 2)]
+        ("baseline", 0),
+        ("profile", 0),
+        ("baseline", 2),
+        ("profile", 2),
+    ]
     assert records[0]["env"] == {} and records[1]["env"] == PROFILE_ENV
     assert records[1]["cell"] == store.cell_id(PROFILE_ENV) and records[0]["cell"] == "baseline"
     assert all(r["op"] == "spec_decode" and r["source"] == "measured" for r in records)
@@ -80,14 +108,43 @@ STANDIN = f"{sys.executable} {REPO_ROOT / 'tests' / 'sglang_standin.py'}"
 
 @pytest.mark.slow
 def test_text_table(cli_runner, profile_file, tmp_path):
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "sglang",
-                                  "--server-command", STANDIN, "--server-args", "--model-path m --tp 4",
-                                  "--steps", "0", "--runs", "1", "--warmup", "0", "--max-tokens", "6",
-                                  "--health-timeout", "30", "--out", str(tmp_path / "t.jsonl")])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--engine",
+            "sglang",
+            "--server-command",
+            STANDIN,
+            "--server-args",
+            "--model-path m --tp 4",
+            "--steps",
+            "0",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "6",
+            "--health-timeout",
+            "30",
+            "--out",
+            str(tmp_path / "t.jsonl"),
+        ],
+    )
     assert res.exit_code == 0, res.output
-    for text in ("tok/s mean [95% CI]", "speedup vs baseline", "predicted", "best step count:",
-                 "verdict: no verdict", "at least 2 runs", "(nccl, 4 ranks)",
-                 "note: no prediction: give --layers and --hidden"):
+    for text in (
+        "tok/s mean [95% CI]",
+        "speedup vs baseline",
+        "predicted",
+        "best step count:",
+        "verdict: no verdict",
+        "at least 2 runs",
+        "(nccl, 4 ranks)",
+        "note: no prediction: give --layers and --hidden",
+    ):
         assert text in res.output
 
 
@@ -96,14 +153,41 @@ def test_sglang_engine_with_standin_server(cli_runner, tmp_path):
     out = tmp_path / "sg.jsonl"
     profile_file = tmp_path / "sys-ll.env"
     profile_file.write_text("NCCL_P2P_LEVEL=SYS\nNCCL_PROTO=LL\n")
-    res = cli_runner.invoke(cli, [
-        "validate", "--profile", str(profile_file), "--engine", "sglang", "--steps", "0,2", "--runs", "2",
-        "--warmup", "1", "--max-tokens", "10", "--server-args",
-        "--model-path m --tp 2 --speculative-algorithm EAGLE3 --speculative-draft-model-path d",
-        "--server-command", STANDIN, "--layers", "61", "--hidden", "7168", "--topology", "pcie-shm",
-        "--out", str(out), "--health-timeout", "30", "--json"])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            str(profile_file),
+            "--engine",
+            "sglang",
+            "--steps",
+            "0,2",
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+            "--max-tokens",
+            "10",
+            "--server-args",
+            "--model-path m --tp 2 --speculative-algorithm EAGLE3 --speculative-draft-model-path d",
+            "--server-command",
+            STANDIN,
+            "--layers",
+            "61",
+            "--hidden",
+            "7168",
+            "--topology",
+            "pcie-shm",
+            "--out",
+            str(out),
+            "--health-timeout",
+            "30",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output[res.output.index("{"):])
+    data = json.loads(res.output[res.output.index("{") :])
     assert [r["status"] for r in data["rows"]] == ["ok"] * 4
     assert all(r["env_ok"] for r in data["rows"])  # the stand-in's worker carried each env
     spec = [r for r in data["rows"] if r["steps"] == 2]
@@ -132,25 +216,31 @@ def test_sglang_missing_is_one_line_exit_2(cli_runner, profile_file, monkeypatch
     from nccl_tune.commands import validate as command
 
     real_find_spec = importlib.util.find_spec  # the patch below must not call itself
-    monkeypatch.setattr(command.importlib.util, "find_spec",
-                        lambda name, package=None: None if name == "sglang"
-                        else real_find_spec(name, package))
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "sglang",
-                                  "--server-args", "--model-path m"])
+    monkeypatch.setattr(
+        command.importlib.util,
+        "find_spec",
+        lambda name, package=None: None if name == "sglang" else real_find_spec(name, package),
+    )
+    res = cli_runner.invoke(
+        cli, ["validate", "--profile", profile_file, "--engine", "sglang", "--server-args", "--model-path m"]
+    )
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "engine sglang needs NVIDIA GPUs and SGLang" in lines[0]
     assert "sglang package is not installed" in lines[0]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--steps", "a,b"], "--steps"),
-    (["--steps", "-1"], "--steps"),
-    (["--model-args", "--steps 3"], "--model-args: --steps is set by validate"),
-    (["--model-args", "--layers 'unclosed"], "--model-args: cannot split"),
-    (["--results", "/nonexistent/r.jsonl"], "/nonexistent/r.jsonl: no such file"),
-    (["--engine", "sglang", "--server-command", "x"], "needs --server-args"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "a,b"], "--steps"),
+        (["--steps", "-1"], "--steps"),
+        (["--model-args", "--steps 3"], "--model-args: --steps is set by validate"),
+        (["--model-args", "--layers 'unclosed"], "--model-args: cannot split"),
+        (["--results", "/nonexistent/r.jsonl"], "/nonexistent/r.jsonl: no such file"),
+        (["--engine", "sglang", "--server-command", "x"], "needs --server-args"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(cli_runner, profile_file, args, message):
     res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, *args])
     assert res.exit_code == 2
@@ -173,16 +263,14 @@ def test_each_configuration_is_appended_before_the_next(monkeypatch, tmp_path):
         calls.append((env, steps))
         if len(calls) == 3:
             raise KeyboardInterrupt  # Ctrl-C during the third launch
-        return {"status": "ok", "runs_tok_s": [100.0, 102.0], "accept_len": 1.0, "backend": "gloo",
-                "world_size": 2}
+        return {"status": "ok", "runs_tok_s": [100.0, 102.0], "accept_len": 1.0, "backend": "gloo", "world_size": 2}
 
     monkeypatch.setattr(lib, "measure_builtin", fake)
     opts = lib.Options(profile_env=PROFILE_ENV, profile_name="p", steps=[0, 1], out=str(tmp_path / "o.jsonl"))
     with pytest.raises(KeyboardInterrupt):
         lib.run(opts)
     records = _records(tmp_path / "o.jsonl")
-    assert [(r["label"], r["steps"], r["tok_s"]) for r in records] == [("baseline", 0, 101.0),
-                                                                       ("profile", 0, 101.0)]
+    assert [(r["label"], r["steps"], r["tok_s"]) for r in records] == [("baseline", 0, 101.0), ("profile", 0, 101.0)]
 
 
 def _latency_records(path, world=2):
@@ -190,9 +278,19 @@ def _latency_records(path, world=2):
     rows = [({}, 256, 40.0), ({}, 1024, 40.0), (PROFILE_ENV, 256, 30.0), (PROFILE_ENV, 1024, 34.0)]
     for env, nbytes, lat in rows:
         for rnd in range(3):
-            store.append_record(str(path), store.make_record(
-                env=env, backend="nccl", op="allreduce", world_size=world, bytes=nbytes,
-                lat_us={"p50": lat}, samples_us=[lat] * 5, round=rnd))
+            store.append_record(
+                str(path),
+                store.make_record(
+                    env=env,
+                    backend="nccl",
+                    op="allreduce",
+                    world_size=world,
+                    bytes=nbytes,
+                    lat_us={"p50": lat},
+                    samples_us=[lat] * 5,
+                    round=rnd,
+                ),
+            )
 
 
 def test_prediction_from_results_records(tmp_path):
@@ -224,10 +322,12 @@ def test_prediction_needs_the_profile_cell(tmp_path):
 
 
 def test_rows_and_verdicts_from_measurements():
-    measured = {("baseline", 0): {"status": "ok", "runs_tok_s": [100.0, 101.0, 99.0]},
-                ("profile", 0): {"status": "ok", "runs_tok_s": [120.0, 121.0, 119.0]},
-                ("baseline", 2): {"status": "ok", "runs_tok_s": [150.0, 151.0, 149.0], "accept_len": 2.0},
-                ("profile", 2): {"status": "ok", "runs_tok_s": [149.0, 151.0, 150.0], "accept_len": 2.0}}
+    measured = {
+        ("baseline", 0): {"status": "ok", "runs_tok_s": [100.0, 101.0, 99.0]},
+        ("profile", 0): {"status": "ok", "runs_tok_s": [120.0, 121.0, 119.0]},
+        ("baseline", 2): {"status": "ok", "runs_tok_s": [150.0, 151.0, 149.0], "accept_len": 2.0},
+        ("profile", 2): {"status": "ok", "runs_tok_s": [149.0, 151.0, 150.0], "accept_len": 2.0},
+    }
     rows = lib.build_rows(measured, [0, 2], None, None)
     assert rows[1]["verdict"] == "helps" and rows[1]["speedup"] == pytest.approx(1.2)
     assert rows[1]["measured_saving_ms"] == pytest.approx(10 - 1000 / 120)
@@ -241,37 +341,51 @@ def test_rows_and_verdicts_from_measurements():
 def test_notes_name_the_test_only_substitutes_and_the_steps_their_verify_path_ran():
     plain = ["sgl_kernel", "torchvision"]
     verify = ["sgl_kernel", "torch_native_tree_verify", "torchvision"]  # a speculative run's log
-    measured = {(label, k): {"status": "ok", "runs_tok_s": [10.0, 11.0], "backend": "gloo",
-                             "accept_len": 1.0 if k == 0 else 2.5,
-                             "substitutes": plain if k == 0 else verify}
-                for label in ("baseline", "profile") for k in (0, 2)}
+    measured = {
+        (label, k): {
+            "status": "ok",
+            "runs_tok_s": [10.0, 11.0],
+            "backend": "gloo",
+            "accept_len": 1.0 if k == 0 else 2.5,
+            "substitutes": plain if k == 0 else verify,
+        }
+        for label in ("baseline", "profile")
+        for k in (0, 2)
+    }
     opts = lib.Options(profile_env=PROFILE_ENV, profile_name="p", engine="sglang", steps=[0, 2])
     notes = lib.finish(opts, measured)["notes"]
-    assert ("the server loaded TEST-ONLY substitutes (sgl_kernel, torch_native_tree_verify, "
-            "torchvision, tests/sglang_cpu): it did not run SGLang's own kernels, so its figures "
-            "say nothing about SGLang's speed") in notes
-    assert ("speculative verify at steps 2 ran through a TEST-ONLY tree attention "
-            "(torch_native_tree_verify, tests/sglang_cpu), not SGLang's attention kernels: accept "
-            "lengths are SGLang's own counts, its speed is not SGLang's") in notes
+    assert (
+        "the server loaded TEST-ONLY substitutes (sgl_kernel, torch_native_tree_verify, "
+        "torchvision, tests/sglang_cpu): it did not run SGLang's own kernels, so its figures "
+        "say nothing about SGLang's speed"
+    ) in notes
+    assert (
+        "speculative verify at steps 2 ran through a TEST-ONLY tree attention "
+        "(torch_native_tree_verify, tests/sglang_cpu), not SGLang's attention kernels: accept "
+        "lengths are SGLang's own counts, its speed is not SGLang's"
+    ) in notes
     for m in measured.values():
         m["substitutes"] = plain
     assert not any("tree attention" in n for n in lib.finish(opts, measured)["notes"])
 
 
-def test_results_without_the_profile_cell_are_refused_before_any_launch(cli_runner, profile_file,
-                                                                        tmp_path, monkeypatch):
+def test_results_without_the_profile_cell_are_refused_before_any_launch(
+    cli_runner, profile_file, tmp_path, monkeypatch
+):
     path = tmp_path / "lat.jsonl"
     _latency_records(path)
     other = tmp_path / "other.env"
     other.write_text("NCCL_PROTO=Simple\n")
     monkeypatch.setattr(lib, "measure_builtin", lambda *a: pytest.fail("launched"))
-    res = cli_runner.invoke(cli, ["validate", "--profile", str(other), "--results", str(path),
-                                  "--out", str(tmp_path / "o.jsonl")])
+    res = cli_runner.invoke(
+        cli, ["validate", "--profile", str(other), "--results", str(path), "--out", str(tmp_path / "o.jsonl")]
+    )
     assert res.exit_code == 2 and "no allreduce records for this profile" in res.output
     assert not (tmp_path / "o.jsonl").exists()
 
 
 # ---------------------------------------------------------------- audit fixes (item 10)
+
 
 def _no_launch(monkeypatch):
     monkeypatch.setattr(lib, "measure_builtin", lambda *a: pytest.fail("launched"))
@@ -281,9 +395,19 @@ def test_prediction_source_says_simulated_or_modelled(tmp_path):
     sim = tmp_path / "sim.jsonl"
     for env, lat in (({}, 40.0), (PROFILE_ENV, 30.0)):
         for nbytes in (256, 1024):
-            store.append_record(str(sim), store.make_record(
-                env=env, backend="sim", op="allreduce", world_size=2, bytes=nbytes,
-                lat_us={"p50": lat}, samples_us=[lat] * 5, round=0))
+            store.append_record(
+                str(sim),
+                store.make_record(
+                    env=env,
+                    backend="sim",
+                    op="allreduce",
+                    world_size=2,
+                    bytes=nbytes,
+                    lat_us={"p50": lat},
+                    samples_us=[lat] * 5,
+                    round=0,
+                ),
+            )
     curves = lib.curves_from_results(str(sim), PROFILE_ENV, 2)
     assert curves.kind == "simulated" and not curves.measured
     assert curves.source.startswith("simulated: ")
@@ -297,8 +421,7 @@ def test_prediction_source_says_simulated_or_modelled(tmp_path):
     assert lib.curves_from_results(str(measured), PROFILE_ENV, 2).kind == "measured"
 
 
-def test_results_of_another_world_size_are_refused_unless_accepted(cli_runner, profile_file,
-                                                                   tmp_path, monkeypatch):
+def test_results_of_another_world_size_are_refused_unless_accepted(cli_runner, profile_file, tmp_path, monkeypatch):
     from nccl_tune.errors import NcclTuneError
 
     path = tmp_path / "w8.jsonl"
@@ -308,48 +431,85 @@ def test_results_of_another_world_size_are_refused_unless_accepted(cli_runner, p
     curves = lib.curves_from_results(str(path), PROFILE_ENV, 2, any_world=True)
     assert "world size 8 applied to 2 ranks" in curves.source
     _no_launch(monkeypatch)
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--results", str(path),
-                                  "--nproc", "2", "--out", str(tmp_path / "o.jsonl")])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--results",
+            str(path),
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path / "o.jsonl"),
+        ],
+    )
     assert res.exit_code == 2 and not (tmp_path / "o.jsonl").exists()
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "world size 8" in lines[0] and "2 ranks" in lines[0]
     assert "--results-any-world" in lines[0]
 
 
-@pytest.mark.parametrize("model_args, message", [
-    ("--hidden 100 --heads 3", "--model-args: hidden 100 is not a multiple of heads 3"),
-    ("--hidden 96 --heads 3", "--model-args: heads 3 is not a multiple of the world size 2"),
-    ("--bogus 1", "--model-args: unrecognized arguments: --bogus 1"),
-    ("--layers 0", "--model-args: --layers must be at least 1"),
-    ("--layers 2 --draft-layers 5", "--model-args: draft layers 5 must be between 1 and 2"),
-])
-def test_model_args_are_checked_before_any_launch(cli_runner, profile_file, tmp_path, monkeypatch,
-                                                  model_args, message):
+@pytest.mark.parametrize(
+    "model_args, message",
+    [
+        ("--hidden 100 --heads 3", "--model-args: hidden 100 is not a multiple of heads 3"),
+        ("--hidden 96 --heads 3", "--model-args: heads 3 is not a multiple of the world size 2"),
+        ("--bogus 1", "--model-args: unrecognized arguments: --bogus 1"),
+        ("--layers 0", "--model-args: --layers must be at least 1"),
+        ("--layers 2 --draft-layers 5", "--model-args: draft layers 5 must be between 1 and 2"),
+    ],
+)
+def test_model_args_are_checked_before_any_launch(cli_runner, profile_file, tmp_path, monkeypatch, model_args, message):
     _no_launch(monkeypatch)
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--nproc", "2",
-                                  "--model-args", model_args, "--out", str(tmp_path / "o.jsonl")])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--nproc",
+            "2",
+            "--model-args",
+            model_args,
+            "--out",
+            str(tmp_path / "o.jsonl"),
+        ],
+    )
     assert res.exit_code == 2, res.output
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
 
 
-def test_topology_and_out_are_checked_before_any_launch(cli_runner, profile_file, tmp_path,
-                                                        monkeypatch):
+def test_topology_and_out_are_checked_before_any_launch(cli_runner, profile_file, tmp_path, monkeypatch):
     _no_launch(monkeypatch)
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--topology", "pcie-nvl",
-                                  "--model-args", TINY, "--out", str(tmp_path / "o.jsonl")])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--topology",
+            "pcie-nvl",
+            "--model-args",
+            TINY,
+            "--out",
+            str(tmp_path / "o.jsonl"),
+        ],
+    )
     assert res.exit_code == 2 and "--topology" in res.output and "pcie-shm" in res.output
-    for bad, why in ((tmp_path / "missing" / "o.jsonl", "does not exist"),
-                     (tmp_path / "ll-ring.env" / "o.jsonl", "is not a folder")):
-        res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
-                                      "--out", str(bad)])
+    for bad, why in (
+        (tmp_path / "missing" / "o.jsonl", "does not exist"),
+        (tmp_path / "ll-ring.env" / "o.jsonl", "is not a folder"),
+    ):
+        res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY, "--out", str(bad)])
         assert res.exit_code == 2
         assert res.output == f"Error: Invalid value for '--out': {bad}: the folder {bad.parent} {why}\n"
     ok = tmp_path / "fine.jsonl"
     lib_opts = []
     monkeypatch.setattr(lib, "run", lambda opts, on_config=None: lib_opts.append(opts) or lib.finish(opts, {}))
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY,
-                                  "--out", str(ok)])
+    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--model-args", TINY, "--out", str(ok)])
     assert lib_opts and not ok.exists()  # the check leaves no empty file behind
     assert res.exit_code == 1  # nothing succeeded (nothing ran)
 
@@ -386,12 +546,15 @@ Root Cause (first observed failure):
 """
 
 
-def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_file, tmp_path,
-                                                         monkeypatch):
+def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_file, tmp_path, monkeypatch):
     # torchrun's failure output as captured from a real failed launch (shortened)
     assert lib.last_error_line(TORCHRUN_FAILURE) == "RuntimeError: the rank's own words"
-    assert lib.last_error_line("spec_loop: KV cache full\n" + TORCHRUN_FAILURE.split(
-        "RuntimeError: the rank's own words\n")[1]) == "spec_loop: KV cache full"
+    assert (
+        lib.last_error_line(
+            "spec_loop: KV cache full\n" + TORCHRUN_FAILURE.split("RuntimeError: the rank's own words\n")[1]
+        )
+        == "spec_loop: KV cache full"
+    )
     # torch installed outside a virtual environment prints its agent's source path with
     # the directory above (seen in CI: "... 7676 site-packages/torch/distributed/...")
     prefixed = TORCHRUN_FAILURE.replace(" 19877 torch/distributed/", " 19877 site-packages/torch/distributed/")
@@ -399,8 +562,9 @@ def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_fil
     assert lib.last_error_line(prefixed) == "RuntimeError: the rank's own words"
     monkeypatch.setattr(lib, "_run_group", lambda argv, env, timeout: (1, "", TORCHRUN_FAILURE))
     out = tmp_path / "o.jsonl"
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--steps", "0",
-                                  "--model-args", TINY, "--out", str(out)])
+    res = cli_runner.invoke(
+        cli, ["validate", "--profile", profile_file, "--steps", "0", "--model-args", TINY, "--out", str(out)]
+    )
     assert res.exit_code == 1, res.output
     assert "failed: baseline at steps 0: RuntimeError: the rank's own words (exit code 1)" in res.output
     errors = [r["error"] for r in _records(out)]
@@ -420,9 +584,26 @@ def test_a_real_failed_launch_reports_the_rank_error(cli_runner, profile_file, t
     # launch happens and fails on the ranks, as a real runtime failure does
     monkeypatch.setattr(command, "_gpu_count", lambda: 1)
     out = tmp_path / "o.jsonl"
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--steps", "0", "--runs", "1",
-                                  "--max-tokens", "4", "--model-args", TINY + " --device cuda",
-                                  "--nproc", "2", "--out", str(out)])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--steps",
+            "0",
+            "--runs",
+            "1",
+            "--max-tokens",
+            "4",
+            "--model-args",
+            TINY + " --device cuda",
+            "--nproc",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 1, res.output
     for record in _records(out):
         assert record["status"] == "failed"
@@ -438,11 +619,32 @@ def test_sglang_launches_log_nccl_privately_and_report_the_check(cli_runner, tmp
     out = tmp_path / "sg.jsonl"
     profile_file = tmp_path / "sys-ll.env"
     profile_file.write_text("NCCL_P2P_LEVEL=SYS\nNCCL_PROTO=LL\n")
-    res = cli_runner.invoke(cli, [
-        "validate", "--profile", str(profile_file), "--engine", "sglang", "--steps", "0",
-        "--runs", "1", "--warmup", "0", "--max-tokens", "4", "--server-args",
-        "--model-path m --tp 2", "--server-command", wrapper, "--out", str(out),
-        "--health-timeout", "30"])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            str(profile_file),
+            "--engine",
+            "sglang",
+            "--steps",
+            "0",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "4",
+            "--server-args",
+            "--model-path m --tp 2",
+            "--server-command",
+            wrapper,
+            "--out",
+            str(out),
+            "--health-timeout",
+            "30",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "NCCL log, baseline at steps 0: 1 process(es) logged NCCL; every profile variable" in res.output
     assert "NCCL log, profile at steps 0: 1 process(es) logged NCCL; NCCL_PROTO missing in 1" in res.output
@@ -451,11 +653,14 @@ def test_sglang_launches_log_nccl_privately_and_report_the_check(cli_runner, tmp
     check = records[1]["detail"]["nccl_check"]
     assert check["ok"] is False and check["versions"] == ["2.27.5"]
     assert {v["name"]: v["status"] for v in check["variables"]} == {
-        "NCCL_P2P_LEVEL": "confirmed", "NCCL_PROTO": "missing"}
+        "NCCL_P2P_LEVEL": "confirmed",
+        "NCCL_PROTO": "missing",
+    }
     assert list(tmp_path.glob("*-profile-k0.nccl.*"))  # the private NCCL_DEBUG_FILE
 
 
 # ---------------------------------------------------------------- the contract (issue 20)
+
 
 def test_tok_s_intervals_never_go_below_zero():
     # 91.0 [-110, 292] on the plain t interval; on the log scale (as latencies): t(0.975, 2)
@@ -467,10 +672,12 @@ def test_tok_s_intervals_never_go_below_zero():
 
 
 def test_no_speedup_or_verdict_from_a_configuration_that_did_not_finish():
-    measured = {("baseline", 0): {"status": "ok", "runs_tok_s": [100.0, 101.0, 99.0]},
-                ("profile", 0): {"status": "failed", "runs_tok_s": [300.0, 301.0]},  # partial runs
-                ("baseline", 2): {"status": "timeout", "runs_tok_s": [150.0, 151.0]},
-                ("profile", 2): {"status": "ok", "runs_tok_s": [149.0, 151.0, 150.0]}}
+    measured = {
+        ("baseline", 0): {"status": "ok", "runs_tok_s": [100.0, 101.0, 99.0]},
+        ("profile", 0): {"status": "failed", "runs_tok_s": [300.0, 301.0]},  # partial runs
+        ("baseline", 2): {"status": "timeout", "runs_tok_s": [150.0, 151.0]},
+        ("profile", 2): {"status": "ok", "runs_tok_s": [149.0, 151.0, 150.0]},
+    }
     rows = lib.build_rows(measured, [0, 2], None, None)
     assert all(r["speedup"] is None and r["verdict"] is None for r in rows)
     best = lib.best_steps(rows)
@@ -492,24 +699,45 @@ def listening():
         yield sock.getsockname()[1]
 
 
-def test_a_port_that_already_answers_is_refused_before_any_launch(cli_runner, profile_file, tmp_path,
-                                                                   monkeypatch, listening):
+def test_a_port_that_already_answers_is_refused_before_any_launch(
+    cli_runner, profile_file, tmp_path, monkeypatch, listening
+):
     monkeypatch.setattr(lib, "measure_server", lambda *a: pytest.fail("launched"))
     out = tmp_path / "o.jsonl"
-    res = cli_runner.invoke(cli, ["validate", "--profile", profile_file, "--engine", "vllm",
-                                  "--server-command", "vllm-standin", "--steps", "0",
-                                  "--server-args", f"--model m --port {listening}", "--out", str(out)])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--profile",
+            profile_file,
+            "--engine",
+            "vllm",
+            "--server-command",
+            "vllm-standin",
+            "--steps",
+            "0",
+            "--server-args",
+            f"--model m --port {listening}",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 2, res.output
     assert res.output.strip().startswith(
-        f"Error: --server-args: --port {listening}: something already answers on 127.0.0.1:{listening}")
+        f"Error: --server-args: --port {listening}: something already answers on 127.0.0.1:{listening}"
+    )
     assert not out.exists()
 
 
 def test_a_server_does_not_start_on_a_port_that_answers(listening, tmp_path):
     from integration.server import Server, ServerError
 
-    server = Server(lib.engine_of("vllm"), ["--model", "m", "--port", str(listening)],
-                    log_path=str(tmp_path / "s.log"), command=[sys.executable, "-c", "pass"])
+    server = Server(
+        lib.engine_of("vllm"),
+        ["--model", "m", "--port", str(listening)],
+        log_path=str(tmp_path / "s.log"),
+        command=[sys.executable, "-c", "pass"],
+    )
     with pytest.raises(ServerError, match=f"port {listening} on 127.0.0.1 already answers"):
         server.start()
     assert server.process is None

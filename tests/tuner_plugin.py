@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import REAL_FIXTURES
 
 PLUGIN_DIR = REAL_FIXTURES / "nccl_tuner_example_2.30.7"
@@ -44,26 +43,42 @@ class Plugin:
     def __init__(self, plugin: Path, harness: Path):
         self.plugin, self.harness = plugin, harness
 
-    def query(self, csv: Path, nranks: int, nnodes: int, probes: list[tuple[str, int]],
-              disabled: list[tuple[int, int, int]] = ()) -> list[Answer]:
+    def query(
+        self,
+        csv: Path,
+        nranks: int,
+        nnodes: int,
+        probes: list[tuple[str, int]],
+        disabled: list[tuple[int, int, int]] = (),
+    ) -> list[Answer]:
         """Init a communicator of `nranks`/`nnodes` on `csv`, then getCollInfo per probe."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
         env["NCCL_TUNER_CONFIG_FILE"] = str(csv)
-        argv = [str(self.harness), str(self.plugin), str(nranks), str(nnodes),
-                *(f"{f}:{a}:{p}" for f, a, p in disabled)]
+        argv = [
+            str(self.harness),
+            str(self.plugin),
+            str(nranks),
+            str(nnodes),
+            *(f"{f}:{a}:{p}" for f, a, p in disabled),
+        ]
         stdin = "".join(f"{FUNC[c]} {b}\n" for c, b in probes)
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env,
-                              timeout=120, check=False)
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=120, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "Loaded" in done.stderr and "tuning configurations" in done.stderr
         names = {v: k for k, v in FUNC.items()}
         out = []
         for line in done.stdout.splitlines():
             func, nbytes, algo, proto, channels, zeroed = line.split()
-            out.append(Answer(names[int(func)], int(nbytes),
-                              ALGO[int(algo)] if int(algo) >= 0 else None,
-                              PROTO[int(proto)] if int(proto) >= 0 else None,
-                              int(channels), zeroed != "-"))
+            out.append(
+                Answer(
+                    names[int(func)],
+                    int(nbytes),
+                    ALGO[int(algo)] if int(algo) >= 0 else None,
+                    PROTO[int(proto)] if int(proto) >= 0 else None,
+                    int(channels),
+                    zeroed != "-",
+                )
+            )
         assert len(out) == len(probes), done.stdout[-2000:]
         return out
 
@@ -77,8 +92,16 @@ def build(folder: Path) -> Plugin:
         pytest.skip(f"{PLUGIN_DIR} is absent: NCCL's example tuner plugin sources")
     plugin, harness = folder / "libnccl-tuner-example.so", folder / "harness"
     include = str(PLUGIN_DIR / "nccl")
-    subprocess.run([gcc, "-O1", "-fPIC", "-shared", "-I", include, "-o", str(plugin),
-                    str(PLUGIN_DIR / "plugin.c")], check=True, capture_output=True, timeout=300)
-    subprocess.run([gcc, "-O1", "-Wall", "-I", include, "-o", str(harness), str(HARNESS_C), "-ldl"],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [gcc, "-O1", "-fPIC", "-shared", "-I", include, "-o", str(plugin), str(PLUGIN_DIR / "plugin.c")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    subprocess.run(
+        [gcc, "-O1", "-Wall", "-I", include, "-o", str(harness), str(HARNESS_C), "-ldl"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return Plugin(plugin, harness)

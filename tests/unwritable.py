@@ -10,8 +10,8 @@ import contextlib
 import ctypes
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 PR_CAPBSET_DROP = 24
 # capability(7): CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_LINUX_IMMUTABLE

@@ -132,16 +132,16 @@ def parse_page(page: Path) -> list[Block]:
             options = {}
             if i > 0 and (m := OPTIONS_RE.match(lines[i - 1].strip())):
                 options = parse_options(m.group(1))
-            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]  # a block in a list item
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]  # a block in a list item
             block = Block(page=page, line=i + 1, end=i + 1, options=options, indent=indent)
             i += 1
             while i < len(lines) and lines[i].strip() != FENCE:
-                line = lines[i][len(indent):] if lines[i].startswith(indent) else lines[i]
+                line = lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i]
                 if line.startswith("$ "):
                     text = line[2:]
                     while text.endswith("\\") and i + 1 < len(lines):
                         i += 1
-                        text = text + "\n" + lines[i][len(indent):]  # `\\` + newline: one line
+                        text = text + "\n" + lines[i][len(indent) :]  # `\\` + newline: one line
                     block.commands.append(Command(text=text, expected=[]))
                 elif block.commands:
                     block.commands[-1].expected.append(line)
@@ -199,13 +199,14 @@ def line_matches(expected: str, actual: str, vary: str | bool = False) -> bool:
 
 def output_matches(expected: list[str], actual: list[str], vary: str | bool = False) -> bool:
     """Expected lines (with `…` lines matching any number of lines) against the output."""
+
     def match(e: int, a: int) -> bool:
         if e == len(expected):
             return a == len(actual)
         if expected[e].strip() == WILDCARD:
             return any(match(e + 1, k) for k in range(a, len(actual) + 1))
-        return (a < len(actual) and line_matches(expected[e], actual[a], vary)
-                and match(e + 1, a + 1))
+        return a < len(actual) and line_matches(expected[e], actual[a], vary) and match(e + 1, a + 1)
+
     return match(0, 0)
 
 
@@ -230,26 +231,36 @@ def merge(expected: list[str], actual: list[str], vary: str | bool = False) -> l
     for i, e in enumerate(expected):
         if e.strip() == WILDCARD:
             lines.append(e)
-            rest = expected[i + 1:]
-            segment = rest[:next((j for j, x in enumerate(rest) if x.strip() == WILDCARD), len(rest))]
+            rest = expected[i + 1 :]
+            segment = rest[: next((j for j, x in enumerate(rest) if x.strip() == WILDCARD), len(rest))]
             if not rest:
                 return lines
             if len(segment) == len(rest):  # the last placeholder: what follows is the tail
                 a = max(a, len(actual) - len(segment))
                 continue
+
             def fits(k: int, lines_: list[str] = segment) -> bool:
                 return k + len(lines_) <= len(actual) and all(
-                    line_matches(x, actual[k + j], vary) for j, x in enumerate(lines_))
-            a = next((k for k in range(a, len(actual)) if fits(k)),
-                     next((k for k in range(a, len(actual)) if fits(k, segment[:1])), a))
+                    line_matches(x, actual[k + j], vary) for j, x in enumerate(lines_)
+                )
+
+            a = next(
+                (k for k in range(a, len(actual)) if fits(k)),
+                next((k for k in range(a, len(actual)) if fits(k, segment[:1])), a),
+            )
         elif a < len(actual):
             lines.append(e if line_matches(e, actual[a], vary) else actual[a])
             a += 1
     return lines + actual[a:]
 
 
-def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
-               elide: tuple[int, int] | None = None, host: str | None = None) -> list[str]:
+def regenerate(
+    expected: list[str],
+    actual: list[str],
+    vary: str | bool = False,
+    elide: tuple[int, int] | None = None,
+    host: str | None = None,
+) -> list[str]:
     """The lines to write: the page's own where they still match (placeholders kept),
     else the real output with this machine's host name as `…`, cut to its first and last
     lines with `elide`; the working folder as `~`, the checkout's as `…`."""
@@ -268,8 +279,13 @@ def regenerate(expected: list[str], actual: list[str], vary: str | bool = False,
 def example_env(workdir: Path, bindir: Path) -> dict[str, str]:
     """The environment every example runs in: this checkout first, no NCCL_*."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_NCCL_"))}
-    env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", HOME=str(workdir), TZ="UTC",
-               COLUMNS="120", PYTHONPATH=str(REPO))
+    env.update(
+        PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}",
+        HOME=str(workdir),
+        TZ="UTC",
+        COLUMNS="120",
+        PYTHONPATH=str(REPO),
+    )
     return env
 
 
@@ -285,10 +301,12 @@ def make_bin(bindir: Path) -> None:
 def shell_script(command: str, state: Path) -> str:
     """A command as bash runs it: the page's exported variables read first, and saved
     again when it ends (whatever way it ends), for the page's next command."""
-    return (f"_docs_state={shlex.quote(str(state))}\n"
-            '[ -f "$_docs_state" ] && . "$_docs_state"\n'
-            "trap 'export -p | grep -Ev \"^declare -x (PWD|OLDPWD|SHLVL|_)=\" > \"$_docs_state\"' EXIT\n"
-            f"{command}\n")
+    return (
+        f"_docs_state={shlex.quote(str(state))}\n"
+        '[ -f "$_docs_state" ] && . "$_docs_state"\n'
+        'trap \'export -p | grep -Ev "^declare -x (PWD|OLDPWD|SHLVL|_)=" > "$_docs_state"\' EXIT\n'
+        f"{command}\n"
+    )
 
 
 def session_processes(sessions: set[int]) -> dict[int, str]:
@@ -299,7 +317,7 @@ def session_processes(sessions: set[int]) -> dict[int, str]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
             if fields[0] == "Z" or int(fields[3]) not in sessions:
                 continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -326,12 +344,17 @@ def stop_leftovers(sessions: set[int], grace_s: float | None = None) -> list[str
     return [f"pid {pid}: {cmdline}" for pid, cmdline in sorted(left.items())]
 
 
-def run_command(text: str, cwd: Path, env: dict[str, str], state: Path,
-                sessions: set[int]) -> list[str]:
+def run_command(text: str, cwd: Path, env: dict[str, str], state: Path, sessions: set[int]) -> list[str]:
     """Run one command in a session of its own (recorded in `sessions`); its output lines."""
-    proc = subprocess.Popen(["bash", "--norc", "--noprofile", "-c", shell_script(text, state)],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "--norc", "--noprofile", "-c", shell_script(text, state)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     sessions.add(proc.pid)
     try:
         out, _ = proc.communicate(timeout=COMMAND_TIMEOUT_S)
@@ -345,12 +368,16 @@ def run_command(text: str, cwd: Path, env: dict[str, str], state: Path,
 
 def absent_files(block: Block) -> list[str]:
     """The block's `files=` outside the checkout that are not here (the block is skipped)."""
-    return [rel for rel in filter(None, block.options.get("files", "").split(","))
-            if not (REPO / rel).resolve().is_relative_to(REPO) and not (REPO / rel).exists()]
+    return [
+        rel
+        for rel in filter(None, block.options.get("files", "").split(","))
+        if not (REPO / rel).resolve().is_relative_to(REPO) and not (REPO / rel).exists()
+    ]
 
 
-def run_block(block: Block, workdir: Path, bindir: Path, state: Path | None = None,
-              sessions: set[int] | None = None) -> list[list[str]]:
+def run_block(
+    block: Block, workdir: Path, bindir: Path, state: Path | None = None, sessions: set[int] | None = None
+) -> list[list[str]]:
     """Run every command of a block; the output lines of each."""
     for rel in filter(None, block.options.get("files", "").split(",")):
         src = REPO / rel
@@ -363,9 +390,14 @@ def run_block(block: Block, workdir: Path, bindir: Path, state: Path | None = No
     return [run_command(command.text, cwd, env, state, sessions) for command in block.commands]
 
 
-def run_page(page: Path, *, include_slow: bool, write: bool,
-             times: list[tuple[Block, float]] | None = None,
-             skipped: list[tuple[Block, str]] | None = None) -> list[tuple[Block, int, list[str]]]:
+def run_page(
+    page: Path,
+    *,
+    include_slow: bool,
+    write: bool,
+    times: list[tuple[Block, float]] | None = None,
+    skipped: list[tuple[Block, str]] | None = None,
+) -> list[tuple[Block, int, list[str]]]:
     """Run a page's blocks in one fresh folder; the (block, command, actual) that differ.
 
     With `write`, the page is rewritten from the real outputs (placeholders kept). A
@@ -386,8 +418,7 @@ def run_page(page: Path, *, include_slow: bool, write: bool,
         last = None
         try:
             for block in parse_page(page):
-                if not block.commands or "skip" in block.options or (
-                        "slow" in block.options and not include_slow):
+                if not block.commands or "skip" in block.options or ("slow" in block.options and not include_slow):
                     continue
                 if absent := absent_files(block):
                     if skipped is not None:
@@ -399,25 +430,25 @@ def run_page(page: Path, *, include_slow: bool, write: bool,
                     times.append((block, time.monotonic() - start))
                 last = block
                 vary = block.options.get("vary", "")
-                elide = (tuple(int(n) for n in block.options["elide"].split(","))
-                         if "elide" in block.options else None)
+                elide = tuple(int(n) for n in block.options["elide"].split(",")) if "elide" in block.options else None
                 new_body = []
                 for n, (command, actual) in enumerate(zip(block.commands, outputs)):
                     if not output_matches(command.expected, actual, vary):
                         failures.append((block, n, actual))
                     first, *more = command.text.split("\n")
-                    new_body += ["$ " + first, *more,
-                                 *regenerate(command.expected, actual, vary, elide)]
-                replacements.append((block.line, block.end,
-                                     [block.indent + line if line else line for line in new_body]))
+                    new_body += ["$ " + first, *more, *regenerate(command.expected, actual, vary, elide)]
+                replacements.append(
+                    (block.line, block.end, [block.indent + line if line else line for line in new_body])
+                )
         finally:
             left = stop_leftovers(sessions)
         if left and last is not None:
-            failures.append((last, len(last.commands) - 1,
-                             ["(the page left these processes running; they were killed)", *left]))
+            failures.append(
+                (last, len(last.commands) - 1, ["(the page left these processes running; they were killed)", *left])
+            )
     if write and failures:
         for start, end, body in reversed(replacements):
-            lines[start:end - 1] = body
+            lines[start : end - 1] = body
         page.write_text("\n".join(lines), encoding="utf-8")
     return failures
 
@@ -434,8 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     for page in [p.resolve() for p in args.pages] or pages():
         times: list[tuple[Block, float]] = []
         skipped: list[tuple[Block, str]] = []
-        failures = run_page(page, include_slow=args.slow, write=args.write, times=times,
-                            skipped=skipped)
+        failures = run_page(page, include_slow=args.slow, write=args.write, times=times, skipped=skipped)
         for block, reason in skipped:
             print(f"{block.name}: not run ({reason})")
         if args.times:

@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from nccl_tune.nccl.ncclinfo import parse_version, variable_names
+from nccl_tune.nccl.ncclinfo import parse_version, variable_names  # noqa: E402 (after the path)
 
 PACKAGE = "nvidia-nccl-cu12"
 LIB_MEMBER = "nvidia/nccl/lib/libnccl.so.2"
@@ -53,8 +53,13 @@ _TUNER_RE = re.compile(rb"ncclTunerPlugin_v(\d+)")
 
 def list_releases() -> list[str]:
     """The package versions PyPI serves, oldest first (from `pip index versions`)."""
-    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", PACKAGE],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", PACKAGE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
     match = re.search(r"Available versions:\s*(.+)", out)
     if not match:
         raise SystemExit(f"pip index versions {PACKAGE}: no 'Available versions' line")
@@ -71,11 +76,11 @@ def _wheel_key(version: str) -> tuple:
 
 def _library_version(path: str) -> str:
     """ncclGetVersion of `path`, asked in a child process (one libnccl per process)."""
-    code = ("import sys; from nccl_tune.nccl.ncclinfo import library_version; "
-            "print(library_version(sys.argv[1]))")
+    code = "import sys; from nccl_tune.nccl.ncclinfo import library_version; print(library_version(sys.argv[1]))"
     env = dict(os.environ, PYTHONPATH=ROOT)
-    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, path], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"ncclGetVersion failed for {path}: {done.stderr.strip()[-400:]}")
     return done.stdout.strip()
@@ -100,9 +105,24 @@ def read_wheel(version: str, work: str) -> dict:
     folder = tempfile.mkdtemp(prefix=f"nccl-{version}-", dir=work)
     try:
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                        "--no-cache-dir", "-q", "-d", folder, f"{PACKAGE}=={version}"],
-                       check=True, timeout=3600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--no-cache-dir",
+                "-q",
+                "-d",
+                folder,
+                f"{PACKAGE}=={version}",
+            ],
+            check=True,
+            timeout=3600,
+        )
         wheels = [f for f in os.listdir(folder) if f.endswith(".whl")]
         if len(wheels) != 1:
             raise RuntimeError(f"{PACKAGE}=={version}: expected one wheel, got {wheels}")
@@ -112,13 +132,20 @@ def read_wheel(version: str, work: str) -> dict:
             archive.extract(LIB_MEMBER, folder)
         os.remove(wheel)  # the library alone from here on
         lib = os.path.join(folder, LIB_MEMBER)
-        entry = {"wheel": wheels[0], "sha256": sha, "version": _library_version(lib),
-                 "lib_bytes": os.path.getsize(lib),
-                 "names": sorted(variable_names(lib, use_cache=False)),
-                 "tuner": tuner_versions(lib)}
-        print(f"{version}: libnccl {entry['version']}, {len(entry['names'])} names, "
-              f"tuner v{entry['tuner']}, "
-              f"{time.monotonic() - started:.0f} s", flush=True)
+        entry = {
+            "wheel": wheels[0],
+            "sha256": sha,
+            "version": _library_version(lib),
+            "lib_bytes": os.path.getsize(lib),
+            "names": sorted(variable_names(lib, use_cache=False)),
+            "tuner": tuner_versions(lib),
+        }
+        print(
+            f"{version}: libnccl {entry['version']}, {len(entry['names'])} names, "
+            f"tuner v{entry['tuner']}, "
+            f"{time.monotonic() - started:.0f} s",
+            flush=True,
+        )
         return entry
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -168,21 +195,32 @@ def build(cache: dict, changes: list[dict]) -> dict:
             entry["in"] = held  # a gap: the releases in between do not all hold it
         names[name] = entry
     tuner = {release: by_release[release]["tuner"] for release in releases}
-    return {"schema": SCHEMA,
-            "about": (f"NCCL_* names in libnccl.so.2 of every {PACKAGE} wheel on PyPI (x86_64), "
-                      "version from ncclGetVersion; built by tools/nccl_catalogue.py. A name is "
-                      "any NCCL_* token in the library's bytes: the variables it reads, and a few "
-                      "enum names."),
-            "releases": releases, "wheels": wheels, "tuner_plugin": tuner, "names": names,
-            "changes": changes}
+    return {
+        "schema": SCHEMA,
+        "about": (
+            f"NCCL_* names in libnccl.so.2 of every {PACKAGE} wheel on PyPI (x86_64), "
+            "version from ncclGetVersion; built by tools/nccl_catalogue.py. A name is "
+            "any NCCL_* token in the library's bytes: the variables it reads, and a few "
+            "enum names."
+        ),
+        "releases": releases,
+        "wheels": wheels,
+        "tuner_plugin": tuner,
+        "names": names,
+        "changes": changes,
+    }
 
 
 def render(data: dict) -> str:
     """Compact, diff-friendly JSON: one line per name, release and change."""
     lines = ["{"]
-    head = [f' "schema": {json.dumps(data["schema"])}', f' "about": {json.dumps(data["about"])}',
-            f' "releases": {json.dumps(data["releases"])}', f' "wheels": {json.dumps(data["wheels"])}',
-            f' "tuner_plugin": {json.dumps(data["tuner_plugin"])}']
+    head = [
+        f' "schema": {json.dumps(data["schema"])}',
+        f' "about": {json.dumps(data["about"])}',
+        f' "releases": {json.dumps(data["releases"])}',
+        f' "wheels": {json.dumps(data["wheels"])}',
+        f' "tuner_plugin": {json.dumps(data["tuner_plugin"])}',
+    ]
     lines.append(",\n".join(head) + ",")
     lines.append(' "names": {')
     lines.append(",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in data["names"].items()))

@@ -58,8 +58,7 @@ class Choice:
     why: str
 
 
-def choose(torch_version: str | None, torch_requires: list[str] | None,
-           installed: list[str]) -> Choice:
+def choose(torch_version: str | None, torch_requires: list[str] | None, installed: list[str]) -> Choice:
     """The NCCL wheel decision (module docstring) for a torch of `torch_version` (None: not
     installed) requiring `torch_requires`, with the distributions `installed`."""
     present = sorted(n for n in map(normalize, installed) if _NCCL_WHEEL.match(n))
@@ -73,10 +72,14 @@ def choose(torch_version: str | None, torch_requires: list[str] | None,
         return Choice(None, f"torch {torch_version} brings {brought[0]}: no second NCCL wheel")
     local = torch_version.partition("+")[2]
     if local.startswith(("cu", "rocm")) or any(n.startswith(("nvidia-", "cuda-")) for n in required):
-        return Choice(None, f"torch {torch_version} is a GPU build without an NCCL wheel "
-                            "(its NCCL is linked in or the system's): no second libnccl")
-    return Choice(EXTRA, f"torch {torch_version} is a CPU build: nvidia-nccl-cu12, so doctor "
-                         "and lint have a libnccl to read")
+        return Choice(
+            None,
+            f"torch {torch_version} is a GPU build without an NCCL wheel "
+            "(its NCCL is linked in or the system's): no second libnccl",
+        )
+    return Choice(
+        EXTRA, f"torch {torch_version} is a CPU build: nvidia-nccl-cu12, so doctor and lint have a libnccl to read"
+    )
 
 
 def from_metadata(paths: list[str] | None = None) -> Choice:

@@ -76,10 +76,10 @@ def step_verdict(folder: str, name: str) -> Verdict:
             return Verdict(status, name, reason)
     rc, bound = _int(_read(folder, name + ".rc")), _read(folder, name + ".bound")
     out = (_read(folder, name + ".out") or "").splitlines()
-    said = [l.strip() for l in out if l.strip()]
-    skipped = [l for l in said if l.startswith("SKIP (") and l.endswith(")")]
+    said = [text.strip() for text in out if text.strip()]
+    skipped = [text for text in said if text.startswith("SKIP (") and text.endswith(")")]
     if rc in (0, SKIP_CODE) and skipped:
-        return Verdict("SKIP", name, skipped[-1][len("SKIP ("):-1])
+        return Verdict("SKIP", name, skipped[-1][len("SKIP (") : -1])
     if rc == 0:
         return Verdict("PASS", name, said[-1] if said else "exit code 0")
     if rc in (124, 137):
@@ -106,7 +106,7 @@ def _p50(rs: list[dict]) -> float | None:
 
 
 def _timing(rs: list[dict]) -> dict:
-    return ((rs or [{}])[0].get("timing") or {})
+    return (rs or [{}])[0].get("timing") or {}
 
 
 def nccl_log_lines(folder: str, name: str) -> dict[str, list[str]]:
@@ -132,65 +132,115 @@ def bench_checks(folder: str) -> list[Verdict]:
     # (a) graph mode end to end, two cells, each on its own group
     cells = {r.get("cell") for r in graph}
     ok = [r for r in graph if r.get("status") == "ok" and r.get("correct") is True]
-    v.append(Verdict("PASS" if len(ok) == 2 and cells == {"baseline", "c-proto-simple"} else "FAIL",
-                     "(a) graph all_gather, two cells on fresh groups: captured, replayed, exact",
-                     ", ".join(f"{r.get('cell')} {r.get('status')} correct={r.get('correct')}"
-                               for r in graph) or "no records"))
+    v.append(
+        Verdict(
+            "PASS" if len(ok) == 2 and cells == {"baseline", "c-proto-simple"} else "FAIL",
+            "(a) graph all_gather, two cells on fresh groups: captured, replayed, exact",
+            ", ".join(f"{r.get('cell')} {r.get('status')} correct={r.get('correct')}" for r in graph) or "no records",
+        )
+    )
     confirmed = {r.get("cell"): (r.get("effective") or {}).get("confirmed") for r in every}
-    v.append(Verdict("PASS" if every and all(c is None for c in confirmed.values()) else "FAIL",
-                     "(a) effective.confirmed is None at world 1 (nothing ran to confirm, never False)",
-                     str(confirmed)))
+    v.append(
+        Verdict(
+            "PASS" if every and all(c is None for c in confirmed.values()) else "FAIL",
+            "(a) effective.confirmed is None at world 1 (nothing ran to confirm, never False)",
+            str(confirmed),
+        )
+    )
     # (b) log files of one process; Init COMPLETE per cell; PROTO only in its cell
     by_cell = nccl_log_lines(folder, "graph")
     files = by_cell.pop(None)
     pids = {f.split(".")[-2] for f in files if f.count(".") >= 3}
-    v.append(Verdict("PASS" if files and len(pids) == 1 else "FAIL",
-                     "(b) NCCL log files of one process (%p)", str(sorted(files))))
+    v.append(
+        Verdict(
+            "PASS" if files and len(pids) == 1 else "FAIL", "(b) NCCL log files of one process (%p)", str(sorted(files))
+        )
+    )
     for cell in ("baseline", "c-proto-simple"):
         lines = by_cell.get(cell, [])
-        v.append(Verdict("PASS" if any("Init COMPLETE" in x for x in lines) else "FAIL",
-                         f"(b) cell {cell}: a communicator of its own (Init COMPLETE in its lines)",
-                         f"{len(lines)} lines"))
-    proto = {c: any("NCCL_PROTO set by environment to Simple" in x for x in lines)
-             for c, lines in by_cell.items()}
-    v.append(Verdict("PASS" if proto.get("c-proto-simple") and not proto.get("baseline") else "FAIL",
-                     "(b) 'NCCL_PROTO set by environment to Simple' only in the cell that set it",
-                     str(proto)))
+        v.append(
+            Verdict(
+                "PASS" if any("Init COMPLETE" in x for x in lines) else "FAIL",
+                f"(b) cell {cell}: a communicator of its own (Init COMPLETE in its lines)",
+                f"{len(lines)} lines",
+            )
+        )
+    proto = {c: any("NCCL_PROTO set by environment to Simple" in x for x in lines) for c, lines in by_cell.items()}
+    v.append(
+        Verdict(
+            "PASS" if proto.get("c-proto-simple") and not proto.get("baseline") else "FAIL",
+            "(b) 'NCCL_PROTO set by environment to Simple' only in the cell that set it",
+            str(proto),
+        )
+    )
     # (c) the libnccl loaded
     ver = (graph or eager1 or [{}])[0].get("versions") or {}
     log = (graph or [{}])[0].get("nccl_log") or {}
-    v.append(Verdict("PASS" if ver.get("nccl_library") and ver.get("nccl_library_version") else "FAIL",
-                     "(c) libnccl mapped and its ncclGetVersion",
-                     f"{ver.get('nccl_library')} {ver.get('nccl_library_version')} ({ver.get('nccl_source')})"))
-    v.append(Verdict("INFO", "(c) torch.cuda.nccl.version() / NCCL's log line",
-                     f"{ver.get('nccl_build')} / {ver.get('nccl_log')}"
-                     + (f"; DIFFER: {ver['nccl_note']}" if ver.get("nccl_note") else "; same")))
-    v.append(Verdict("INFO", "(c) ncclResetDebugInit",
-                     f"{log.get('reset_debug_init')}: {log.get('note')}; per-collective lines "
-                     f"{log.get('per_collective_lines')}"))
+    v.append(
+        Verdict(
+            "PASS" if ver.get("nccl_library") and ver.get("nccl_library_version") else "FAIL",
+            "(c) libnccl mapped and its ncclGetVersion",
+            f"{ver.get('nccl_library')} {ver.get('nccl_library_version')} ({ver.get('nccl_source')})",
+        )
+    )
+    v.append(
+        Verdict(
+            "INFO",
+            "(c) torch.cuda.nccl.version() / NCCL's log line",
+            f"{ver.get('nccl_build')} / {ver.get('nccl_log')}"
+            + (f"; DIFFER: {ver['nccl_note']}" if ver.get("nccl_note") else "; same"),
+        )
+    )
+    v.append(
+        Verdict(
+            "INFO",
+            "(c) ncclResetDebugInit",
+            f"{log.get('reset_debug_init')}: {log.get('note')}; per-collective lines {log.get('per_collective_lines')}",
+        )
+    )
     # (d) timing sanity
     samples = [s for r in every for s in (r.get("samples_us") or [])]
-    v.append(Verdict("PASS" if samples and all(isinstance(s, (int, float)) and math.isfinite(s)
-                                                and s > 0 for s in samples) else "FAIL",
-                     "(d) every sample positive and finite", f"{len(samples)} samples"))
+    v.append(
+        Verdict(
+            "PASS"
+            if samples and all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in samples)
+            else "FAIL",
+            "(d) every sample positive and finite",
+            f"{len(samples)} samples",
+        )
+    )
     methods = {r.get("timing_method") for r in every}
-    v.append(Verdict("PASS" if methods == {"device-aligned"} else "FAIL",
-                     "(d) timing_method recorded", str(methods)))
+    v.append(Verdict("PASS" if methods == {"device-aligned"} else "FAIL", "(d) timing_method recorded", str(methods)))
     v.append(head_start_verdict(eager1))
     for name, rs in (("graph", [r for r in graph if r.get("cell") == "baseline"]), ("eager10", eager10)):
         if not rs:
             continue
         t = _timing(rs)
-        v.append(Verdict("INFO", f"(d) {name}: head start achieved / intended",
-                         f"{t.get('head_start_us')} / {t.get('head_start_intended_us')} us, "
-                         f"{t.get('head_start_short')} sample(s) whose host enqueue outlasted it"
-                         + (" (10 ops per sample: host-bound by design)" if name == "eager10" else "")))
+        v.append(
+            Verdict(
+                "INFO",
+                f"(d) {name}: head start achieved / intended",
+                f"{t.get('head_start_us')} / {t.get('head_start_intended_us')} us, "
+                f"{t.get('head_start_short')} sample(s) whose host enqueue outlasted it"
+                + (" (10 ops per sample: host-bound by design)" if name == "eager10" else ""),
+            )
+        )
     g, e1, e10 = _p50([r for r in graph if r.get("cell") == "baseline"]), _p50(eager1), _p50(eager10)
     host = _timing(eager1).get("host_enqueue_us")
-    v.append(Verdict("INFO", "(d) graph per-op p50 / eager p50 (world 1: no verdict, NCCL runs no "
-                     "algorithm)", f"graph {g} us, eager {e1} us"))
-    v.append(Verdict("INFO", "(d) eager p50 with 1 op / with 10 ops per sample / host enqueue per op "
-                     "(world 1: no verdict)", f"{e1} / {e10} / {host} us"))
+    v.append(
+        Verdict(
+            "INFO",
+            "(d) graph per-op p50 / eager p50 (world 1: no verdict, NCCL runs no algorithm)",
+            f"graph {g} us, eager {e1} us",
+        )
+    )
+    v.append(
+        Verdict(
+            "INFO",
+            "(d) eager p50 with 1 op / with 10 ops per sample / host enqueue per op (world 1: no verdict)",
+            f"{e1} / {e10} / {host} us",
+        )
+    )
     return v
 
 
@@ -204,21 +254,25 @@ def head_start_verdict(eager1: list[dict]) -> Verdict:
     if not eager1:
         return Verdict("FAIL", what, "no records")
     if achieved is None or short is None or not iters:
-        return Verdict("INFO", what, f"no measured head start ({t.get('head_start_basis')}; "
-                                     "torch without torch.cuda._sleep?)")
+        return Verdict(
+            "INFO", what, f"no measured head start ({t.get('head_start_basis')}; torch without torch.cuda._sleep?)"
+        )
     share = short / iters
-    return Verdict("PASS" if share <= SHORT_HEAD_START_SHARE else "FAIL", what,
-                   f"achieved {achieved} us (min {t.get('head_start_min_us')}, intended "
-                   f"{t.get('head_start_intended_us')}; GPU {t.get('gpu_cycles_per_us')} cycles/us, "
-                   f"{t.get('gpu_cycles_per_us_before_loop')} right before the loop); host after "
-                   f"the wait {t.get('host_after_head_start_us')} us; short in {short} of {iters}")
+    return Verdict(
+        "PASS" if share <= SHORT_HEAD_START_SHARE else "FAIL",
+        what,
+        f"achieved {achieved} us (min {t.get('head_start_min_us')}, intended "
+        f"{t.get('head_start_intended_us')}; GPU {t.get('gpu_cycles_per_us')} cycles/us, "
+        f"{t.get('gpu_cycles_per_us_before_loop')} right before the loop); host after "
+        f"the wait {t.get('host_after_head_start_us')} us; short in {short} of {iters}",
+    )
 
 
 def loop_checks(folder: str) -> list[Verdict]:
     """(e): the built-in loop's JSON line."""
     v = []
     for name, want in (("loop64", True), ("loopbf16", None)):
-        lines = [l for l in (_read(folder, name + ".out") or "").splitlines() if l.startswith("{")]
+        lines = [text for text in (_read(folder, name + ".out") or "").splitlines() if text.startswith("{")]
         try:
             rec = json.loads(lines[-1])
         except (IndexError, ValueError):
@@ -227,13 +281,22 @@ def loop_checks(folder: str) -> list[Verdict]:
         if rc != 0 or not isinstance(rec, dict):
             v.append(Verdict("FAIL", f"(e) {name}", f"exit code {rc}, no JSON record"))
         elif want:
-            v.append(Verdict("PASS" if rec.get("matches_greedy") is True and rec.get("backend") == "nccl"
-                             else "FAIL", "(e) float64 --check-greedy on NCCL: matches_greedy",
-                             f"{rec.get('matches_greedy')}, tok/s {rec.get('tok_s')}, nccl "
-                             f"{(rec.get('versions') or {}).get('nccl')}"))
+            v.append(
+                Verdict(
+                    "PASS" if rec.get("matches_greedy") is True and rec.get("backend") == "nccl" else "FAIL",
+                    "(e) float64 --check-greedy on NCCL: matches_greedy",
+                    f"{rec.get('matches_greedy')}, tok/s {rec.get('tok_s')}, nccl "
+                    f"{(rec.get('versions') or {}).get('nccl')}",
+                )
+            )
         else:
-            v.append(Verdict("PASS" if rec.get("dtype") == "bfloat16" else "FAIL", "(e) bf16 run completes",
-                             f"tok/s {rec.get('tok_s')}, accept len {rec.get('accept_len')}"))
+            v.append(
+                Verdict(
+                    "PASS" if rec.get("dtype") == "bfloat16" else "FAIL",
+                    "(e) bf16 run completes",
+                    f"tok/s {rec.get('tok_s')}, accept len {rec.get('accept_len')}",
+                )
+            )
     return v
 
 
@@ -244,8 +307,9 @@ def report(folder: str) -> tuple[list[str], int]:
     lines = ["== steps"] + [v.line() for v in steps.values()]
     for v in steps.values():  # NCCL's warnings matter even when the step passed
         if v.status == "PASS":
-            warns = [l for l in digest(read_lines([os.path.join(folder, v.what + ".err")]))
-                     if "NCCL WARN" in l]
+            warns = [
+                text for text in digest(read_lines([os.path.join(folder, v.what + ".err")])) if "NCCL WARN" in text
+            ]
             lines += [Verdict("INFO", f"{v.what}: NCCL said", w).line() for w in warns[:3]]
     ran = lambda group: [n for n in group if _read(folder, n + ".rc") is not None]  # noqa: E731
     checks: list[Verdict] = []
@@ -263,7 +327,7 @@ def report(folder: str) -> tuple[list[str], int]:
             paths = [os.path.join(folder, v.what + s) for s in (".err", ".out", ".nccl")]
             said = digest(read_lines(paths))
             lines.append(f"-- {v.what} ({v.status}: {v.detail})")
-            lines += [f"  {l}" for l in said] or ["  (nothing in its output says why)"]
+            lines += [f"  {text}" for text in said] or ["  (nothing in its output says why)"]
     failed = [f"{v.what} {v.status.lower()}" for v in bad] + [c.what for c in checks if c.status == "FAIL"]
     named = "; ".join(failed[:8]) + (f"; and {len(failed) - 8} more" if len(failed) > 8 else "")
     lines.append(f"{len(failed)} failure(s)" + (": " + named if failed else ""))

@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 # Programs of this project that name themselves at the start of their error lines.
-OWN_PREFIXES = ("microbench.allreduce:", "spec_loop:", "preflight:", "nocache check:",
-                "nocache gate:")
+OWN_PREFIXES = ("microbench.allreduce:", "spec_loop:", "preflight:", "nocache check:", "nocache gate:")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:?")
 _TORCHRUN_OWN = ("ChildFailedError",)
 _TORCHRUN_FAILED = re.compile(r"failed \(exitcode: -?\d+\) local_rank: \d+")
@@ -32,7 +31,7 @@ MAX_CHARS = 300
 
 def _clip(line: str) -> str:
     line = line.rstrip()
-    return line if len(line) <= MAX_CHARS else line[:MAX_CHARS - 3] + "..."
+    return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 3] + "..."
 
 
 def digest(lines: Iterable[str]) -> list[str]:
@@ -43,12 +42,16 @@ def digest(lines: Iterable[str]) -> list[str]:
     for raw in lines:
         line = _NCCL_LOG_PREFIX.sub("", raw.rstrip("\n"))
         text = line.strip()
-        keep = (after_last_error and text
-                or text.startswith(OWN_PREFIXES)
-                or "NCCL WARN" in text
-                or text.startswith(("what():", "terminate called", "Last error:"))
-                or bool(_TORCHRUN_FAILED.search(text)) or bool(_SIGNAL.search(text))
-                or (bool(_EXCEPTION.match(text)) and not any(t in text for t in _TORCHRUN_OWN)))
+        keep = (
+            after_last_error
+            and text
+            or text.startswith(OWN_PREFIXES)
+            or "NCCL WARN" in text
+            or text.startswith(("what():", "terminate called", "Last error:"))
+            or bool(_TORCHRUN_FAILED.search(text))
+            or bool(_SIGNAL.search(text))
+            or (bool(_EXCEPTION.match(text)) and not any(t in text for t in _TORCHRUN_OWN))
+        )
         after_last_error = text.startswith("Last error:")
         failed = _TORCHRUN_FAILED.search(text)
         if failed and not text.startswith(OWN_PREFIXES):  # torchrun's log line: its gist
@@ -56,7 +59,7 @@ def digest(lines: Iterable[str]) -> list[str]:
         if keep and _clip(text) not in out:
             out.append(_clip(text))
     if len(out) > MAX_LINES:  # the first causes and the last words
-        out = out[:MAX_LINES // 2] + [f"... {len(out) - MAX_LINES} more ..."] + out[-MAX_LINES // 2:]
+        out = out[: MAX_LINES // 2] + [f"... {len(out) - MAX_LINES} more ..."] + out[-MAX_LINES // 2 :]
     return out
 
 
@@ -65,8 +68,11 @@ def read_lines(paths: Iterable[str]) -> list[str]:
     files), sorted; unreadable paths are skipped."""
     lines: list[str] = []
     for path in paths:
-        files = ([os.path.join(d, f) for d, _, names in sorted(os.walk(path)) for f in sorted(names)
-                  if f.endswith(".log")] if os.path.isdir(path) else [path])
+        files = (
+            [os.path.join(d, f) for d, _, names in sorted(os.walk(path)) for f in sorted(names) if f.endswith(".log")]
+            if os.path.isdir(path)
+            else [path]
+        )
         for name in files:
             try:
                 with open(name, encoding="utf-8", errors="replace") as handle:

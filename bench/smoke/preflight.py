@@ -45,7 +45,7 @@ def gpus() -> str:
         done = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"nvidia-smi failed: {exc}"
-    return (done.stdout.strip() or done.stderr.strip() or f"nvidia-smi exit code {done.returncode}")
+    return done.stdout.strip() or done.stderr.strip() or f"nvidia-smi exit code {done.returncode}"
 
 
 def _free_port() -> int:
@@ -55,8 +55,10 @@ def _free_port() -> int:
 
 
 def _expire() -> None:
-    say(f"FAILED: NCCL init, one all_gather and destroy did not finish within {BUDGET_S:.0f} s "
-        "(NCCL's WARN lines, if any, are on stderr)")
+    say(
+        f"FAILED: NCCL init, one all_gather and destroy did not finish within {BUDGET_S:.0f} s "
+        "(NCCL's WARN lines, if any, are on stderr)"
+    )
     os._exit(TIMEOUT)
 
 
@@ -67,8 +69,13 @@ def nccl_round_trip(torch) -> float:
 
     torch.cuda.set_device(0)
     start = time.monotonic()
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
-                            world_size=1, timeout=datetime.timedelta(seconds=BUDGET_S))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{_free_port()}",
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=BUDGET_S),
+    )
     try:
         x = torch.arange(1024, dtype=torch.float32, device="cuda")
         out = torch.empty_like(x)
@@ -89,17 +96,18 @@ def main() -> int:
     say(f"gpus: {gpus()}")
     import torch
 
-    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuda available "
-        f"{torch.cuda.is_available()}")
+    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuda available {torch.cuda.is_available()}")
     if not torch.cuda.is_available():
         print(f"SKIP (no CUDA device: torch {torch.__version__}, CUDA {torch.version.cuda})", flush=True)
         return SKIP
     from microbench import nccllib
 
     lib = nccllib.loaded_library()
-    say(f"device {torch.cuda.get_device_name(0)}; libnccl {lib['path']} ncclGetVersion "
+    say(
+        f"device {torch.cuda.get_device_name(0)}; libnccl {lib['path']} ncclGetVersion "
         f"{lib['version']}; torch built with NCCL {nccllib.build_version(torch)}"
-        + (f"; {lib['error']}" if lib.get("error") else ""))
+        + (f"; {lib['error']}" if lib.get("error") else "")
+    )
     import torch.distributed as dist
 
     if not dist.is_nccl_available():
@@ -111,7 +119,7 @@ def main() -> int:
     timer.start()
     try:
         took = nccl_round_trip(torch)
-    except Exception as exc:  # noqa: BLE001 - one line with the cause; NCCL's WARN lines are on stderr
+    except Exception as exc:
         text = str(exc).strip().splitlines()
         say(f"FAILED: NCCL at world size 1: {type(exc).__name__}: {text[0] if text else ''}")
         for line in text[1:6]:

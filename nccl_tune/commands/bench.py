@@ -25,8 +25,14 @@ from nccl_tune.errors import NcclTuneError, RunFailed
 _REASON_PREFIX = "microbench.allreduce: "
 
 
-def torchrun_argv(nproc: int, nnodes: int, master_port: int | None, args: list[str],
-                  node_rank: int = 0, rdzv_endpoint: str | None = None) -> list[str]:
+def torchrun_argv(
+    nproc: int,
+    nnodes: int,
+    master_port: int | None,
+    args: list[str],
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+) -> list[str]:
     """The torchrun command line (this interpreter's torch.distributed.run).
 
     With `rdzv_endpoint` (multi-node): torchrun's static rendezvous at node 0's HOST:PORT,
@@ -35,8 +41,12 @@ def torchrun_argv(nproc: int, nnodes: int, master_port: int | None, args: list[s
     """
     argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if rdzv_endpoint is not None:
-        argv += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=static",
-                 f"--rdzv-endpoint={rdzv_endpoint}"]
+        argv += [
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=static",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+        ]
     elif nnodes == 1 and master_port is None:
         argv.append("--standalone")
     else:
@@ -51,7 +61,7 @@ def _microbench_help() -> str:
 
     text = build_parser().format_help()
     # Drop argparse's usage/description lines; keep the option list.
-    return text[text.find("options:"):] if "options:" in text else text
+    return text[text.find("options:") :] if "options:" in text else text
 
 
 _RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
@@ -67,7 +77,7 @@ def failure_summary(lines: list[str]) -> str | None:
     reasons: dict[int, str] = {}
     for line in lines:
         if line.startswith(_REASON_PREFIX):
-            text = line[len(_REASON_PREFIX):].strip()
+            text = line[len(_REASON_PREFIX) :].strip()
             match = re.match(r"rank (\d+): ", text)
             key = int(match.group(1)) if match else -1
             reasons.setdefault(key, text)
@@ -82,8 +92,11 @@ def failure_summary(lines: list[str]) -> str | None:
         if match and rank is not None:
             exits.setdefault(rank, int(match.group(1)))
             rank = None
-    parts = [f"rank {r} exited with code {c} without a message" for r, c in sorted(exits.items())
-             if r not in reasons and c != 0]
+    parts = [
+        f"rank {r} exited with code {c} without a message"
+        for r, c in sorted(exits.items())
+        if r not in reasons and c != 0
+    ]
     parts += [text for _, text in sorted(reasons.items())]
     return "; ".join(parts) or None
 
@@ -111,16 +124,21 @@ def refused_reason(lines: list[str]) -> str | None:
         return None
     said: dict[str, list[int]] = {}
     for line in lines:
-        match = re.match(r"rank (\d+): (.*)$", line[len(_REASON_PREFIX):].strip()) \
-            if line.startswith(_REASON_PREFIX) else None
+        match = (
+            re.match(r"rank (\d+): (.*)$", line[len(_REASON_PREFIX) :].strip())
+            if line.startswith(_REASON_PREFIX)
+            else None
+        )
         if match:
             said.setdefault(match.group(2), []).append(int(match.group(1)))
     parts = []
     for text, ranks in said.items():
         ranks = sorted(set(ranks))
         others = ", ".join(map(str, ranks[1:]))
-        parts.append(f"rank {ranks[0]}: {text}" + (f" (rank{'s' if len(ranks) > 2 else ''} "
-                                                      f"{others} said the same)" if others else ""))
+        parts.append(
+            f"rank {ranks[0]}: {text}"
+            + (f" (rank{'s' if len(ranks) > 2 else ''} {others} said the same)" if others else "")
+        )
     return "; ".join(parts) or None
 
 
@@ -178,30 +196,57 @@ def _relay(proc: subprocess.Popen, kept: list[str]) -> int:
     return proc.wait()
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True,
-                                 "help_option_names": ["-h", "--help"]})
-@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
-              help="Processes (GPUs) per node [one per GPU with NCCL; 2 on CPU, as sweep and "
-                   "validate].")
-@click.option("--nnodes", type=vocab.Count(1, max=vocab.MAX_RANKS), default=1, show_default=True,
-              help="Nodes; with more than one, run the same command on every node with its "
-                   "--node-rank and node 0's --rdzv-endpoint.")
-@click.option("--node-rank", type=vocab.Count(0, max=vocab.MAX_RANKS - 1), default=0, show_default=True,
-              help="This node's rank (multi-node); node 0 hosts rank 0, which writes --out.")
-@click.option("--rdzv-endpoint", metavar="HOST:PORT",
-              help="Node 0's address for torchrun's rendezvous (multi-node).")
-@click.option("--master-port", type=vocab.Count(1, max=65535), default=None,
-              help="Rendezvous port on one node (default: --standalone).")
+@click.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": True,
+        "help_option_names": ["-h", "--help"],
+    }
+)
+@click.option(
+    "--nproc",
+    type=vocab.Count(1, max=vocab.MAX_RANKS),
+    default=None,
+    help="Processes (GPUs) per node [one per GPU with NCCL; 2 on CPU, as sweep and validate].",
+)
+@click.option(
+    "--nnodes",
+    type=vocab.Count(1, max=vocab.MAX_RANKS),
+    default=1,
+    show_default=True,
+    help="Nodes; with more than one, run the same command on every node with its "
+    "--node-rank and node 0's --rdzv-endpoint.",
+)
+@click.option(
+    "--node-rank",
+    type=vocab.Count(0, max=vocab.MAX_RANKS - 1),
+    default=0,
+    show_default=True,
+    help="This node's rank (multi-node); node 0 hosts rank 0, which writes --out.",
+)
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's address for torchrun's rendezvous (multi-node).")
+@click.option(
+    "--master-port",
+    type=vocab.Count(1, max=65535),
+    default=None,
+    help="Rendezvous port on one node (default: --standalone).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the torchrun command and exit.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def bench(nproc: int | None, nnodes: int, node_rank: int, rdzv_endpoint: str | None, master_port: int | None,
-          dry_run: bool, args: tuple[str, ...]) -> None:
+def bench(
+    nproc: int | None,
+    nnodes: int,
+    node_rank: int,
+    rdzv_endpoint: str | None,
+    master_port: int | None,
+    dry_run: bool,
+    args: tuple[str, ...],
+) -> None:
     """Measure small-message collective latency: torchrun -m microbench.allreduce.
 
     Example: nccl-tune bench --nproc 8 --tokens 1,2,4 --out results.jsonl
     """
     from microbench.options import WORLD_ONE_NOTE, parse_args, preflight
-
     from nccl_tune.measure.launch import Launcher
 
     options = parse_args(list(args))  # raises NcclTuneError: one line, exit 2
@@ -230,5 +275,8 @@ def bench(nproc: int | None, nnodes: int, node_rank: int, rdzv_endpoint: str | N
         raise RunFailed(f"torchrun exited with code {code}" + (f": {reason}" if reason else ""))
 
 
-bench.help = (bench.help or "") + "\n\n\b\nOptions passed to microbench.allreduce:\n" + "\n".join(
-    "  " + line for line in _microbench_help().splitlines()[1:] if "show this help" not in line)
+bench.help = (
+    (bench.help or "")
+    + "\n\n\b\nOptions passed to microbench.allreduce:\n"
+    + "\n".join("  " + line for line in _microbench_help().splitlines()[1:] if "show this help" not in line)
+)

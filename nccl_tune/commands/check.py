@@ -11,30 +11,39 @@ import sys
 
 import click
 
-from nccl_tune.commands import nccl_target
-from nccl_tune.live import envcheck, lint as linter, procenv
-from nccl_tune.live.profile import load_profile, read_text, resolve_profile
 from nccl_tune import vocab
+from nccl_tune.commands import nccl_target
+from nccl_tune.live import envcheck, procenv
+from nccl_tune.live import lint as linter
+from nccl_tune.live.profile import load_profile, read_text, resolve_profile
 
-
-_SOURCE = {"environ": "/proc environ", "memory": "memory (rewritten block)",
-           "inherited": "ancestor (rewritten block)", None: "-"}
+_SOURCE = {
+    "environ": "/proc environ",
+    "memory": "memory (rewritten block)",
+    "inherited": "ancestor (rewritten block)",
+    None: "-",
+}
 
 
 def _short(cmdline: list[str], width: int = 60) -> str:
     text = " ".join(cmdline) or "?"
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @click.command("check")
-@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
-              help="Profile .env file or shipped profile name (repeatable; later ones win).")
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    required=True,
+    type=envcheck.PROFILE,
+    help="Profile .env file or shipped profile name (repeatable; later ones win).",
+)
 @click.option("--pid", type=vocab.Count(1, max=vocab.MAX_PID), required=True, help="Process to check.")
 @click.option("--tree", is_flag=True, help="Also check every descendant (TP workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print one object per process.")
 @nccl_target.nccl_version_option
-def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool,
-          nccl_version: str | None) -> None:
+def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool, nccl_version: str | None) -> None:
     """Check that a running process (and its workers) carries a profile.
 
     Reads /proc/PID/environ: the environment the process was started with. Where a
@@ -76,10 +85,8 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool,
             else:
                 bad = [v for v in r.variables if v.status not in procenv.OK_STATUSES]
                 state = f"MISMATCH ({len(bad)} of {len(r.variables)})"
-            rows.append([r.pid, r.ppid, r.role or "-", _short(r.cmdline, 40), _SOURCE.get(r.env_source, "-"),
-                         state])
-        click.echo(tabulate(rows, headers=["pid", "ppid", "role", "command", "environment from",
-                                           "profile"]))
+            rows.append([r.pid, r.ppid, r.role or "-", _short(r.cmdline, 40), _SOURCE.get(r.env_source, "-"), state])
+        click.echo(tabulate(rows, headers=["pid", "ppid", "role", "command", "environment from", "profile"]))
         for r in results:
             if r.note:
                 click.echo(f"pid {r.pid}: {r.note}")
@@ -87,19 +94,23 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool,
                 if v.status == "missing":
                     click.echo(f"pid {r.pid}: {v.name} missing (profile: {v.expected})")
                 elif v.status == "different":
-                    click.echo(f"pid {r.pid}: {v.name} different: process {v.actual}, "
-                               f"profile {v.expected}")
+                    click.echo(f"pid {r.pid}: {v.name} different: process {v.actual}, profile {v.expected}")
                 elif v.status == "conf":
-                    click.echo(f"pid {r.pid}: {v.name} not in the environment; the conf file "
-                               f"{v.source} supplies {v.actual} (as the profile)")
+                    click.echo(
+                        f"pid {r.pid}: {v.name} not in the environment; the conf file "
+                        f"{v.source} supplies {v.actual} (as the profile)"
+                    )
                 elif v.status == "conf-different":
-                    click.echo(f"pid {r.pid}: {v.name} not in the environment; the conf file "
-                               f"{v.source} supplies {v.actual}, profile {v.expected}")
-            others = {k: c for k, c in r.conf.items()
-                      if k not in {v.name for v in r.variables}}
+                    click.echo(
+                        f"pid {r.pid}: {v.name} not in the environment; the conf file "
+                        f"{v.source} supplies {v.actual}, profile {v.expected}"
+                    )
+            others = {k: c for k, c in r.conf.items() if k not in {v.name for v in r.variables}}
             if others:
-                click.echo(f"pid {r.pid}: a conf file also supplies: " + " ".join(
-                    f"{k}={c['value']} ({c['path']})" for k, c in others.items()))
+                click.echo(
+                    f"pid {r.pid}: a conf file also supplies: "
+                    + " ".join(f"{k}={c['value']} ({c['path']})" for k, c in others.items())
+                )
             if r.extra:
                 extra = " ".join(f"{k}={v}" for k, v in r.extra.items())
                 click.echo(f"pid {r.pid}: NCCL_* not in the profile: {extra}")
@@ -110,6 +121,9 @@ def check(profiles: tuple[str, ...], pid: int, tree: bool, as_json: bool,
         for role, oks in by_role.items():
             click.echo(f"{role}: {sum(oks)} of {len(oks)} carry the profile", err=True)
         good = sum(r.ok for r in results)
-        click.echo(f"{good} of {len(results)} process(es) carry all {len(expected)} profile "
-                   f"variable(s); profile {nccl_target.used(target)}", err=True)
+        click.echo(
+            f"{good} of {len(results)} process(es) carry all {len(expected)} profile "
+            f"variable(s); profile {nccl_target.used(target)}",
+            err=True,
+        )
     sys.exit(0 if procenv.all_ok(results) and not linter.has_errors(release) else 1)

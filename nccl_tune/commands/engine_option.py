@@ -12,8 +12,10 @@ import re
 import click
 
 _ARCH_RE = re.compile(r"^(?:sm_?)?(?:(\d+)\.(\d+)|(\d+)(\d))[af]?$", re.IGNORECASE)
-HELP = ("Compute capability of the server's GPUs for the engine's allreduce path: 9.0, 10.0, "
-        "sm90, 100 (default: nvidia-smi on this machine).")
+HELP = (
+    "Compute capability of the server's GPUs for the engine's allreduce path: 9.0, 10.0, "
+    "sm90, 100 (default: nvidia-smi on this machine)."
+)
 
 
 def parse_arch(text: str) -> str:

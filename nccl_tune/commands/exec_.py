@@ -18,8 +18,9 @@ import sys
 import click
 
 from nccl_tune.commands import nccl_target
-from nccl_tune.live import envcheck, grammar, lint as linter
 from nccl_tune.errors import CannotExecute, NcclTuneError
+from nccl_tune.live import envcheck, grammar
+from nccl_tune.live import lint as linter
 from nccl_tune.live.profile import parse_profile, read_text, resolve_profile
 
 
@@ -31,9 +32,9 @@ def check_runnable(name: str, path: str | None) -> None:
         if not os.path.exists(name):
             raise CannotExecute(f"cannot run {name!r}: no such file", found=False)
         if os.path.isdir(name) or not os.access(name, os.X_OK):
-            raise CannotExecute(f"cannot run {name!r}: "
-                                + ("a directory" if os.path.isdir(name) else "not executable"),
-                                found=True)
+            raise CannotExecute(
+                f"cannot run {name!r}: " + ("a directory" if os.path.isdir(name) else "not executable"), found=True
+            )
         return
     if shutil.which(name, path=path) is not None:
         return
@@ -57,16 +58,19 @@ def build_env(base: dict[str, str], profile_env: dict[str, str], clean: bool) ->
     return env, removed
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": True,
-                                         "allow_interspersed_args": False})
-@click.option("--profile", "profiles", multiple=True, required=True, type=envcheck.PROFILE,
-              help="Profile .env file or shipped profile name (repeatable; later ones win).")
-@click.option("--clean", is_flag=True,
-              help="First remove every NCCL_* variable the profiles do not set.")
+@click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    required=True,
+    type=envcheck.PROFILE,
+    help="Profile .env file or shipped profile name (repeatable; later ones win).",
+)
+@click.option("--clean", is_flag=True, help="First remove every NCCL_* variable the profiles do not set.")
 @nccl_target.nccl_version_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(profiles: tuple[str, ...], clean: bool, nccl_version: str | None,
-          command: tuple[str, ...]) -> None:
+def exec_(profiles: tuple[str, ...], clean: bool, nccl_version: str | None, command: tuple[str, ...]) -> None:
     """Run a command with a profile applied (no shell involved).
 
     Put `--` before the command. Prints one line on stderr saying what was applied and
@@ -84,8 +88,7 @@ def exec_(profiles: tuple[str, ...], clean: bool, nccl_version: str | None,
         findings = nccl_target.lint_for(text, path, target)
         errors = [f for f in findings if f.severity == linter.ERROR]
         if errors:
-            raise NcclTuneError(f"refusing a profile with {len(errors)} lint error(s), first: "
-                                f"{errors[0]}")
+            raise NcclTuneError(f"refusing a profile with {len(errors)} lint error(s), first: {errors[0]}")
         warnings += len(findings)
         applied.update(parse_profile(text, path).env)
     grammar.check_env(applied, "exec")  # what is applied is what the grammar accepts

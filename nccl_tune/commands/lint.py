@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from nccl_tune.commands import nccl_target
 from nccl_tune import vocab
+from nccl_tune.commands import nccl_target
 from nccl_tune.live import lint as linter
 from nccl_tune.live.profile import read_text
 
@@ -43,7 +43,9 @@ def lint(files: tuple[str, ...], as_json: bool, nccl_version: str | None) -> Non
     else:
         for finding in findings:
             click.echo(str(finding))
-    click.echo(f"{len(files)} file(s) checked against the catalogue and "
-               f"{nccl_target.describe(target, known)}: {errors} error(s), {warnings} warning(s)",
-               err=True)
+    click.echo(
+        f"{len(files)} file(s) checked against the catalogue and "
+        f"{nccl_target.describe(target, known)}: {errors} error(s), {warnings} warning(s)",
+        err=True,
+    )
     sys.exit(1 if errors else 0)

@@ -11,9 +11,7 @@ from nccl_tune import vocab
 from nccl_tune.cli import emit_json
 from nccl_tune.live import envcheck
 
-
-NO_DECODE = ("no decode lines found (no SGLang 'Decode batch' line and no vLLM metrics line): "
-             "nothing to summarize")
+NO_DECODE = "no decode lines found (no SGLang 'Decode batch' line and no vLLM metrics line): nothing to summarize"
 
 
 @click.group("logs")
@@ -27,13 +25,20 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 @logs.command("summarize")
 @click.argument("files", nargs=-1, required=True, type=vocab.InputFile())
-@click.option("--idle-gap", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=None,
-              show_default="5 s",
-              help="A decode line this long after the previous one is the first after idle "
-                   "(its throughput carries the idle time) and is left out.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the summaries as a JSON list, one object per file (one shape "
-                   "however many files are given).")
+@click.option(
+    "--idle-gap",
+    type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True),
+    default=None,
+    show_default="5 s",
+    help="A decode line this long after the previous one is the first after idle "
+    "(its throughput carries the idle time) and is left out.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summaries as a JSON list, one object per file (one shape however many files are given).",
+)
 def summarize(files: tuple[str, ...], idle_gap: float | None, as_json: bool) -> None:
     """Decode lines, gen throughput mean/median, accept length and rate, and the
     speculative settings the server ran with (from its server_args line). Reads SGLang
@@ -61,16 +66,21 @@ def _render(summary: dict) -> None:
     log = summary["log"]
     if summary.get("kind") == "metrics scrape":
         spec = summary.get("metrics") or {}
-        rows = [("engine", summary["engine"] or "unknown"),
-                ("kind", f"/metrics scrape ({summary['samples']} samples; counters since the "
-                         "server started)"),
-                ("accept len", _fmt(spec.get("accept_len"))),
-                ("accept rate", _fmt(spec.get("accept_rate")))]
+        rows = [
+            ("engine", summary["engine"] or "unknown"),
+            ("kind", f"/metrics scrape ({summary['samples']} samples; counters since the server started)"),
+            ("accept len", _fmt(spec.get("accept_len"))),
+            ("accept rate", _fmt(spec.get("accept_rate"))),
+        ]
         if spec.get("per_position"):
             rows.append(("per-position acceptance", ", ".join(f"{p:.3f}" for p in spec["per_position"])))
         if spec.get("drafts") is not None:
-            rows.append(("drafts / draft tokens / accepted",
-                         f"{spec['drafts']:.0f} / {spec['draft_tokens']:.0f} / {spec['accepted_tokens']:.0f}"))
+            rows.append(
+                (
+                    "drafts / draft tokens / accepted",
+                    f"{spec['drafts']:.0f} / {spec['draft_tokens']:.0f} / {spec['accepted_tokens']:.0f}",
+                )
+            )
         if not spec:
             rows.append(("speculative", "no speculative-decoding metrics in the scrape"))
         click.echo(log)
@@ -80,8 +90,9 @@ def _render(summary: dict) -> None:
         click.echo(f"{log}: {NO_DECODE}")
         spec = summary["speculative"]
         if summary["server_args"]:
-            click.echo("speculative (server_args): "
-                       + (", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "off"))
+            click.echo(
+                "speculative (server_args): " + (", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "off")
+            )
         return
     engine = summary["engine"] or "unknown (no decode or speculative lines found)"
     rows = [
@@ -89,8 +100,7 @@ def _render(summary: dict) -> None:
         ("decode lines", summary["decode_lines"]),
         ("gen throughput mean (tok/s)", _fmt(summary["gen_throughput_mean"])),
         ("gen throughput median (tok/s)", _fmt(summary["gen_throughput_median"])),
-        ("lines used / left out after idle",
-         f"{summary['gen_throughput_lines']} / {summary['excluded_after_idle']}"),
+        ("lines used / left out after idle", f"{summary['gen_throughput_lines']} / {summary['excluded_after_idle']}"),
         *((f"  left out: {reason}", count) for reason, count in (summary.get("excluded") or {}).items()),
         ("accept len mean", _fmt(summary["accept_len_mean"])),
         ("accept rate mean", _fmt(summary["accept_rate_mean"])),
@@ -105,21 +115,22 @@ def _render(summary: dict) -> None:
     elif summary["server_args"]:
         rows.append(("speculative (server_args)", "off"))
     if summary.get("substitutes"):
-        rows.append(("TEST-ONLY substitutes loaded", ", ".join(summary["substitutes"])
-                     + " (not SGLang's own kernels)"))
+        rows.append(("TEST-ONLY substitutes loaded", ", ".join(summary["substitutes"]) + " (not SGLang's own kernels)"))
     vllm = summary.get("vllm") or {}
     if vllm.get("per_position_mean"):
-        rows.append(("per-position acceptance (mean)",
-                     ", ".join(f"{p:.3f}" for p in vllm["per_position_mean"])))
+        rows.append(("per-position acceptance (mean)", ", ".join(f"{p:.3f}" for p in vllm["per_position_mean"])))
     click.echo(f"{log}")
     click.echo(tabulate(rows, tablefmt="plain"))
 
 
 @logs.command("nccl")
-@click.argument("logs_", metavar="LOG...", nargs=-1, required=True,
-                type=vocab.InputFile())
-@click.option("--profile", "profile_path", type=envcheck.PROFILE,
-              help="Profile (.env, .conf or shipped name): confirm every variable in every rank.")
+@click.argument("logs_", metavar="LOG...", nargs=-1, required=True, type=vocab.InputFile())
+@click.option(
+    "--profile",
+    "profile_path",
+    type=envcheck.PROFILE,
+    help="Profile (.env, .conf or shipped name): confirm every variable in every rank.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def nccl(logs_: tuple[str, ...], profile_path: str | None, as_json: bool) -> None:
     """Per rank and communicator: NCCL version, variables NCCL read, channels, rings,
@@ -132,8 +143,8 @@ def nccl(logs_: tuple[str, ...], profile_path: str | None, as_json: bool) -> Non
     """
     import sys
 
-    from nccl_tune.nccl import nccllog
     from nccl_tune.live.profile import load_profile, resolve_profile
+    from nccl_tune.nccl import nccllog
 
     env = load_profile(str(resolve_profile(profile_path))).env if profile_path else None
     report = nccllog.analyze(list(logs_), env)
@@ -156,14 +167,21 @@ def render_nccl(report: dict) -> list[str]:
     rows = []
     for r in ranks:
         tuner = r["tuner_plugin"]
-        rows.append([r["process"], "-" if r["rank"] is None else f"{r['rank']}/{r['nranks']}",
-                     r["comm"] or "-", f"{r['library']} {r['version'] or '?'}",
-                     _fmt(r["channels"], "d"), _transports(r),
-                     (tuner["name"] if tuner and tuner["loaded"] else "none" if tuner else "-")])
-    out = [f"{report['processes']} process(es), {len(ranks)} rank entr(ies) in "
-           f"{len(report['files'])} file(s)",
-           tabulate(rows, headers=["process", "rank", "comm", "version", "channels",
-                                   "transports (peer:via)", "tuner"])]
+        rows.append(
+            [
+                r["process"],
+                "-" if r["rank"] is None else f"{r['rank']}/{r['nranks']}",
+                r["comm"] or "-",
+                f"{r['library']} {r['version'] or '?'}",
+                _fmt(r["channels"], "d"),
+                _transports(r),
+                (tuner["name"] if tuner and tuner["loaded"] else "none" if tuner else "-"),
+            ]
+        )
+    out = [
+        f"{report['processes']} process(es), {len(ranks)} rank entr(ies) in {len(report['files'])} file(s)",
+        tabulate(rows, headers=["process", "rank", "comm", "version", "channels", "transports (peer:via)", "tuner"]),
+    ]
     seen_env: dict[str, str] = {}
     for r in ranks:
         if r["process"] in seen_env:
@@ -175,20 +193,28 @@ def render_nccl(report: dict) -> list[str]:
     choices: dict[tuple, set] = {}
     for r in ranks:
         for c in r["choices"]:
-            key = (c["func"] or "(unnamed)", c["bytes"], f"{c['algo']}/{c['proto']}",
-                   "-" if c["channels"] is None else str(c["channels"]))
+            key = (
+                c["func"] or "(unnamed)",
+                c["bytes"],
+                f"{c['algo']}/{c['proto']}",
+                "-" if c["channels"] is None else str(c["channels"]),
+            )
             choices.setdefault(key, set()).add(r["process"] if r["rank"] is None else str(r["rank"]))
     if choices:
         out.append("")
         out.append("per-collective choice (NCCL's TUNING lines):")
-        out.append(tabulate([[f, b, ap, ch, ", ".join(sorted(who))]
-                             for (f, b, ap, ch), who in sorted(choices.items())],
-                            headers=["collective", "bytes", "algo/proto", "channels", "ranks"]))
+        out.append(
+            tabulate(
+                [[f, b, ap, ch, ", ".join(sorted(who))] for (f, b, ap, ch), who in sorted(choices.items())],
+                headers=["collective", "bytes", "algo/proto", "channels", "ranks"],
+            )
+        )
     check = report["profile_check"]
     if check is not None:
         out.append("")
-        out.append("profile check: " + ("every variable confirmed in every process" if check["ok"]
-                                        else "NOT confirmed"))
+        out.append(
+            "profile check: " + ("every variable confirmed in every process" if check["ok"] else "NOT confirmed")
+        )
         for v in check["variables"]:
             line = f"  {v['name']}={v['expected']}: {v['status']}"
             if v["different"]:
@@ -196,8 +222,7 @@ def render_nccl(report: dict) -> list[str]:
             if v["missing"] and v["status"] == "missing":
                 line += f" in {len(v['missing'])} of {check['processes']}: " + ", ".join(v["missing"][:8])
             out.append(line)
-        notes = dict.fromkeys(v["note"] for v in check["variables"]
-                              if v.get("note") and v["status"] != "confirmed")
+        notes = dict.fromkeys(v["note"] for v in check["variables"] if v.get("note") and v["status"] != "confirmed")
         out.extend(f"  note: {n}" for n in notes)
     for w in report["warnings"]:
         out.append(f"warning [{w['process']}]: {w['message']}")

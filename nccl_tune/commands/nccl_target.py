@@ -20,9 +20,11 @@ from nccl_tune.nccl import releases
 
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CATALOGUE_WORDS = "nccl-tune's release catalogue"
-HELP = ("NCCL release the profile will run on (X.Y.Z): variables it does not read are errors, "
-        "values whose meaning changed since the release measured are warnings. Default: the "
-        "libnccl a pip-installed torch loads (nvidia-nccl-cu12, as doctor lists it).")
+HELP = (
+    "NCCL release the profile will run on (X.Y.Z): variables it does not read are errors, "
+    "values whose meaning changed since the release measured are warnings. Default: the "
+    "libnccl a pip-installed torch loads (nvidia-nccl-cu12, as doctor lists it)."
+)
 
 
 def _check_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -33,8 +35,7 @@ def _check_version(ctx: click.Context, param: click.Parameter, value: str | None
 
 def nccl_version_option(command):
     """Decorate a click command with `--nccl-version` (parameter `nccl_version`)."""
-    return click.option("--nccl-version", "nccl_version", metavar="X.Y.Z", callback=_check_version,
-                        help=HELP)(command)
+    return click.option("--nccl-version", "nccl_version", metavar="X.Y.Z", callback=_check_version, help=HELP)(command)
 
 
 def target(nccl_version: str | None) -> releases.Target:
@@ -51,9 +52,11 @@ def known_names(tgt: releases.Target) -> linter.KnownNames:
     catalogue = releases.load_catalogue()
     names = catalogue.names_read_by(tgt.version)
     if not names:  # older than the catalogue: the installed library's names, said so
-        return linter.KnownNames(installed.names, tgt.version,
-                                 f"names of {installed.describe()}: {tgt.version} predates the "
-                                 f"catalogue ({catalogue.oldest})")
+        return linter.KnownNames(
+            installed.names,
+            tgt.version,
+            f"names of {installed.describe()}: {tgt.version} predates the catalogue ({catalogue.oldest})",
+        )
     return linter.KnownNames(names, tgt.version, CATALOGUE_WORDS)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import click
 
+from nccl_tune import fileio, vocab
 from nccl_tune.commands import nccl_target
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.live import envcheck, lint as linter
-from nccl_tune import fileio, vocab
+from nccl_tune.live import envcheck
+from nccl_tune.live import lint as linter
 from nccl_tune.live.profile import list_shipped, load_profile, read_text, resolve_profile, shipped_profiles_dir
 
 # Provenance keys worth a column in `list`, first found wins.
@@ -39,8 +40,15 @@ def list_(as_json: bool) -> None:
     entries = []
     for path in list_shipped():
         prof = load_profile(str(path))
-        entries.append({"name": prof.name, "path": str(path), "variables": len(prof.env),
-                        "summary": _summary(prof.provenance), "provenance": prof.provenance})
+        entries.append(
+            {
+                "name": prof.name,
+                "path": str(path),
+                "variables": len(prof.env),
+                "summary": _summary(prof.provenance),
+                "provenance": prof.provenance,
+            }
+        )
     if as_json:
         emit_json(entries)
         return
@@ -49,8 +57,9 @@ def list_(as_json: bool) -> None:
         return
     from tabulate import tabulate
 
-    click.echo(tabulate([[e["name"], e["variables"], e["summary"]] for e in entries],
-                        headers=["name", "vars", "summary"]))
+    click.echo(
+        tabulate([[e["name"], e["variables"], e["summary"]] for e in entries], headers=["name", "vars", "summary"])
+    )
 
 
 @profiles.command("show")
@@ -58,17 +67,24 @@ def list_(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def show(name_or_path: str, as_json: bool) -> None:
     """One profile: provenance, variables (with scope) and lint result."""
-    from nccl_tune.nccl import settings
     from nccl_tune.cli import emit_json
+    from nccl_tune.nccl import settings
 
     path = str(resolve_profile(name_or_path))
     prof = load_profile(path)
     known = linter.installed_names()
     findings = linter.lint_text(read_text(path), path, known)
     if as_json:
-        emit_json({"name": prof.name, "path": path, "provenance": prof.provenance,
-                   "env": prof.env, "scope": {k: settings.scope_of(k) for k in prof.env},
-                   "lint": [f.to_dict() for f in findings]})
+        emit_json(
+            {
+                "name": prof.name,
+                "path": path,
+                "provenance": prof.provenance,
+                "env": prof.env,
+                "scope": {k: settings.scope_of(k) for k in prof.env},
+                "lint": [f.to_dict() for f in findings],
+            }
+        )
         return
     click.echo(f"{prof.name} ({path})")
     for key, value in prof.provenance.items():
@@ -86,10 +102,19 @@ def show(name_or_path: str, as_json: bool) -> None:
 
 @profiles.command("convert")
 @click.argument("source", type=envcheck.PROFILE)
-@click.option("--to", "fmt", type=click.Choice(["conf"]), required=True,
-              help="Target format: conf = NCCL's conf-file syntax (NCCL_CONF_FILE, ~/.nccl.conf).")
-@click.option("-o", "--output", type=vocab.OutputFile(vocab.OutputKind.EXPORT),
-              help="Write here (atomically) instead of printing.")
+@click.option(
+    "--to",
+    "fmt",
+    type=click.Choice(["conf"]),
+    required=True,
+    help="Target format: conf = NCCL's conf-file syntax (NCCL_CONF_FILE, ~/.nccl.conf).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=vocab.OutputFile(vocab.OutputKind.EXPORT),
+    help="Write here (atomically) instead of printing.",
+)
 @nccl_target.nccl_version_option
 def convert(source: str, fmt: str, output: str | None, nccl_version: str | None) -> None:
     """Convert a profile (.env file or shipped name) into an NCCL conf file.
@@ -109,8 +134,7 @@ def convert(source: str, fmt: str, output: str | None, nccl_version: str | None)
     if linter.has_errors(release):
         raise NcclTuneError(f"not converted: {release[0].message}", path=source_path)
     if output:
-        fileio.check_output(output, kind=fileio.OutputKind.EXPORT, inputs=[source_path],
-                            option="--output")
+        fileio.check_output(output, kind=fileio.OutputKind.EXPORT, inputs=[source_path], option="--output")
     text = conffile.convert(source_path)
     if output:
         fileio.write_atomic(output, text)

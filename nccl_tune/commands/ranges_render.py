@@ -27,14 +27,16 @@ def range_notes(rows: list[dict]) -> list[str]:
         if found.get("calibrated"):
             out.append(f"range (calibrated rows): {found['basis']}")
             continue
-        out.append(f"range (uncalibrated rows): the model's time x where {len(found['machines'])} "
-                   f"{found['basis']} fall from the model (90% prediction interval for a machine "
-                   f"not among them): {', '.join(found['machines'])}"
-                   + ("; cut to 4x" if found.get("capped") else ""))
+        out.append(
+            f"range (uncalibrated rows): the model's time x where {len(found['machines'])} "
+            f"{found['basis']} fall from the model (90% prediction interval for a machine "
+            f"not among them): {', '.join(found['machines'])}" + ("; cut to 4x" if found.get("capped") else "")
+        )
         if found.get("question"):
-            out.append(f"these machines differ by {found['machines_differ_by']:.1f}x; the question "
-                       f"that splits them: {found['question']}")
+            out.append(
+                f"these machines differ by {found['machines_differ_by']:.1f}x; the question "
+                f"that splits them: {found['question']}"
+            )
     if not out:
-        out.append("range: no published measurement to range these figures: they are the "
-                   "model's alone")
+        out.append("range: no published measurement to range these figures: they are the model's alone")
     return out

@@ -13,23 +13,45 @@ from tabulate import tabulate
 
 from nccl_tune import fileio, store, vocab
 from nccl_tune.decide import plotting
-from nccl_tune.decide.report import (
-    ADJUSTMENTS,
-    latency_records,
-    observation_flag,
-    report_notes,
-    summarize,
-)
+from nccl_tune.decide.report import ADJUSTMENTS, latency_records, observation_flag, report_notes, summarize
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.measure.launch import summarize_error
 from nccl_tune.vocab import Provenance
 
-CSV_FIELDS = ("cell", "label", "env", "op", "bytes", "world_size", "backend", "mode", "dtype",
-              "machine", "status", "n_rounds",
-              "p50_us", "ci_lo_us", "ci_hi_us", "ci_basis", "delta_us", "delta_ci_lo_us",
-              "delta_ci_hi_us", "verdict", "p_value", "p_adjusted", "confirmed", "effective_algo",
-              "effective_proto", "effective_channels", "flag", "simulated", "final", "rung", "errors",
-              "provenance")
+CSV_FIELDS = (
+    "cell",
+    "label",
+    "env",
+    "op",
+    "bytes",
+    "world_size",
+    "backend",
+    "mode",
+    "dtype",
+    "machine",
+    "status",
+    "n_rounds",
+    "p50_us",
+    "ci_lo_us",
+    "ci_hi_us",
+    "ci_basis",
+    "delta_us",
+    "delta_ci_lo_us",
+    "delta_ci_hi_us",
+    "verdict",
+    "p_value",
+    "p_adjusted",
+    "confirmed",
+    "effective_algo",
+    "effective_proto",
+    "effective_channels",
+    "flag",
+    "simulated",
+    "final",
+    "rung",
+    "errors",
+    "provenance",
+)
 
 
 def _row_dict(s) -> dict:
@@ -61,8 +83,15 @@ def _group(s) -> tuple:
 
 def group_title(s) -> str:
     """The heading of one comparison family: what was measured, how, and where."""
-    how = ", ".join(x for x in (f"mode {s.mode}" if s.mode else None, s.dtype,
-                                f"redop {s.redop}" if s.redop not in (None, "sum") else None) if x)
+    how = ", ".join(
+        x
+        for x in (
+            f"mode {s.mode}" if s.mode else None,
+            s.dtype,
+            f"redop {s.redop}" if s.redop not in (None, "sum") else None,
+        )
+        if x
+    )
     title = f"{s.op}, {s.bytes} B, world {s.world_size}, backend {s.backend}"
     title += (f", {how}" if how else "") + (f"; {s.machine}" if s.machine else "")
     return title + (" (SIMULATED)" if s.backend == "sim" else "")
@@ -85,15 +114,41 @@ def _print_text(summaries, notes: list[str], confidence: float = 0.95) -> None:
         click.echo("\n" + group_title(rows[0]))
         table = []
         for s in rows:
-            verdict = (s.status if s.status != "ok" else s.verdict or
-                       ("baseline" if s.cell == store.BASELINE else "pruned" if not s.final else "-"))
+            verdict = (
+                s.status
+                if s.status != "ok"
+                else s.verdict or ("baseline" if s.cell == store.BASELINE else "pruned" if not s.final else "-")
+            )
             flag = observation_flag(s)
-            table.append([s.row_label, s.n_rounds, _fmt(s.p50_us), _interval(s.ci_us),
-                          _fmt(s.delta_us), _interval(s.delta_ci_us), verdict, _effective(s),
-                          ("! " + flag.split(":")[0]) if flag else ""])
-        click.echo(tabulate(table, headers=["settings", "rounds", "p50 us", ci_header(confidence),
-                                            "delta us", "delta CI", "verdict", "effective",
-                                            "observed"]))
+            table.append(
+                [
+                    s.row_label,
+                    s.n_rounds,
+                    _fmt(s.p50_us),
+                    _interval(s.ci_us),
+                    _fmt(s.delta_us),
+                    _interval(s.delta_ci_us),
+                    verdict,
+                    _effective(s),
+                    ("! " + flag.split(":")[0]) if flag else "",
+                ]
+            )
+        click.echo(
+            tabulate(
+                table,
+                headers=[
+                    "settings",
+                    "rounds",
+                    "p50 us",
+                    ci_header(confidence),
+                    "delta us",
+                    "delta CI",
+                    "verdict",
+                    "effective",
+                    "observed",
+                ],
+            )
+        )
     bad = [s for s in summaries if s.status != "ok"]
     if bad:
         click.echo("\nFailed, timed-out and wrong cells (never candidates):")
@@ -103,8 +158,10 @@ def _print_text(summaries, notes: list[str], confidence: float = 0.95) -> None:
             click.echo(f"  {s.status:8s} {s.label} @ {s.bytes} B: {text}")
     flagged = sorted({s.label for s in summaries if observation_flag(s)})
     if flagged:
-        click.echo(f"\n{len(flagged)} cell(s) flagged '!': the requested setting was not observed "
-                   "in NCCL's own log (unverified) or was contradicted by it.")
+        click.echo(
+            f"\n{len(flagged)} cell(s) flagged '!': the requested setting was not observed "
+            "in NCCL's own log (unverified) or was contradicted by it."
+        )
 
 
 def _write_csv(summaries) -> str:
@@ -113,21 +170,42 @@ def _write_csv(summaries) -> str:
     writer.writeheader()
     for s in summaries:
         e = s.observed_effective or {}
-        writer.writerow({
-            "cell": s.cell, "label": s.label, "env": " ".join(f"{k}={v}" for k, v in s.env.items()),
-            "op": s.op, "bytes": s.bytes, "world_size": s.world_size, "backend": s.backend,
-            "mode": s.mode, "dtype": s.dtype, "machine": s.machine,
-            "status": s.status, "n_rounds": s.n_rounds, "p50_us": s.p50_us,
-            "ci_lo_us": s.ci_us[0] if s.ci_us else None, "ci_hi_us": s.ci_us[1] if s.ci_us else None,
-            "ci_basis": s.ci_basis, "delta_us": s.delta_us,
-            "delta_ci_lo_us": s.delta_ci_us[0] if s.delta_ci_us else None,
-            "delta_ci_hi_us": s.delta_ci_us[1] if s.delta_ci_us else None,
-            "verdict": s.verdict, "p_value": s.p_value, "p_adjusted": s.p_adjusted,
-            "confirmed": s.confirmed, "effective_algo": e.get("algo"),
-            "effective_proto": e.get("proto"), "effective_channels": e.get("channels"),
-            "flag": observation_flag(s), "simulated": s.backend == "sim", "final": s.final, "rung": s.rung,
-            "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip()),
-            "provenance": s.provenance.value if s.provenance else None})
+        writer.writerow(
+            {
+                "cell": s.cell,
+                "label": s.label,
+                "env": " ".join(f"{k}={v}" for k, v in s.env.items()),
+                "op": s.op,
+                "bytes": s.bytes,
+                "world_size": s.world_size,
+                "backend": s.backend,
+                "mode": s.mode,
+                "dtype": s.dtype,
+                "machine": s.machine,
+                "status": s.status,
+                "n_rounds": s.n_rounds,
+                "p50_us": s.p50_us,
+                "ci_lo_us": s.ci_us[0] if s.ci_us else None,
+                "ci_hi_us": s.ci_us[1] if s.ci_us else None,
+                "ci_basis": s.ci_basis,
+                "delta_us": s.delta_us,
+                "delta_ci_lo_us": s.delta_ci_us[0] if s.delta_ci_us else None,
+                "delta_ci_hi_us": s.delta_ci_us[1] if s.delta_ci_us else None,
+                "verdict": s.verdict,
+                "p_value": s.p_value,
+                "p_adjusted": s.p_adjusted,
+                "confirmed": s.confirmed,
+                "effective_algo": e.get("algo"),
+                "effective_proto": e.get("proto"),
+                "effective_channels": e.get("channels"),
+                "flag": observation_flag(s),
+                "simulated": s.backend == "sim",
+                "final": s.final,
+                "rung": s.rung,
+                "errors": " | ".join(summarize_error(x) for x in s.errors if x.strip()),
+                "provenance": s.provenance.value if s.provenance else None,
+            }
+        )
     return buffer.getvalue()
 
 
@@ -135,13 +213,27 @@ def _write_csv(summaries) -> str:
 @click.argument("results", nargs=-1, required=True, type=vocab.InputFile())
 @click.option("--json", "as_json", is_flag=True, help="Print a list of per-(cell, size) objects.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
-@click.option("--plot", "plot_path", metavar="FILE.png", type=vocab.OutputFile(vocab.OutputKind.PLOT),
-              help="Latency vs size, log-log (matplotlib).")
+@click.option(
+    "--plot",
+    "plot_path",
+    metavar="FILE.png",
+    type=vocab.OutputFile(vocab.OutputKind.PLOT),
+    help="Latency vs size, log-log (matplotlib).",
+)
 @click.option("--confidence", default=0.95, show_default=True, type=vocab.Finite(0.5, max=0.999))
-@click.option("--adjust", default="bh", show_default=True, type=click.Choice(ADJUSTMENTS),
-              help="Multiple-comparison adjustment of verdicts across the cells of each size.")
-@click.option("--include-pruned/--final-only", default=True, show_default=True,
-              help="Show cells pruned by a search strategy (never judged).")
+@click.option(
+    "--adjust",
+    default="bh",
+    show_default=True,
+    type=click.Choice(ADJUSTMENTS),
+    help="Multiple-comparison adjustment of verdicts across the cells of each size.",
+)
+@click.option(
+    "--include-pruned/--final-only",
+    default=True,
+    show_default=True,
+    help="Show cells pruned by a search strategy (never judged).",
+)
 def report(results, as_json, as_csv, plot_path, confidence, adjust, include_pruned):
     """Summarise results: per cell and size, median p50 over rounds, intervals (--confidence),
     the difference to the baseline and a verdict; failed, timed-out and wrong cells listed.
@@ -149,8 +241,7 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
     if plot_path:  # the file really written (fileio's one suffix rule), refused before reading
-        plot_path = str(fileio.check_output(plot_path, kind=fileio.OutputKind.PLOT, inputs=results,
-                                            option="--plot"))
+        plot_path = str(fileio.check_output(plot_path, kind=fileio.OutputKind.PLOT, inputs=results, option="--plot"))
     warnings: list[str] = []
     records = store.read_records(results, warnings.append)
     for message in warnings:
@@ -164,8 +255,9 @@ def report(results, as_json, as_csv, plot_path, confidence, adjust, include_prun
     if plot_path:
         drawn = plotting.plot_latency(summaries, plot_path)
         simulated = any(s.backend == "sim" for s in summaries)
-        click.echo(f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if simulated else ""),
-                   err=as_json or as_csv)
+        click.echo(
+            f"plot: wrote {plot_path} ({drawn} cells)" + (" (simulated)" if simulated else ""), err=as_json or as_csv
+        )
     if as_json:
         from nccl_tune.cli import emit_json
 

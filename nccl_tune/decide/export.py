@@ -45,9 +45,11 @@ class Workload:
 
     def describe(self, analysis: Analysis) -> str:
         """One line: the message size and the allreduces per token."""
-        return (f"allreduce latency at {analysis.message_bytes} B ({self.tokens} token(s) x "
-                f"{self.hidden} x {self.dtype}); {analysis.collectives} allreduces per token "
-                f"({self.layers} layers x {self.per_layer} + {self.extra})")
+        return (
+            f"allreduce latency at {analysis.message_bytes} B ({self.tokens} token(s) x "
+            f"{self.hidden} x {self.dtype}); {analysis.collectives} allreduces per token "
+            f"({self.layers} layers x {self.per_layer} + {self.extra})"
+        )
 
 
 def installed_nccl() -> str:
@@ -61,10 +63,17 @@ def installed_nccl() -> str:
     return f"not measured (installed: {lib.version})" if lib else "not measured"
 
 
-def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: str,
-               topology_note: str | None = None, forced: str | None = None,
-               baseline_tok_s: float | None = None, confidence: float = 0.95,
-               speculative: str | None = None) -> dict:
+def provenance(
+    analysis: Analysis,
+    row: CellRow,
+    workload: Workload,
+    command: str,
+    topology_note: str | None = None,
+    forced: str | None = None,
+    baseline_tok_s: float | None = None,
+    confidence: float = 0.95,
+    speculative: str | None = None,
+) -> dict:
     """The `# key: value` header of an exported profile (`speculative`: the step planner's
     decision, recommend --spec-steps)."""
     s = row.saving
@@ -82,8 +91,10 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
         where.append(f"backend {analysis.backend}")
     saving = f"{s.saving_ms:.3f} ms per token"
     if s.ci_ms is not None:
-        saving += (f" ({ci_words(analysis, confidence)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}"
-                   f"{family_words(analysis, confidence)}, basis {s.basis}, {s.n_rounds} rounds)")
+        saving += (
+            f" ({ci_words(analysis, confidence)} {s.ci_ms[0]:.3f} to {s.ci_ms[1]:.3f}"
+            f"{family_words(analysis, confidence)}, basis {s.basis}, {s.n_rounds} rounds)"
+        )
     elif analysis.source == MODELLED:
         saving += " (modelled: no interval)"
     prov = {
@@ -91,8 +102,7 @@ def provenance(analysis: Analysis, row: CellRow, workload: Workload, command: st
         "what": workload.describe(analysis),
         "where": ", ".join(where),
         "nccl": analysis.nccl_version or installed_nccl(),
-        "when": f"exported {store.now_iso()}" + (f"; measured {analysis.measured_at}"
-                                                  if analysis.measured_at else ""),
+        "when": f"exported {store.now_iso()}" + (f"; measured {analysis.measured_at}" if analysis.measured_at else ""),
         "saving": saving,
         "trust": row.trust,  # the word --json and the table print (CellRow.trust)
     }
@@ -112,16 +122,28 @@ def lint_findings(text: str, path: str) -> list[str]:
     return lint_problems(profile.parse_profile(text, path=path).env)
 
 
-APPLY_NOTES = ["Apply: set -a; . THIS.env; set +a   or   docker run --env-file THIS.env",
-               "or nccl-tune exec --profile THIS.env -- CMD ARGS.",
-               "Check a running server carries it: nccl-tune check --profile THIS.env --pid PID --tree."]
+APPLY_NOTES = [
+    "Apply: set -a; . THIS.env; set +a   or   docker run --env-file THIS.env",
+    "or nccl-tune exec --profile THIS.env -- CMD ARGS.",
+    "Check a running server carries it: nccl-tune check --profile THIS.env --pid PID --tree.",
+]
 
 
-def write_profile(path: str, analysis: Analysis, workload: Workload, command: str, *,
-                  force: bool = False, topology_note: str | None = None,
-                  baseline_tok_s: float | None = None, confidence: float = 0.95,
-                  conf: bool = False, target: releases.Target | None = None,
-                  target_notes: tuple[str, ...] = (), speculative: str | None = None) -> dict:
+def write_profile(
+    path: str,
+    analysis: Analysis,
+    workload: Workload,
+    command: str,
+    *,
+    force: bool = False,
+    topology_note: str | None = None,
+    baseline_tok_s: float | None = None,
+    confidence: float = 0.95,
+    conf: bool = False,
+    target: releases.Target | None = None,
+    target_notes: tuple[str, ...] = (),
+    speculative: str | None = None,
+) -> dict:
     """Write the recommended profile (or refuse, saying why); returns what happened.
 
     `conf`: in NCCL's conf-file syntax (nccl_tune.live.conffile) instead of a .env file.
@@ -133,11 +155,12 @@ def write_profile(path: str, analysis: Analysis, workload: Workload, command: st
     if row is None:
         return {"path": path, "written": False, "reason": refusal}
     grammar.check_env(row.env, f"results cell {row.cell}")  # whatever the results file says
-    prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s,
-                      confidence, speculative)
+    prov = provenance(analysis, row, workload, command, topology_note, forced, baseline_tok_s, confidence, speculative)
     if target is not None:  # right after the measured release's line
-        extra = {"nccl target": target.describe(),
-                 **{f"nccl target warning {i}": n for i, n in enumerate(target_notes, start=1)}}
+        extra = {
+            "nccl target": target.describe(),
+            **{f"nccl target warning {i}": n for i, n in enumerate(target_notes, start=1)},
+        }
         keys = list(prov)
         at = keys.index("nccl") + 1 if "nccl" in keys else len(keys)
         prov = {k: prov[k] for k in keys[:at]} | extra | {k: prov[k] for k in keys[at:]}
@@ -161,9 +184,16 @@ def _version_tuple(text: str | None):
     return parse_version(text)
 
 
-def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nranks: int,
-                 notes: list[str], uncovered: list[str],
-                 target: releases.Target | None = None) -> list[str]:
+def tuner_header(
+    analysis: Analysis,
+    path: str,
+    command: str,
+    nnodes: int,
+    nranks: int,
+    notes: list[str],
+    uncovered: list[str],
+    target: releases.Target | None = None,
+) -> list[str]:
     """The CSV's '#' header: minimum plugin version, where to build it, how to load it,
     what runs on one channel, the plugin interfaces the target release loads, version
     warnings, provenance."""
@@ -206,21 +236,36 @@ def tuner_header(analysis: Analysis, path: str, command: str, nnodes: int, nrank
     return header
 
 
-def write_tuner_csv(path: str, analysis: Analysis, topology_name: str, command: str, *,
-                    force: bool = False, target: releases.Target | None = None) -> dict:
+def write_tuner_csv(
+    path: str,
+    analysis: Analysis,
+    topology_name: str,
+    command: str,
+    *,
+    force: bool = False,
+    target: releases.Target | None = None,
+) -> dict:
     """Write the tuner-plugin rules nccl_tune.decide.tuner_rows chose for the exported cell
     (or refuse, saying why: its refusal); returns what happened."""
     chosen = tuner_rows.choose(analysis, topology_name, force)
     if chosen.disabled:  # a rule NCCL's settings disable is skipped: a bug there, never written
-        raise NcclTuneError("tuner rules the profile's NCCL_ALGO/NCCL_PROTO disable: "
-                            + "; ".join(chosen.disabled[:3]), path=path)
+        raise NcclTuneError(
+            "tuner rules the profile's NCCL_ALGO/NCCL_PROTO disable: " + "; ".join(chosen.disabled[:3]), path=path
+        )
     if chosen.refusal:
         return {"path": path, "written": False, "reason": chosen.refusal}
-    header = tuner_header(analysis, path, command, chosen.nnodes, chosen.nranks,
-                          list(chosen.notes), list(chosen.uncovered), target)
+    header = tuner_header(
+        analysis, path, command, chosen.nnodes, chosen.nranks, list(chosen.notes), list(chosen.uncovered), target
+    )
     text = tuner.render(list(chosen.rules), header)
     tuner.parse(text)  # the plugin's own reading must accept every line
     fileio.write_atomic(path, text)
-    return {"path": path, "written": True, "rules": [r.line() for r in chosen.rules],
-            "nnodes": chosen.nnodes, "nranks": chosen.nranks,
-            "one_channel": list(chosen.uncovered), "forced": chosen.forced}
+    return {
+        "path": path,
+        "written": True,
+        "rules": [r.line() for r in chosen.rules],
+        "nnodes": chosen.nnodes,
+        "nranks": chosen.nranks,
+        "one_channel": list(chosen.uncovered),
+        "forced": chosen.forced,
+    }

@@ -105,14 +105,14 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
     curves: dict[tuple, list] = {}
     for s in summaries:
         if s.status == "ok" and s.final and s.p50_us and s.bytes > 0:
-            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend, s.machine, s.mode,
-                               s.dtype), []).append(s)
+            curves.setdefault((s.cell, s.label, s.op, s.world_size, s.backend, s.machine, s.mode, s.dtype), []).append(
+                s
+            )
     if not curves:
         raise NcclTuneError("--plot: no successful final measurements to plot")
     contexts = {k[2:] for k in curves}
     if len(contexts) > 1:  # several machines or set-ups: say which line is which
-        curves = {(k[0], f"{k[1]} [{k[5]}, {k[6]}, {k[7]}, world {k[3]}]", *k[2:]): v
-                  for k, v in curves.items()}
+        curves = {(k[0], f"{k[1]} [{k[5]}, {k[6]}, {k[7]}, world {k[3]}]", *k[2:]): v for k, v in curves.items()}
     ranked = sorted(curves, key=lambda k: min(x.p50_us for x in curves[k]))
     labelled = set(ranked[:8]) | {k for k in curves if k[0] == BASELINE}
     fig, ax = plt.subplots(figsize=(10, 6.5))
@@ -123,17 +123,34 @@ def plot_latency(summaries, path: str, title: str | None = None) -> int:
         all_p50 += ys + [v for p in points if p.ci_us for v in p.ci_us]
         baseline = key[0] == BASELINE
         shown = baseline or key in labelled
-        line, = ax.plot(xs, ys, marker="o", color="black" if baseline else None,
-                        linewidth=3.0 if baseline else 1.0, alpha=1.0 if shown else 0.35,
-                        zorder=3 if baseline else 2,
-                        label=wrap(key[1], 45) if key in labelled else None)
+        (line,) = ax.plot(
+            xs,
+            ys,
+            marker="o",
+            color="black" if baseline else None,
+            linewidth=3.0 if baseline else 1.0,
+            alpha=1.0 if shown else 0.35,
+            zorder=3 if baseline else 2,
+            label=wrap(key[1], 45) if key in labelled else None,
+        )
         if shown and any(p.ci_us for p in points):  # the interval of each p50
             # the interval is of the geometric mean over rounds, the point the median: the
             # median can sit just outside it, so the bar is clipped at the point
-            err = [[max(0.0, p.p50_us - p.ci_us[0]) if p.ci_us else 0 for p in points],
-                   [max(0.0, p.ci_us[1] - p.p50_us) if p.ci_us else 0 for p in points]]
-            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=line.get_color(), elinewidth=1.0,
-                        capsize=3, alpha=0.8, zorder=line.get_zorder())
+            err = [
+                [max(0.0, p.p50_us - p.ci_us[0]) if p.ci_us else 0 for p in points],
+                [max(0.0, p.ci_us[1] - p.p50_us) if p.ci_us else 0 for p in points],
+            ]
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=err,
+                fmt="none",
+                ecolor=line.get_color(),
+                elinewidth=1.0,
+                capsize=3,
+                alpha=0.8,
+                zorder=line.get_zorder(),
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     sizes = sorted({p.bytes for v in curves.values() for p in v})

@@ -21,16 +21,20 @@ def plot_saving(path: str, analysis: Analysis, comp=None) -> None:
     values = [r.saving.saving_ms for r in rows]
     err = None
     if any(r.saving.ci_ms for r in rows):
-        err = [[max(0.0, r.saving.saving_ms - r.saving.ci_ms[0]) if r.saving.ci_ms else 0 for r in rows],
-               [max(0.0, r.saving.ci_ms[1] - r.saving.saving_ms) if r.saving.ci_ms else 0 for r in rows]]
+        err = [
+            [max(0.0, r.saving.saving_ms - r.saving.ci_ms[0]) if r.saving.ci_ms else 0 for r in rows],
+            [max(0.0, r.saving.ci_ms[1] - r.saving.saving_ms) if r.saving.ci_ms else 0 for r in rows],
+        ]
     colors = ["tab:green" if r is analysis.recommended else "tab:gray" for r in rows]
     ax.barh(range(len(rows)), values, xerr=err, color=colors, capsize=3 if err else 0)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel("saving per token (ms; NCCL_ omitted from names)" + ("; bars: intervals" if err else ""))
-    ax.set_title(f"{analysis.source}: saving per token vs NCCL defaults"
-                 + (" (green: recommended)" if analysis.recommended else ""))
+    ax.set_title(
+        f"{analysis.source}: saving per token vs NCCL defaults"
+        + (" (green: recommended)" if analysis.recommended else "")
+    )
     if comp is not None:
         _steps_panel(axes[1], comp)
     notes = []

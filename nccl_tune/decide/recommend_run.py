@@ -29,11 +29,12 @@ from nccl_tune.spec.options import SpecInputs
 from nccl_tune.spec.profile_steps import SpecComparison, compare_profiles
 
 # costmodel's doc: which constants were fitted to public tables.
-MODEL_CALIBRATION = ("its host-memory per-hop and bandwidth and Simple-over-PCIe constants were "
-                     "fitted to published tables, and real machines of one kind differ by 1.5x and more: "
-                     "a published range (or a `model fit` of your machine) says by how much")
-FILE_OPTIONS = {"export": "--export", "export_conf": "--export-conf", "tuner_csv": "--tuner-csv",
-                "plot": "--plot"}
+MODEL_CALIBRATION = (
+    "its host-memory per-hop and bandwidth and Simple-over-PCIe constants were "
+    "fitted to published tables, and real machines of one kind differ by 1.5x and more: "
+    "a published range (or a `model fit` of your machine) says by how much"
+)
+FILE_OPTIONS = {"export": "--export", "export_conf": "--export-conf", "tuner_csv": "--tuner-csv", "plot": "--plot"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,9 @@ class RecommendRequest:
     @property
     def collectives(self) -> int:
         """Allreduces per token."""
-        return per_token.collectives_per_forward(self.workload.layers, self.collectives_per_layer,
-                                                 self.extra_collectives)
+        return per_token.collectives_per_forward(
+            self.workload.layers, self.collectives_per_layer, self.extra_collectives
+        )
 
     @property
     def extra_sizes(self) -> list[int]:
@@ -105,8 +107,11 @@ class RecommendResult:
     @property
     def refused(self) -> list[str]:
         """Files asked for and not written, one phrase each (the command exits 1)."""
-        return [f"{FILE_OPTIONS[kind]} {info['path']} {info['reason']}"
-                for kind, info in self.files.items() if not info.get("written")]
+        return [
+            f"{FILE_OPTIONS[kind]} {info['path']} {info['reason']}"
+            for kind, info in self.files.items()
+            if not info.get("written")
+        ]
 
     def to_dict(self) -> dict:
         """`--json`: the analysis plus where it comes from, the engine, the plan, the files."""
@@ -134,9 +139,14 @@ def _analyze(req: RecommendRequest, warn) -> tuple[Analysis, str, str, Range | N
         if not records:
             raise NcclTuneError("no results records to read", path=", ".join(req.results))
         analysis = recommendation.analyze_records(
-            records, nbytes=req.nbytes, collectives=req.collectives, tp=w.tp,
-            extrapolate=req.extrapolate, baseline_tok_s=req.baseline_tok_s,
-            confidence=req.confidence)
+            records,
+            nbytes=req.nbytes,
+            collectives=req.collectives,
+            tp=w.tp,
+            extrapolate=req.extrapolate,
+            baseline_tok_s=req.baseline_tok_s,
+            confidence=req.confidence,
+        )
         if analysis.topology in costmodel.TOPOLOGIES:
             topo_name = analysis.topology
         return analysis, topo_name, topo_note, None
@@ -145,9 +155,14 @@ def _analyze(req: RecommendRequest, warn) -> tuple[Analysis, str, str, Range | N
         loaded = calibrate.load(req.model_path)
         topo_name, topo_note = loaded.topology, f"{loaded.topology} (from {req.model_path})"
     analysis = recommendation.analyze_model(
-        topology_name=topo_name, nranks=w.tp or (loaded.nranks if loaded else 8), nbytes=req.nbytes,
-        collectives=req.collectives, baseline_tok_s=req.baseline_tok_s,
-        extra_sizes=req.extra_sizes, params=loaded.params if loaded else None)
+        topology_name=topo_name,
+        nranks=w.tp or (loaded.nranks if loaded else 8),
+        nbytes=req.nbytes,
+        collectives=req.collectives,
+        baseline_tok_s=req.baseline_tok_s,
+        extra_sizes=req.extra_sizes,
+        params=loaded.params if loaded else None,
+    )
     analysis.topology_note = topo_note
     if loaded:
         analysis.notes.insert(0, loaded.describe())
@@ -159,15 +174,31 @@ def _compare(req: RecommendRequest, analysis: Analysis) -> SpecComparison:
     """recommend --spec-steps: the planner under the baseline and the recommended cell."""
     w, t = req.workload, req.spec.timings
     return compare_profiles(
-        analysis, steps=list(req.steps), acceptance=req.spec.acceptance, hidden=w.hidden,
-        dtype=w.dtype, batch=w.batch, layers=w.layers, baseline_tok_s=req.baseline_tok_s,
-        decode_ms=t.decode_ms, verify_points=list(t.verify_points), verify_model=req.verify_model,
-        experts=req.moe_experts, topk=req.moe_topk, compute_per_token_ms=req.compute_per_token_ms,
+        analysis,
+        steps=list(req.steps),
+        acceptance=req.spec.acceptance,
+        hidden=w.hidden,
+        dtype=w.dtype,
+        batch=w.batch,
+        layers=w.layers,
+        baseline_tok_s=req.baseline_tok_s,
+        decode_ms=t.decode_ms,
+        verify_points=list(t.verify_points),
+        verify_model=req.verify_model,
+        experts=req.moe_experts,
+        topk=req.moe_topk,
+        compute_per_token_ms=req.compute_per_token_ms,
         draft_ms=t.draft_ms,
-        draft_collectives=(req.collectives_per_layer + req.extra_collectives
-                           if req.draft_collectives is None else req.draft_collectives),
-        other_ms=t.other_ms, extrapolate=req.extrapolate, profile=req.export_path,
-        halves=t.halves())
+        draft_collectives=(
+            req.collectives_per_layer + req.extra_collectives
+            if req.draft_collectives is None
+            else req.draft_collectives
+        ),
+        other_ms=t.other_ms,
+        extrapolate=req.extrapolate,
+        profile=req.export_path,
+        halves=t.halves(),
+    )
 
 
 def spec_words(comp: SpecComparison | None) -> str | None:
@@ -175,12 +206,20 @@ def spec_words(comp: SpecComparison | None) -> str | None:
     if comp is None:
         return None
     which = "recommended" if comp.recommended else "baseline"
-    return (f"{comp.decision(which)['words']} (planned by recommend --spec-steps under the "
-            f"{which} cell; the measured sweep decides: nccl-tune validate)")
+    return (
+        f"{comp.decision(which)['words']} (planned by recommend --spec-steps under the "
+        f"{which} cell; the measured sweep decides: nccl-tune validate)"
+    )
 
 
-def _export(req: RecommendRequest, analysis: Analysis, topo_name: str, topo_note: str,
-            sizes: export.Workload, comp: SpecComparison | None) -> tuple[dict, releases.Target | None]:
+def _export(
+    req: RecommendRequest,
+    analysis: Analysis,
+    topo_name: str,
+    topo_note: str,
+    sizes: export.Workload,
+    comp: SpecComparison | None,
+) -> tuple[dict, releases.Target | None]:
     """The files asked for, checked against the target release first."""
     written: dict = {}
     target, target_notes = None, ()
@@ -193,12 +232,23 @@ def _export(req: RecommendRequest, analysis: Analysis, topo_name: str, topo_note
     for kind, path, conf in (("export", req.export_path, False), ("export_conf", req.conf_path, True)):
         if path:
             written[kind] = export.write_profile(
-                path, analysis, sizes, req.command, force=req.force, topology_note=topo_note,
-                baseline_tok_s=req.baseline_tok_s, confidence=req.confidence, conf=conf,
-                target=target, target_notes=target_notes, speculative=said)
+                path,
+                analysis,
+                sizes,
+                req.command,
+                force=req.force,
+                topology_note=topo_note,
+                baseline_tok_s=req.baseline_tok_s,
+                confidence=req.confidence,
+                conf=conf,
+                target=target,
+                target_notes=target_notes,
+                speculative=said,
+            )
     if req.tuner_path:
-        written["tuner_csv"] = export.write_tuner_csv(req.tuner_path, analysis, topo_name,
-                                                      req.command, force=req.force, target=target)
+        written["tuner_csv"] = export.write_tuner_csv(
+            req.tuner_path, analysis, topo_name, req.command, force=req.force, target=target
+        )
     return written, target
 
 
@@ -207,19 +257,23 @@ def run(req: RecommendRequest, warn: Callable[[str], None] | None = None) -> Rec
     skipped-line warnings. NcclTuneError on bad input (nothing written)."""
     analysis, topo_name, topo_note, published = _analyze(req, warn)
     w = req.workload
-    engine_report = engines.report(req.engine, analysis.topology or topo_name,
-                                   analysis.world_size or w.tp or 8, [req.nbytes, *req.extra_sizes],
-                                   cc=req.cc)
+    engine_report = engines.report(
+        req.engine,
+        analysis.topology or topo_name,
+        analysis.world_size or w.tp or 8,
+        [req.nbytes, *req.extra_sizes],
+        cc=req.cc,
+    )
     analysis.notes.extend(engine_report.lines)
     comp = _compare(req, analysis) if req.steps else None
     acceptance = req.spec.acceptance.build(max(req.steps)) if req.steps else None
-    sizes = export.Workload(w.layers, req.collectives_per_layer, req.extra_collectives, w.batch,
-                            w.hidden, w.dtype)
+    sizes = export.Workload(w.layers, req.collectives_per_layer, req.extra_collectives, w.batch, w.hidden, w.dtype)
     written, target = _export(req, analysis, topo_name, topo_note, sizes, comp)
     if req.plot_path:
         from nccl_tune.decide.recommend_plot import plot_saving
 
         plot_saving(req.plot_path, analysis, comp)
         written["plot"] = {"path": req.plot_path, "written": True}
-    return RecommendResult(req, analysis, topo_name, topo_note, published, engine_report,
-                           acceptance, comp, sizes, target, written)
+    return RecommendResult(
+        req, analysis, topo_name, topo_note, published, engine_report, acceptance, comp, sizes, target, written
+    )

@@ -27,16 +27,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from nccl_tune import stats
-from nccl_tune.vocab import Provenance, provenance_of
-from nccl_tune.model import costmodel
-from nccl_tune.nccl import settings
-from nccl_tune.live import grammar
-from nccl_tune.errors import NcclTuneError
-from nccl_tune.model.per_token import (LatencyCurve, OutOfRangeError, SavingEstimate,
-                             estimate_saving, projected_tok_s,
-                             projected_tok_s_interval)
 from nccl_tune.decide.report import GLOO_NOTE, latency_records
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import grammar
+from nccl_tune.model import costmodel
+from nccl_tune.model.per_token import (
+    LatencyCurve,
+    OutOfRangeError,
+    SavingEstimate,
+    estimate_saving,
+    projected_tok_s,
+    projected_tok_s_interval,
+)
+from nccl_tune.nccl import settings
 from nccl_tune.store import BASELINE, cell_label
+from nccl_tune.vocab import Provenance, provenance_of
 
 MEASURED, MODELLED, SIMULATED = "measured", "modelled", "simulated"
 TIE_FRACTION = 0.02  # modelled savings this close (relative) count as a tie
@@ -46,9 +51,14 @@ STATUS_ORDER = ("ok", "timeout", "failed", "wrong")  # worse to the right
 
 # Settings the embedded (modelled) default compares with NCCL's defaults. LL128 is left
 # out: forcing it skips NCCL's safety checks (DESIGN.md section 5).
-PUBLIC_REPORT_PROFILE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-                         "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216",
-                         "NCCL_NTHREADS": "512"}
+PUBLIC_REPORT_PROFILE = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 MODELLED_CANDIDATES = (
     {"NCCL_P2P_LEVEL": "SYS"},
     {"NCCL_PROTO": "LL"},
@@ -114,9 +124,15 @@ class CellRow:
         """JSON-ready form (the issue's field names)."""
         saving = self.saving
         return {
-            "cell": self.cell, "env": self.env, "label": self.label, "status": self.status,
-            "trust": self.trust, "final": self.final, "effective": self.effective,
-            "latency_us": self.latency_us, "comm_ms_per_token": self.comm_ms,
+            "cell": self.cell,
+            "env": self.env,
+            "label": self.label,
+            "status": self.status,
+            "trust": self.trust,
+            "final": self.final,
+            "effective": self.effective,
+            "latency_us": self.latency_us,
+            "comm_ms_per_token": self.comm_ms,
             "saving_ms_per_token": saving.saving_ms if saving else None,
             "saving_ci_ms": list(saving.ci_ms) if saving and saving.ci_ms else None,
             "ci_basis": saving.basis if saving else None,
@@ -125,10 +141,11 @@ class CellRow:
             "projected_tok_s": self.projected_tok_s,
             "projected_tok_s_ci": list(self.projected_ci) if self.projected_ci else None,
             "projected_tok_s_range": list(self.projected_range) if self.projected_range else None,
-            "latency_range_us": ([round(v, 2) for v in self.latency_range]
-                                 if self.latency_range else None),
+            "latency_range_us": ([round(v, 2) for v in self.latency_range] if self.latency_range else None),
             "calibrated": self.calibrated,
-            "verdict": self.verdict, "eligible": self.eligible, "reason": self.reason,
+            "verdict": self.verdict,
+            "eligible": self.eligible,
+            "reason": self.reason,
             "errors": self.errors,
         }
 
@@ -169,8 +186,9 @@ class Analysis:
         table's projection; for modelled ones the curves' difference (as the table).
         OutOfRangeError outside the measured sizes without `extrapolate`."""
         if row.records is not None and self.baseline.records is not None:
-            estimate = estimate_saving(self.baseline.records, row.records, nbytes, self.collectives,
-                                       extrapolate, self.cell_confidence or 0.95)
+            estimate = estimate_saving(
+                self.baseline.records, row.records, nbytes, self.collectives, extrapolate, self.cell_confidence or 0.95
+            )
             if estimate is not None:
                 return estimate.saving_ms
         base = self.baseline.curve.at(nbytes, extrapolate)
@@ -180,11 +198,15 @@ class Analysis:
         """JSON-ready form."""
         rec = self.recommended
         return {
-            "source": self.source, "provenance": self.provenance.value,
+            "source": self.source,
+            "provenance": self.provenance.value,
             "message_bytes": self.message_bytes,
-            "collectives_per_token": self.collectives, "world_size": self.world_size,
-            "backend": self.backend, "topology": self.topology,
-            "topology_note": self.topology_note, "nccl_version": self.nccl_version,
+            "collectives_per_token": self.collectives,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "topology": self.topology,
+            "topology_note": self.topology_note,
+            "nccl_version": self.nccl_version,
             "gpus": self.gpus,
             "recommended": rec.to_dict() if rec else None,
             "keep_defaults": rec is None,
@@ -192,11 +214,13 @@ class Analysis:
             "cells": [c.to_dict() for c in self.cells],
             "pruned": [c.to_dict() for c in self.pruned],
             "notes": self.notes,
-            "family_size": self.family_size, "cell_confidence": self.cell_confidence,
+            "family_size": self.family_size,
+            "cell_confidence": self.cell_confidence,
         }
 
 
 # ---------------------------------------------------------------- shared helpers
+
 
 def source_words(analysis: Analysis) -> str:
     """The source in words for exported headers: the provenance ('measured with NCCL',
@@ -210,12 +234,14 @@ def source_words(analysis: Analysis) -> str:
 def trust_words(row: CellRow) -> str:
     """The trust of a recommended cell in words, from its provenance: what NCCL's log said
     where NCCL ran, and why nothing can confirm it where it did not."""
-    words = {"confirmed": "confirmed by NCCL log",
-             "contradicted": "contradicted by NCCL log",
-             "declared": "declared, not confirmed by NCCL log",
-             Provenance.SIMULATED.value: "simulated: nothing ran, so no NCCL log confirms it",
-             Provenance.MODELLED.value: "modelled: nothing ran, so no NCCL log confirms it",
-             Provenance.GLOO.value: "measured on gloo: NCCL settings do not apply there"}
+    words = {
+        "confirmed": "confirmed by NCCL log",
+        "contradicted": "contradicted by NCCL log",
+        "declared": "declared, not confirmed by NCCL log",
+        Provenance.SIMULATED.value: "simulated: nothing ran, so no NCCL log confirms it",
+        Provenance.MODELLED.value: "modelled: nothing ran, so no NCCL log confirms it",
+        Provenance.GLOO.value: "measured on gloo: NCCL settings do not apply there",
+    }
     return words.get(row.trust, row.trust)
 
 
@@ -234,10 +260,12 @@ def check_tok_s(analysis: Analysis, baseline_tok_s: float | None) -> str | None:
     whole = 1000.0 / baseline_tok_s
     if comm <= whole:
         return None
-    note = (f"IMPLAUSIBLE: the baseline's collectives take {comm:.1f} ms per token, more than the "
-            f"whole {whole:.1f} ms per token at --baseline-tok-s {baseline_tok_s:g}: these "
-            "latencies (or --layers, the world size, the message size) do not describe that "
-            "server; the projected tok/s mean nothing")
+    note = (
+        f"IMPLAUSIBLE: the baseline's collectives take {comm:.1f} ms per token, more than the "
+        f"whole {whole:.1f} ms per token at --baseline-tok-s {baseline_tok_s:g}: these "
+        "latencies (or --layers, the world size, the message size) do not describe that "
+        "server; the projected tok/s mean nothing"
+    )
     analysis.notes.append(note)
     return note
 
@@ -265,8 +293,7 @@ def ci_words(analysis: Analysis, confidence: float = 0.95) -> str:
 def family_words(analysis: Analysis, confidence: float = 0.95) -> str:
     """' (family-wise 95%, Bonferroni over k cells)' when k > 1 cells were compared, else ''."""
     if analysis.family_size > 1 and analysis.cell_confidence is not None:
-        return (f" (family-wise {100 * confidence:.4g}%, Bonferroni over {analysis.family_size} "
-                "cells)")
+        return f" (family-wise {100 * confidence:.4g}%, Bonferroni over {analysis.family_size} cells)"
     return ""
 
 
@@ -277,14 +304,27 @@ def export_row(analysis: Analysis, force: bool) -> tuple[CellRow | None, str | N
         return rec, None, None
     if rec is not None:
         if not force:
-            return None, None, (f"not written: the recommendation is {analysis.source}, not measured "
-                                "(pass --force to write it anyway; its header says so)")
+            return (
+                None,
+                None,
+                (
+                    f"not written: the recommendation is {analysis.source}, not measured "
+                    "(pass --force to write it anyway; its header says so)"
+                ),
+            )
         return rec, f"{analysis.source} figures, written with --force", None
     if not force:
-        return None, None, ("not written: no recommendation (keep NCCL's defaults; --force writes "
-                            "the best cell)")
-    candidates = [r for r in analysis.cells if r.status == "ok" and r.final and r.confirmed is not False
-                  and r.saving is not None and r.saving.saving_ms > 0 and not lint_problems(r.env)]
+        return None, None, ("not written: no recommendation (keep NCCL's defaults; --force writes the best cell)")
+    candidates = [
+        r
+        for r in analysis.cells
+        if r.status == "ok"
+        and r.final
+        and r.confirmed is not False
+        and r.saving is not None
+        and r.saving.saving_ms > 0
+        and not lint_problems(r.env)
+    ]
     if not candidates:
         return None, None, "not written: no cell saves time, even without a significant interval"
     best = max(candidates, key=lambda r: r.saving.saving_ms)
@@ -326,13 +366,16 @@ def _rank(rows: list[CellRow]) -> list[CellRow]:
     def key(r: CellRow):
         saving = r.saving.saving_ms if r.saving else -math.inf
         return (not r.eligible, -saving, r.n_vars)
+
     return sorted(rows, key=key)
 
 
 # ---------------------------------------------------------------- measured / simulated
 
-WORLD_ONE = ("a world of one rank has no collectives: tensor parallelism over one GPU runs no "
-             "allreduce, so NCCL settings save nothing")
+WORLD_ONE = (
+    "a world of one rank has no collectives: tensor parallelism over one GPU runs no "
+    "allreduce, so NCCL settings save nothing"
+)
 
 
 def check_world(world, what: str) -> None:
@@ -351,8 +394,7 @@ def _choose_subset(records: list[dict], tp: int | None) -> tuple[list[dict], int
     if tp is not None:
         if tp not in worlds:
             found = ", ".join(str(w) for w in sorted(worlds, key=lambda w: (w is None, w)))
-            raise NcclTuneError(f"no results for world size {tp} (--tp); the results hold world "
-                                f"size(s) {found}")
+            raise NcclTuneError(f"no results for world size {tp} (--tp); the results hold world size(s) {found}")
         world = tp
     elif len(worlds) > 1:
         found = ", ".join(str(w) for w in sorted(worlds, key=lambda w: (w is None, w)))
@@ -390,9 +432,16 @@ def _most_common(records: list[dict], getter) -> str | None:
     return str(values.most_common(1)[0][0]) if values else None
 
 
-def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: int | None = None,
-                    extrapolate: bool = False, baseline_tok_s: float | None = None,
-                    confidence: float = 0.95) -> Analysis:
+def analyze_records(
+    records: list[dict],
+    *,
+    nbytes: int,
+    collectives: int,
+    tp: int | None = None,
+    extrapolate: bool = False,
+    baseline_tok_s: float | None = None,
+    confidence: float = 0.95,
+) -> Analysis:
     """Rank the cells of measured (or simulated) records at the decode size `nbytes`."""
     from nccl_tune.decide.report import summarize
 
@@ -402,19 +451,19 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     for r in final:
         by_cell.setdefault(r.get("cell") or BASELINE, []).append(r)
     if BASELINE not in by_cell and any(r.get("final", True) is False for r in subset):
-        raise NcclTuneError(unfinished_search_message(subset, nbytes, collectives, extrapolate,
-                                                      confidence))
+        raise NcclTuneError(unfinished_search_message(subset, nbytes, collectives, extrapolate, confidence))
     if BASELINE not in by_cell:
-        raise NcclTuneError("the results hold no baseline (NCCL defaults) records for world size "
-                            f"{world}: a saving needs the defaults measured alongside the cells")
+        raise NcclTuneError(
+            "the results hold no baseline (NCCL defaults) records for world size "
+            f"{world}: a saving needs the defaults measured alongside the cells"
+        )
     summaries = summarize(subset, confidence=confidence)
     rows: dict[str, CellRow] = {}
     pruned: dict[str, CellRow] = {}
     flags: dict[tuple[str, bool], list] = {}
     for s in summaries:
         target = rows if s.final else pruned
-        row = target.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=s.final,
-                                                provenance=s.provenance))
+        row = target.setdefault(s.cell, CellRow(cell=s.cell, env=dict(s.env), final=s.final, provenance=s.provenance))
         row.status = _worst_status([row.status, s.status])
         row.errors = sorted(set(row.errors) | set(s.errors))
         flags.setdefault((s.cell, s.final), []).append(s.confirmed)
@@ -422,8 +471,7 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
             row.effective = s.observed_effective  # what NCCL reported; never a simulated choice
     for (cell, is_final), seen in flags.items():
         row = (rows if is_final else pruned)[cell]
-        row.confirmed = (False if any(f is False for f in seen)
-                         else True if all(f is True for f in seen) else None)
+        row.confirmed = False if any(f is False for f in seen) else True if all(f is True for f in seen) else None
     for cell_rows in (rows, pruned):
         for row in cell_rows.values():
             _fill_curve(row, summaries, nbytes, collectives, extrapolate)
@@ -435,37 +483,60 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
     for row in rows.values():
         row.records = by_cell.get(row.cell, [])
     if baseline.status != "ok":
-        raise NcclTuneError(f"the baseline cell's records are {baseline.status}: nothing can be "
-                            "compared with it")
+        raise NcclTuneError(f"the baseline cell's records are {baseline.status}: nothing can be compared with it")
     if baseline.latency_us is None:
-        raise NcclTuneError(f"the baseline was not measured at or around {nbytes} B "
-                            "(pass --extrapolate to extrapolate from the measured sizes)")
+        raise NcclTuneError(
+            f"the baseline was not measured at or around {nbytes} B "
+            "(pass --extrapolate to extrapolate from the measured sizes)"
+        )
     family = max(1, sum(1 for row in rows.values() if row.status == "ok"))
     cell_confidence = 1 - (1 - confidence) / family
     for row in rows.values():
-        _judge_measured(row, base_records, by_cell.get(row.cell, []), nbytes, collectives,
-                        extrapolate, cell_confidence, baseline_tok_s)
+        _judge_measured(
+            row,
+            base_records,
+            by_cell.get(row.cell, []),
+            nbytes,
+            collectives,
+            extrapolate,
+            cell_confidence,
+            baseline_tok_s,
+        )
     for row in pruned.values():
         row.verdict, row.reason = "pruned", "not final (an early rung of a search)"
     ranked = _rank(list(rows.values()))
     source = SIMULATED if backend == "sim" else MEASURED
-    analysis = Analysis(source=source, message_bytes=nbytes, collectives=collectives,
-                        baseline=baseline, cells=ranked, pruned=list(pruned.values()),
-                        world_size=world, backend=backend, notes=notes, summaries=summaries,
-                        family_size=family, cell_confidence=cell_confidence,
-                        confidence=confidence, provenance=provenance_of(subset[0]))
+    analysis = Analysis(
+        source=source,
+        message_bytes=nbytes,
+        collectives=collectives,
+        baseline=baseline,
+        cells=ranked,
+        pruned=list(pruned.values()),
+        world_size=world,
+        backend=backend,
+        notes=notes,
+        summaries=summaries,
+        family_size=family,
+        cell_confidence=cell_confidence,
+        confidence=confidence,
+        provenance=provenance_of(subset[0]),
+    )
     if backend == "gloo":
         analysis.notes.append(GLOO_NOTE)
     analysis.recommended = pick(ranked)
     analysis.nccl_version = _most_common(subset, lambda r: (r.get("versions") or {}).get("nccl"))
     analysis.gpus = _describe_gpus(subset)
     analysis.host = _most_common(subset, lambda r: r.get("host"))
-    analysis.topology = _most_common(subset, lambda r: r.get("topology") if isinstance(
-        r.get("topology"), str) else (r.get("topology") or {}).get("kind"))
+    analysis.topology = _most_common(
+        subset,
+        lambda r: r.get("topology") if isinstance(r.get("topology"), str) else (r.get("topology") or {}).get("kind"),
+    )
     analysis.measured_at = _most_common(subset, lambda r: r.get("time"))
     if any(row.saving and row.saving.extrapolated for row in ranked) or baseline.verdict == "extrapolated":
-        analysis.notes.append(f"{nbytes} B lies outside the measured sizes: latencies there are "
-                              "EXTRAPOLATED (--extrapolate)")
+        analysis.notes.append(
+            f"{nbytes} B lies outside the measured sizes: latencies there are EXTRAPOLATED (--extrapolate)"
+        )
     check_tok_s(analysis, baseline_tok_s)
     return analysis
 
@@ -473,8 +544,9 @@ def analyze_records(records: list[dict], *, nbytes: int, collectives: int, tp: i
 MAX_PRUNED_NAMED = 3
 
 
-def unfinished_search_message(subset: list[dict], nbytes: int, collectives: int,
-                              extrapolate: bool, confidence: float) -> str:
+def unfinished_search_message(
+    subset: list[dict], nbytes: int, collectives: int, extrapolate: bool, confidence: float
+) -> str:
     """One line for results whose search stopped before its final rung (every record
     `final: false`): what happened, what to do, the best pruned cells; nothing is picked."""
     from nccl_tune.decide.report import summarize
@@ -486,24 +558,30 @@ def unfinished_search_message(subset: list[dict], nbytes: int, collectives: int,
     for row in rows.values():
         _fill_curve(row, summaries, nbytes, collectives, extrapolate)
     base = rows.pop(BASELINE, None)
-    measured = sorted((r for r in rows.values() if r.latency_us is not None),
-                      key=lambda r: r.latency_us)
-    text = ("the search never reached its final rung (every record is final: false, from an early "
-            "rung): resume it with a larger --budget (the same nccl-tune sweep command and --out); "
-            "nothing is recommended")
+    measured = sorted((r for r in rows.values() if r.latency_us is not None), key=lambda r: r.latency_us)
+    text = (
+        "the search never reached its final rung (every record is final: false, from an early "
+        "rung): resume it with a larger --budget (the same nccl-tune sweep command and --out); "
+        "nothing is recommended"
+    )
     if measured:
         best = ", ".join(f"{r.label} ({r.latency_us:.2f} us)" for r in measured[:MAX_PRUNED_NAMED])
-        against = (f" against the baseline's {base.latency_us:.2f} us"
-                   if base is not None and base.latency_us is not None else "")
+        against = (
+            f" against the baseline's {base.latency_us:.2f} us"
+            if base is not None and base.latency_us is not None
+            else ""
+        )
         sim = " (simulated)" if any(r.get("backend") == "sim" for r in subset) else ""
         text += f"; best pruned cells at {nbytes} B{sim}: {best}{against}"
     return text
 
 
 def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapolate: bool) -> None:
-    points = [(s.bytes, s.p50_us) for s in summaries
-              if s.cell == row.cell and s.final == row.final and s.status == "ok"
-              and s.p50_us is not None]
+    points = [
+        (s.bytes, s.p50_us)
+        for s in summaries
+        if s.cell == row.cell and s.final == row.final and s.status == "ok" and s.p50_us is not None
+    ]
     if not points:
         return
     row.curve = LatencyCurve.from_points(points, label=row.label)
@@ -516,14 +594,14 @@ def _fill_curve(row: CellRow, summaries, nbytes: int, collectives: int, extrapol
     row.comm_ms = collectives * row.latency_us / 1000.0
 
 
-def _judge_measured(row: CellRow, base_records, cell_records, nbytes, collectives, extrapolate,
-                    confidence, baseline_tok_s) -> None:
+def _judge_measured(
+    row: CellRow, base_records, cell_records, nbytes, collectives, extrapolate, confidence, baseline_tok_s
+) -> None:
     if row.status != "ok":
         row.verdict, row.reason = row.status, f"records are {row.status}"
         return
     try:
-        row.saving = estimate_saving(base_records, cell_records, nbytes, collectives,
-                                     extrapolate, confidence)
+        row.saving = estimate_saving(base_records, cell_records, nbytes, collectives, extrapolate, confidence)
     except OutOfRangeError as exc:
         row.verdict, row.reason = "not measured", str(exc)
         return
@@ -549,11 +627,12 @@ def _judge_measured(row: CellRow, base_records, cell_records, nbytes, collective
 
 # ---------------------------------------------------------------- modelled (embedded default)
 
-def model_curve(env: dict[str, str], topology_name: str, nranks: int, sizes,
-                params: costmodel.ModelParams | None = None) -> LatencyCurve:
+
+def model_curve(
+    env: dict[str, str], topology_name: str, nranks: int, sizes, params: costmodel.ModelParams | None = None
+) -> LatencyCurve:
     """A latency curve from the cost model at `sizes` (bytes); `params`: a fitted model."""
-    points = [(b, costmodel.latency_us(b, nranks, topology_name, env, params=params))
-              for b in sorted(set(sizes))]
+    points = [(b, costmodel.latency_us(b, nranks, topology_name, env, params=params)) for b in sorted(set(sizes))]
     return LatencyCurve.from_points(points, label=f"model {topology_name}")
 
 
@@ -562,9 +641,17 @@ def default_model_sizes(extra=()) -> list[int]:
     return sorted({1 << p for p in range(8, 23)} | {int(b) for b in extra if b > 0})
 
 
-def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: int,
-                  baseline_tok_s: float | None = None, candidates=MODELLED_CANDIDATES,
-                  extra_sizes=(), params: costmodel.ModelParams | None = None) -> Analysis:
+def analyze_model(
+    *,
+    topology_name: str,
+    nranks: int,
+    nbytes: int,
+    collectives: int,
+    baseline_tok_s: float | None = None,
+    candidates=MODELLED_CANDIDATES,
+    extra_sizes=(),
+    params: costmodel.ModelParams | None = None,
+) -> Analysis:
     """The embedded default: NCCL's defaults against a few settings, all modelled
     (`params`: constants fitted by `model fit`; NCCL's own choice is kept)."""
     check_world(nranks, "--tp")
@@ -577,10 +664,16 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
         row = CellRow(cell=cell_id(env), env=dict(env), curve=curve, confirmed=None, modelled=True)
         row.latency_us = curve.at(nbytes)
         row.comm_ms = collectives * row.latency_us / 1000.0
-        choice = costmodel.predict("allreduce", nbytes, nranks, env,
-                                   costmodel.topology(topology_name), params or costmodel.NCCL_PARAMS)
-        row.effective = {"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
-                         "confirmed": None, "detail": f"modelled, transport {choice.link}"}
+        choice = costmodel.predict(
+            "allreduce", nbytes, nranks, env, costmodel.topology(topology_name), params or costmodel.NCCL_PARAMS
+        )
+        row.effective = {
+            "algo": choice.algo,
+            "proto": choice.proto,
+            "channels": choice.channels,
+            "confirmed": None,
+            "detail": f"modelled, transport {choice.link}",
+        }
         row.calibrated = costmodel.is_calibrated(params, choice.algo, choice.proto)
         return row
 
@@ -610,9 +703,16 @@ def analyze_model(*, topology_name: str, nranks: int, nbytes: int, collectives: 
         row.eligible = row.reason is None
         rows.append(row)
     ranked = _rank(rows)
-    analysis = Analysis(source=MODELLED, message_bytes=nbytes, collectives=collectives,
-                        baseline=baseline, cells=ranked, world_size=nranks, backend=None,
-                        topology=topology_name)
+    analysis = Analysis(
+        source=MODELLED,
+        message_bytes=nbytes,
+        collectives=collectives,
+        baseline=baseline,
+        cells=ranked,
+        world_size=nranks,
+        backend=None,
+        topology=topology_name,
+    )
     analysis.recommended = pick(ranked, modelled=True)
     check_tok_s(analysis, baseline_tok_s)
     return analysis

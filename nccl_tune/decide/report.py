@@ -182,10 +182,17 @@ def _known_gpus(records: list[dict]) -> dict:
 
 
 def _key(record: dict, known_gpus: dict | None = None) -> tuple:
-    return (record.get("op") or "allreduce", int(record.get("bytes") or 0),
-            record.get("world_size"), record.get("nnodes"), record.get("backend"),
-            record.get("mode"), record.get("dtype"), machine_identity(record, known_gpus),
-            record.get("redop"))  # max and min at one size are not one cell
+    return (
+        record.get("op") or "allreduce",
+        int(record.get("bytes") or 0),
+        record.get("world_size"),
+        record.get("nnodes"),
+        record.get("backend"),
+        record.get("mode"),
+        record.get("dtype"),
+        machine_identity(record, known_gpus),
+        record.get("redop"),
+    )  # max and min at one size are not one cell
 
 
 def _status(records: list[dict]) -> str:
@@ -258,19 +265,39 @@ def summarize_group(records: list[dict], confidence: float = 0.95, seed: int = 0
     confirmed, effective = _confirmed(ok)
     errors = sorted({str(r["error"]) for r in records if r.get("error")})
     return CellSizeSummary(
-        cell=first.get("cell") or BASELINE, env=dict(first.get("env") or {}),
-        op=first.get("op") or "allreduce", bytes=int(first.get("bytes") or 0),
-        world_size=first.get("world_size"), backend=first.get("backend"),
-        status=_status(records), n_rounds=len(rounds), round_p50s=p50s, p50_us=p50,
-        ci_us=ci, ci_basis=basis, confirmed=confirmed, effective=effective, errors=errors,
-        final=all(r.get("final", True) is not False for r in records), samples_us=samples,
-        mode=first.get("mode"), dtype=first.get("dtype"), redop=first.get("redop"),
+        cell=first.get("cell") or BASELINE,
+        env=dict(first.get("env") or {}),
+        op=first.get("op") or "allreduce",
+        bytes=int(first.get("bytes") or 0),
+        world_size=first.get("world_size"),
+        backend=first.get("backend"),
+        status=_status(records),
+        n_rounds=len(rounds),
+        round_p50s=p50s,
+        p50_us=p50,
+        ci_us=ci,
+        ci_basis=basis,
+        confirmed=confirmed,
+        effective=effective,
+        errors=errors,
+        final=all(r.get("final", True) is not False for r in records),
+        samples_us=samples,
+        mode=first.get("mode"),
+        dtype=first.get("dtype"),
+        redop=first.get("redop"),
         machine=describe_machine(machine_identity(first, _known_gpus(records))),
-        provenance=provenance_of(first))
+        provenance=provenance_of(first),
+    )
 
 
-def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict],
-           base_records: list[dict], confidence: float, seed: int):
+def _delta(
+    cell: CellSizeSummary,
+    base: CellSizeSummary,
+    cell_records: list[dict],
+    base_records: list[dict],
+    confidence: float,
+    seed: int,
+):
     cell_rounds = dict(_round_p50s([r for r in cell_records if (r.get("status") or "ok") == "ok"]))
     base_rounds = dict(_round_p50s([r for r in base_records if (r.get("status") or "ok") == "ok"]))
     shared = sorted(set(cell_rounds) & set(base_rounds))
@@ -284,9 +311,10 @@ def _delta(cell: CellSizeSummary, base: CellSizeSummary, cell_records: list[dict
         # One value a side (imported averages, say): a difference, but no interval.
         return float(np.median(cell.samples_us) - np.median(base.samples_us)), None, None, None
     if cell.samples_us and base.samples_us:
-        return (*stats.bootstrap_diff_ci(cell.samples_us, base.samples_us, confidence=confidence,
-                                         n_boot=1000, seed=seed),
-                stats.mann_whitney_p(cell.samples_us, base.samples_us))
+        return (
+            *stats.bootstrap_diff_ci(cell.samples_us, base.samples_us, confidence=confidence, n_boot=1000, seed=seed),
+            stats.mann_whitney_p(cell.samples_us, base.samples_us),
+        )
     return None
 
 
@@ -359,10 +387,12 @@ def report_notes(summaries: list[CellSizeSummary]) -> list[str]:
 
 
 VALIDATE_OP = "spec_decode"  # integration.validate's records: decode tok/s, not latencies
-VALIDATE_HINT = ("validate records (op spec_decode: decode tok/s per configuration, not collective "
-                 "latencies); nccl-tune validate prints their comparison when it runs (--json for "
-                 "all of it); report and recommend --results read latency records from nccl-tune "
-                 "bench, sweep or import-nccl-tests")
+VALIDATE_HINT = (
+    "validate records (op spec_decode: decode tok/s per configuration, not collective "
+    "latencies); nccl-tune validate prints their comparison when it runs (--json for "
+    "all of it); report and recommend --results read latency records from nccl-tune "
+    "bench, sweep or import-nccl-tests"
+)
 
 
 def latency_records(records: list[dict], warn=None) -> list[dict]:
@@ -398,14 +428,14 @@ def shown_rungs(cells: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
         pruned_rungs = {last[BASELINE]}
     out = {}
     for (cell, rung), recs in cells.items():
-        if rung is None or (cell == BASELINE and rung in pruned_rungs) or (
-                cell != BASELINE and last.get(cell) == rung):
+        if rung is None or (cell == BASELINE and rung in pruned_rungs) or (cell != BASELINE and last.get(cell) == rung):
             out[(cell, rung)] = recs
     return out
 
 
-def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
-              adjust: str = "bh") -> list[CellSizeSummary]:
+def summarize(
+    records: list[dict], confidence: float = 0.95, seed: int = 0, adjust: str = "bh"
+) -> list[CellSizeSummary]:
     """Summaries of every (cell, size) group, each compared with its baseline.
 
     Only final records are compared (see module doc); groups made only of non-final
@@ -425,7 +455,10 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
         cell = (r.get("cell") or BASELINE, None if final else int(r.get("rung") or 0))
         groups.setdefault(_key(r, known), {}).setdefault(cell, []).append(r)
     out: list[CellSizeSummary] = []
-    order = lambda k: (k[0], k[2] or 0, str(k[4]), describe_machine(k[7]), str(k[5]), str(k[6]), k[1], str(k[8]))  # noqa: E731
+
+    def order(k):  # collective, size, then the family's fields, machine by its description
+        return (k[0], k[2] or 0, str(k[4]), describe_machine(k[7]), str(k[5]), str(k[6]), k[1], str(k[8]))
+
     for key in sorted(groups, key=order):
         cells = shown_rungs(groups[key])
         machine = describe_machine(key[7])
@@ -438,8 +471,14 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
             summary = base if cell_key == (BASELINE, None) else summarize_group(recs, confidence, seed)
             summary.machine = machine
             summary.rung = cell_key[1]
-            if (cell_key[0] != BASELINE and summary.final and base is not None
-                    and summary.status == "ok" and base.status == "ok" and summary.p50_us is not None):
+            if (
+                cell_key[0] != BASELINE
+                and summary.final
+                and base is not None
+                and summary.status == "ok"
+                and base.status == "ok"
+                and summary.p50_us is not None
+            ):
                 delta = _delta(summary, base, recs, base_records, confidence, seed)
                 if delta is not None:
                     summary.delta_us, lo, hi, summary.p_value = delta
@@ -453,7 +492,14 @@ def summarize(records: list[dict], confidence: float = 0.95, seed: int = 0,
             lo, hi = summary.delta_ci_us
             raw = stats.verdict(lo, hi)
             summary.verdict = raw if (raw == stats.NO_DIFFERENCE or p_adj < alpha) else stats.NO_DIFFERENCE
-        rows.sort(key=lambda s: (not s.final, s.rung or 0, s.cell != BASELINE, s.status != "ok",
-                                 s.p50_us if s.p50_us is not None else float("inf")))
+        rows.sort(
+            key=lambda s: (
+                not s.final,
+                s.rung or 0,
+                s.cell != BASELINE,
+                s.status != "ok",
+                s.p50_us if s.p50_us is not None else float("inf"),
+            )
+        )
         out.extend(rows)
     return out

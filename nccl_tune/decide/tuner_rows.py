@@ -15,15 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from nccl_tune import store
-from nccl_tune.decide.recommendation import (
-    MEASURED,
-    MODELLED,
-    Analysis,
-    CellRow,
-    ci_words,
-    export_row,
-    family_words,
-)
+from nccl_tune.decide.recommendation import MEASURED, MODELLED, Analysis, CellRow, ci_words, export_row, family_words
 from nccl_tune.live import grammar
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings, tuner
@@ -54,8 +46,9 @@ def records_nnodes(analysis: Analysis, row: CellRow | None = None) -> int:
     return counts.most_common(1)[0][0] if counts else 1
 
 
-def _model_point(op: str, nbytes: int, nranks: int, env: dict, topo, topo_name: str,
-                 fastest: bool = False) -> tuner.Point:
+def _model_point(
+    op: str, nbytes: int, nranks: int, env: dict, topo, topo_name: str, fastest: bool = False
+) -> tuner.Point:
     """NCCL's own modelled choice (or, with `fastest`, the model's fastest) at `nbytes`."""
     pick = costmodel.fastest if fastest else costmodel.choose
     c = pick(op, nbytes, nranks, env, topo)
@@ -72,8 +65,9 @@ def _modelled_channels(nbytes: int, algo: str, proto: str, env: dict, topo, nran
     return costmodel.launch_shape(nbytes, algo, proto, pool, nt, nranks)[0]
 
 
-def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = None,
-                 forced: bool = False) -> tuple[list[tuner.Point], list[str]]:
+def tuner_points(
+    analysis: Analysis, topology_name: str, row: CellRow | None = None, forced: bool = False
+) -> tuple[list[tuner.Point], list[str]]:
     """allreduce Points at every size the CSV needs, and header notes on how.
 
     The rules describe ONE cell, the one the .env profile exports (`row`; default the
@@ -92,19 +86,39 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
     env = row.env if row is not None else {}
     notes: list[str] = []
     if analysis.source == MODELLED:
-        points = [_model_point("allreduce", b, nranks, env, topo, topology_name,
-                               fastest=row is not None and b <= MODELLED_FASTEST_UP_TO)
-                  for b in MODEL_SIZES]
+        points = [
+            _model_point(
+                "allreduce",
+                b,
+                nranks,
+                env,
+                topo,
+                topology_name,
+                fastest=row is not None and b <= MODELLED_FASTEST_UP_TO,
+            )
+            for b in MODEL_SIZES
+        ]
         notes.append(f"algorithm, protocol and channels are MODELLED for {topology_name}, not measured")
         return points, notes
     level = _rule_confidence(analysis)
-    by_size = {} if row is None else {
-        s.bytes: s for s in analysis.summaries
-        if s.cell == row.cell and s.final and s.status == "ok" and s.p50_us is not None}
+    by_size = (
+        {}
+        if row is None
+        else {
+            s.bytes: s
+            for s in analysis.summaries
+            if s.cell == row.cell and s.final and s.status == "ok" and s.p50_us is not None
+        }
+    )
     base_sizes = {s.bytes for s in analysis.summaries if s.cell == store.BASELINE and s.final}
     measured = sorted(set(by_size) & base_sizes)
-    origin: dict[str, list[int]] = {"observed": [], "declared": [], "modelled": [],
-                                    "modelled_channels": [], "not faster": []}
+    origin: dict[str, list[int]] = {
+        "observed": [],
+        "declared": [],
+        "modelled": [],
+        "modelled_channels": [],
+        "not faster": [],
+    }
     points: list[tuner.Point] = []
     # a simulated choice is the cost model's, never one NCCL was seen to make
     log = "NCCL's log" if analysis.source == MEASURED else "the sim backend's cost model (not observed)"
@@ -115,11 +129,17 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
         algo, proto, channels = eff.get("algo"), eff.get("proto"), eff.get("channels")
         if not _faster_at(analysis, row, nbytes, level, forced):
             origin["not faster"].append(nbytes)
-            if algo and proto and channels and not _check_allowed(
-                    [tuner.Rule("allreduce", 0, 0, tuner.plugin_algorithm(algo),
-                                tuner.plugin_protocol(proto), 1)], env):
-                points.append(tuner.Point(nbytes, algo, proto, int(channels),
-                                          f"not faster: NCCL's own choice, from {log}", True))
+            if (
+                algo
+                and proto
+                and channels
+                and not _check_allowed(
+                    [tuner.Rule("allreduce", 0, 0, tuner.plugin_algorithm(algo), tuner.plugin_protocol(proto), 1)], env
+                )
+            ):
+                points.append(
+                    tuner.Point(nbytes, algo, proto, int(channels), f"not faster: NCCL's own choice, from {log}", True)
+                )
             else:
                 points.append(_model_point("allreduce", nbytes, nranks, env, topo, topology_name))
             continue
@@ -140,20 +160,22 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
                     continue
                 origin["modelled"].append(nbytes)
                 algo, proto, how = algo or guess.algo, proto or guess.proto, "algo/proto MODELLED"
-        if _check_allowed([tuner.Rule("allreduce", 0, 0, tuner.plugin_algorithm(algo),
-                                      tuner.plugin_protocol(proto), 1)], env):
+        if _check_allowed(
+            [tuner.Rule("allreduce", 0, 0, tuner.plugin_algorithm(algo), tuner.plugin_protocol(proto), 1)], env
+        ):
             # NCCL would mark it IGNORE and the plugin skip the rule: the log contradicts
             # the settings, so the model's choice under them stands in.
-            notes.append(f"{nbytes} B: the records report {algo}/{proto}, which "
-                         f"{cell_label(env)} disables: NCCL's modelled choice instead")
+            notes.append(
+                f"{nbytes} B: the records report {algo}/{proto}, which "
+                f"{cell_label(env)} disables: NCCL's modelled choice instead"
+            )
             points.append(_model_point("allreduce", nbytes, nranks, env, topo, topology_name))
             continue
         if not channels:
             channels = _modelled_channels(nbytes, algo, proto, env, topo, nranks)
             origin["modelled_channels"].append(nbytes)
             how += ", channels MODELLED"
-        points.append(tuner.Point(nbytes, algo, proto, int(channels), f"{win} ({how})",
-                                  True))
+        points.append(tuner.Point(nbytes, algo, proto, int(channels), f"{win} ({how})", True))
     span = (measured[0], measured[-1]) if measured else None
     for nbytes in MODEL_SIZES:
         if span is None or not span[0] <= nbytes <= span[1]:
@@ -162,30 +184,35 @@ def tuner_points(analysis: Analysis, topology_name: str, row: CellRow | None = N
             except ValueError:
                 notes.append(f"allreduce {nbytes} B: {cell_label(env)} allows nothing the model knows")
     if row is not None and forced:
-        notes.append(f"--force: rules describe one cell, the exported profile's: {cell_label(row.env)}; "
-                     "its choice wherever its saving is above zero, NOT significant")
+        notes.append(
+            f"--force: rules describe one cell, the exported profile's: {cell_label(row.env)}; "
+            "its choice wherever its saving is above zero, NOT significant"
+        )
     elif row is not None:
-        notes.append(f"rules describe one cell, the exported profile's: {cell_label(row.env)}; a "
-                     f"measured winner only where it is faster than the baseline "
-                     f"({ci_words(analysis, level)} above zero"
-                     f"{family_words(analysis, analysis.confidence)}, as recommend)")
-    words = {"observed": f"algorithm/protocol as {log} reported them at",
-             "declared": "algorithm/protocol as the settings force them (declared, not seen in "
-                         "NCCL's log) at",
-             "modelled": f"algorithm/protocol MODELLED for {topology_name} (NCCL's log was not "
-                         "captured and the settings do not force one) at",
-             "modelled_channels": "channel counts MODELLED (NCCL's log did not report them) at",
-             "not faster": "NCCL's own choice (the cell is not significantly faster) at"}
+        notes.append(
+            f"rules describe one cell, the exported profile's: {cell_label(row.env)}; a "
+            f"measured winner only where it is faster than the baseline "
+            f"({ci_words(analysis, level)} above zero"
+            f"{family_words(analysis, analysis.confidence)}, as recommend)"
+        )
+    words = {
+        "observed": f"algorithm/protocol as {log} reported them at",
+        "declared": "algorithm/protocol as the settings force them (declared, not seen in NCCL's log) at",
+        "modelled": f"algorithm/protocol MODELLED for {topology_name} (NCCL's log was not "
+        "captured and the settings do not force one) at",
+        "modelled_channels": "channel counts MODELLED (NCCL's log did not report them) at",
+        "not faster": "NCCL's own choice (the cell is not significantly faster) at",
+    }
     for key, sizes in origin.items():
         if sizes:
             notes.append(f"{words[key]} " + ", ".join(f"{b} B" for b in sizes))
-    notes.append(f"sizes outside the measured ones: NCCL's own choice under these settings, "
-                 f"MODELLED for {topology_name}")
+    notes.append(
+        f"sizes outside the measured ones: NCCL's own choice under these settings, MODELLED for {topology_name}"
+    )
     return points, notes
 
 
-def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float,
-               forced: bool = False) -> bool:
+def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float, forced: bool = False) -> bool:
     """The cell's saving at `nbytes` has an interval above zero at `level` (as recommend);
     `forced`: its saving is above zero, significant or not."""
     from nccl_tune.model.per_token import OutOfRangeError, estimate_saving
@@ -201,8 +228,7 @@ def _faster_at(analysis: Analysis, row: CellRow, nbytes: int, level: float,
     return est is not None and est.ci_ms is not None and est.ci_ms[0] > 0
 
 
-def other_collective_points(op: str, analysis: Analysis, topology_name: str,
-                            env: dict) -> list[tuner.Point]:
+def other_collective_points(op: str, analysis: Analysis, topology_name: str, env: dict) -> list[tuner.Point]:
     """NCCL's own modelled choice for `op` at MODEL_SIZES ([] when the settings allow
     nothing the model knows for it: then the plugin would run it on one channel)."""
     topo = costmodel.topology(topology_name)
@@ -257,8 +283,7 @@ def choose(analysis: Analysis, topology_name: str, force: bool = False) -> Tuner
     names what would run on one channel).
     """
     if analysis.source != MEASURED and not force:
-        return TunerRows.refused(f"not written: {analysis.source} figures (pass --force to write "
-                                 "them anyway)")
+        return TunerRows.refused(f"not written: {analysis.source} figures (pass --force to write them anyway)")
     if analysis.recommended is None and not force:
         return TunerRows.refused("not written: no recommendation (keep NCCL's defaults)")
     row, forced, refusal = export_row(analysis, force)  # the same cell as the .env export
@@ -269,11 +294,12 @@ def choose(analysis: Analysis, topology_name: str, force: bool = False) -> Tuner
     # results file whose env holds LD_PRELOAD) is never exported, in any form.
     grammar.check_env(env, f"results cell {row.cell if row else store.BASELINE}")
     nranks, nnodes = analysis.world_size or 8, records_nnodes(analysis, row)
-    points, notes = tuner_points(analysis, topology_name, row,
-                                 forced=bool(forced) and analysis.recommended is None)
+    points, notes = tuner_points(analysis, topology_name, row, forced=bool(forced) and analysis.recommended is None)
     if nnodes > 1:
-        notes.append(f"{nnodes}-node communicator: the cost model knows one node's links only, so "
-                     "its choices here are rougher guesses than on one node")
+        notes.append(
+            f"{nnodes}-node communicator: the cost model knows one node's links only, so "
+            "its choices here are rougher guesses than on one node"
+        )
     rules = tuner.tile(points, "allreduce", nnodes, nranks) if points else []
     uncovered = [] if rules else ["allreduce (the settings allow nothing the model knows)"]
     for op in OTHER_OPS:
@@ -282,11 +308,23 @@ def choose(analysis: Analysis, topology_name: str, force: bool = False) -> Tuner
         if more:
             rules += tuner.tile(more, coll, nnodes, nranks)
         else:
-            uncovered.append(f"every {coll} ({cell_label(env)} allows no algorithm/protocol the "
-                             f"model knows for {coll})")
+            uncovered.append(
+                f"every {coll} ({cell_label(env)} allows no algorithm/protocol the model knows for {coll})"
+            )
     refusal = None
     if uncovered and not force:
-        refusal = ("not written: NCCL's example plugin would run " + "; ".join(uncovered)
-                   + " on ONE channel (pass --force to write it anyway; its header says so)")
-    return TunerRows(tuple(rules), tuple(notes), tuple(uncovered), nnodes, nranks, bool(forced),
-                     refusal, tuple(_check_allowed(rules, env)))
+        refusal = (
+            "not written: NCCL's example plugin would run "
+            + "; ".join(uncovered)
+            + " on ONE channel (pass --force to write it anyway; its header says so)"
+        )
+    return TunerRows(
+        tuple(rules),
+        tuple(notes),
+        tuple(uncovered),
+        nnodes,
+        nranks,
+        bool(forced),
+        refusal,
+        tuple(_check_allowed(rules, env)),
+    )

@@ -26,8 +26,8 @@ show what a machine's own conf files really set, whatever is in them.
 from __future__ import annotations
 
 from nccl_tune import fileio
-from nccl_tune.live import profile
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import profile
 
 CONF_FILE_SINCE = (2, 23, 4)  # first NCCL release that reads NCCL_CONF_FILE
 MAX_CONF_BYTES = 1024 * 1024  # a conf file holds a few NCCL_* lines
@@ -61,11 +61,12 @@ def conf_problems(env: dict[str, str]) -> list[str]:
     problems = []
     for name, value in env.items():
         if name == "NCCL_CONF_FILE":
-            problems.append("NCCL_CONF_FILE inside a conf file is never read (NCCL has chosen "
-                            "its file by then)")
+            problems.append("NCCL_CONF_FILE inside a conf file is never read (NCCL has chosen its file by then)")
         elif not name.startswith("NCCL_"):
-            problems.append(f"{name} is not an NCCL variable: NCCL would set it, but only after "
-                            "the program that reads it has started")
+            problems.append(
+                f"{name} is not an NCCL variable: NCCL would set it, but only after "
+                "the program that reads it has started"
+            )
         if len(name) > MAX_PART or len(value) > MAX_PART:
             problems.append(f"{name}: longer than the 1023 characters NCCL reads")
     return problems

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import click
 
@@ -48,8 +49,13 @@ def value_problem(name: str, value: str) -> str | None:
     return None
 
 
-def check_settings(pairs: Iterable[tuple[str, str | None]], where: str, *,
-                   allow_unknown: bool | None = None, known: lint.KnownNames | None = None) -> None:
+def check_settings(
+    pairs: Iterable[tuple[str, str | None]],
+    where: str,
+    *,
+    allow_unknown: bool | None = None,
+    known: lint.KnownNames | None = None,
+) -> None:
     """NcclTuneError for the first (name, value) that is refused: an unknown name or a value
     the catalogue rejects. A value of None (unset) is not checked. `allow_unknown`: the
     command's --allow-unknown (True keeps well-formed unknown names; False: the refusal

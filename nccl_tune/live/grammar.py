@@ -97,39 +97,70 @@ _BOOL01 = r"[01]"
 # never sets it), library paths such as VLLM_NCCL_SO_PATH / SGLANG_NCCL_SO_PATH (they
 # load code), and every other engine switch (not an allreduce path).
 ALLOWED: tuple[Allowed, ...] = (
-    Allowed("NCCL_*", "NCCL's own settings: what this tool measures, exports and checks",
-            "NCCL documentation, Environment Variables; lint checks each name against the "
-            "installed libnccl"),
-    Allowed("TORCH_NCCL_*", "torch's ProcessGroupNCCL settings around every collective (timing "
-            "events, trace buffer, blocking wait); the microbench records them beside NCCL_*",
-            "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp (torch 2.13)"),
-    Allowed("VLLM_ALLREDUCE_USE_*", "vLLM's allreduce paths tried before NCCL (torch symmetric "
-            "memory, FlashInfer, FlashInfer PCIe IPC); read as bool(int(value))",
-            f"{_VLLM_ENVS}: VLLM_ALLREDUCE_USE_SYMM_MEM, _FLASHINFER, _FLASHINFER_PCIE_IPC; "
-            "vllm/distributed/device_communicators/cuda_communicator.py", _BOOL01),
-    Allowed("VLLM_USE_NCCL_SYMM_MEM", "vLLM's NCCL symmetric-memory allreduce (registered "
-            "buffers); read as bool(int(value))",
-            f"{_VLLM_ENVS}; vllm/distributed/device_communicators/pynccl_allocator.py", _BOOL01),
-    Allowed("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "which FlashInfer fused allreduce vLLM runs",
-            f"{_VLLM_ENVS} (choices auto, trtllm, mnnvl)", r"auto|trtllm|mnnvl"),
-    Allowed("VLLM_DISABLE_PYNCCL", "torch.distributed instead of vLLM's pynccl for NCCL "
-            "collectives (true/1 disables; anything else is silently false)",
-            f"{_VLLM_ENVS}; vllm/distributed/device_communicators/pynccl.py",
-            r"(?i:true|false)|[01]"),
-    Allowed("VLLM_SKIP_P2P_CHECK", "'1' trusts the driver's P2P report, which decides whether "
-            "vLLM's custom allreduce (not NCCL) is used on PCIe pairs",
-            f"{_VLLM_ENVS}; vllm/distributed/device_communicators/custom_all_reduce.py _can_p2p",
-            _BOOL01),
-    Allowed("SGLANG_SKIP_P2P_CHECK", "'1' trusts the driver's P2P report, which decides whether "
-            "SGLang's custom allreduce (not NCCL) is used",
-            f"{_SGLANG} python/sglang/srt/distributed/device_communicators/"
-            "custom_all_reduce_utils.py _can_p2p (os.getenv(...) == '1')", _BOOL01),
-    Allowed("SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2", "SGLang's custom allreduce v2 (a JIT kernel) "
-            "instead of v1", f"{_SGLANG} python/sglang/srt/environ.py (EnvBool)",
-            r"(?i:true|false|yes|no|y|n)|[01]"),
-    Allowed("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB", "the workspace of SGLang's custom "
-            "allreduce v2, which bounds the sizes it takes away from NCCL",
-            f"{_SGLANG} python/sglang/srt/environ.py (EnvInt)", r"[0-9]+"),
+    Allowed(
+        "NCCL_*",
+        "NCCL's own settings: what this tool measures, exports and checks",
+        "NCCL documentation, Environment Variables; lint checks each name against the installed libnccl",
+    ),
+    Allowed(
+        "TORCH_NCCL_*",
+        "torch's ProcessGroupNCCL settings around every collective (timing "
+        "events, trace buffer, blocking wait); the microbench records them beside NCCL_*",
+        "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp (torch 2.13)",
+    ),
+    Allowed(
+        "VLLM_ALLREDUCE_USE_*",
+        "vLLM's allreduce paths tried before NCCL (torch symmetric "
+        "memory, FlashInfer, FlashInfer PCIe IPC); read as bool(int(value))",
+        f"{_VLLM_ENVS}: VLLM_ALLREDUCE_USE_SYMM_MEM, _FLASHINFER, _FLASHINFER_PCIE_IPC; "
+        "vllm/distributed/device_communicators/cuda_communicator.py",
+        _BOOL01,
+    ),
+    Allowed(
+        "VLLM_USE_NCCL_SYMM_MEM",
+        "vLLM's NCCL symmetric-memory allreduce (registered buffers); read as bool(int(value))",
+        f"{_VLLM_ENVS}; vllm/distributed/device_communicators/pynccl_allocator.py",
+        _BOOL01,
+    ),
+    Allowed(
+        "VLLM_FLASHINFER_ALLREDUCE_BACKEND",
+        "which FlashInfer fused allreduce vLLM runs",
+        f"{_VLLM_ENVS} (choices auto, trtllm, mnnvl)",
+        r"auto|trtllm|mnnvl",
+    ),
+    Allowed(
+        "VLLM_DISABLE_PYNCCL",
+        "torch.distributed instead of vLLM's pynccl for NCCL "
+        "collectives (true/1 disables; anything else is silently false)",
+        f"{_VLLM_ENVS}; vllm/distributed/device_communicators/pynccl.py",
+        r"(?i:true|false)|[01]",
+    ),
+    Allowed(
+        "VLLM_SKIP_P2P_CHECK",
+        "'1' trusts the driver's P2P report, which decides whether "
+        "vLLM's custom allreduce (not NCCL) is used on PCIe pairs",
+        f"{_VLLM_ENVS}; vllm/distributed/device_communicators/custom_all_reduce.py _can_p2p",
+        _BOOL01,
+    ),
+    Allowed(
+        "SGLANG_SKIP_P2P_CHECK",
+        "'1' trusts the driver's P2P report, which decides whether SGLang's custom allreduce (not NCCL) is used",
+        f"{_SGLANG} python/sglang/srt/distributed/device_communicators/"
+        "custom_all_reduce_utils.py _can_p2p (os.getenv(...) == '1')",
+        _BOOL01,
+    ),
+    Allowed(
+        "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2",
+        "SGLang's custom allreduce v2 (a JIT kernel) instead of v1",
+        f"{_SGLANG} python/sglang/srt/environ.py (EnvBool)",
+        r"(?i:true|false|yes|no|y|n)|[01]",
+    ),
+    Allowed(
+        "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
+        "the workspace of SGLang's custom allreduce v2, which bounds the sizes it takes away from NCCL",
+        f"{_SGLANG} python/sglang/srt/environ.py (EnvInt)",
+        r"[0-9]+",
+    ),
 )
 
 # NCCL variables that make NCCL dlopen a library: a profile setting one runs that
@@ -180,21 +211,27 @@ def name_problem(name: str) -> str | None:
     if len(name) > MAX_NAME:
         return f"a name of {len(name)} characters (at most {MAX_NAME})"
     if name.startswith("\ufeff"):
-        return ("a byte-order mark (U+FEFF) before the name: bash would read it as part of "
-                "the name; save the file without BOM")
+        return (
+            "a byte-order mark (U+FEFF) before the name: bash would read it as part of "
+            "the name; save the file without BOM"
+        )
     if not NAME_RE.fullmatch(name):
-        return (f"{shown(name)} is not a variable name (ASCII letters, digits and '_', not "
-                "starting with a digit)")
+        return f"{shown(name)} is not a variable name (ASCII letters, digits and '_', not starting with a digit)"
     if loads_code(name):
-        return (f"{name} makes NCCL load a shared library into every process, as LD_PRELOAD "
-                "does: a profile may not set it (set it yourself in the environment that "
-                "runs the server or `nccl-tune exec`, without --clean)")
+        return (
+            f"{name} makes NCCL load a shared library into every process, as LD_PRELOAD "
+            "does: a profile may not set it (set it yourself in the environment that "
+            "runs the server or `nccl-tune exec`, without --clean)"
+        )
     if allowed_entry(name) is None:
-        hint = (f"; NCCL reads names case-sensitively: did you mean {name.upper()}?"
-                if allowed_entry(name.upper()) else "")
-        return (f"{name} is not an NCCL variable nor on the profile allow-list (NCCL_*, "
-                "TORCH_NCCL_* and vLLM's and SGLang's allreduce switches: "
-                f"nccl_tune.live.grammar.ALLOWED){hint}")
+        hint = (
+            f"; NCCL reads names case-sensitively: did you mean {name.upper()}?" if allowed_entry(name.upper()) else ""
+        )
+        return (
+            f"{name} is not an NCCL variable nor on the profile allow-list (NCCL_*, "
+            "TORCH_NCCL_* and vLLM's and SGLang's allreduce switches: "
+            f"nccl_tune.live.grammar.ALLOWED){hint}"
+        )
     return None
 
 
@@ -203,27 +240,36 @@ _RUNS = "bash would run a command"
 _WHY = {
     "$": "'$' starts a variable or command substitution in bash",
     "`": "a backtick is command substitution: " + _RUNS,
-    ";": ("';' ends the assignment in bash and runs the rest as a command; an NCCL "
-          "per-collective list with several sections cannot be a profile value: keep one "
-          "section (NCCL_PROTO=allreduce:LL) or use a tuner-plugin CSV "
-          "(recommend --tuner-csv), which chooses per collective and size"),
+    ";": (
+        "';' ends the assignment in bash and runs the rest as a command; an NCCL "
+        "per-collective list with several sections cannot be a profile value: keep one "
+        "section (NCCL_PROTO=allreduce:LL) or use a tuner-plugin CSV "
+        "(recommend --tuner-csv), which chooses per collective and size"
+    ),
     "&": "'&' ends the assignment in bash and runs the rest as a command",
     "|": "'|' ends the assignment in bash and pipes into a command",
-    "<": "'<' redirects input in bash", ">": "'>' redirects output in bash (creating files)",
-    "'": ("a quote: bash and systemd remove quotes, docker keeps them, and quotes can hide "
-          "'$(...)' or ';' between them; write the value without quotes"),
-    "\"": ("a quote: bash and systemd remove quotes, docker keeps them, and quotes can hide "
-           "'$(...)' or ';' between them; write the value without quotes"),
-    "\\": ("a backslash: bash and systemd drop it (and join the next line when it ends one), "
-           "docker keeps it"),
+    "<": "'<' redirects input in bash",
+    ">": "'>' redirects output in bash (creating files)",
+    "'": (
+        "a quote: bash and systemd remove quotes, docker keeps them, and quotes can hide "
+        "'$(...)' or ';' between them; write the value without quotes"
+    ),
+    '"': (
+        "a quote: bash and systemd remove quotes, docker keeps them, and quotes can hide "
+        "'$(...)' or ';' between them; write the value without quotes"
+    ),
+    "\\": ("a backslash: bash and systemd drop it (and join the next line when it ends one), docker keeps it"),
     "#": "'#' starts a comment after a blank and is refused in values so no reader disagrees",
     "~": "bash expands '~' to a home folder in an assignment",
-    " ": ("a blank: bash ends the assignment there and runs the rest as a command; docker "
-          "keeps it, systemd trims it (an inline '# comment' belongs on its own line)"),
-    "\t": ("a tab: bash ends the assignment there and runs the rest as a command; docker "
-           "keeps it, systemd trims it"),
-    "\r": ("a carriage return (a Windows line ending?): bash keeps it in the value, systemd "
-           "ends the line there; save the file with LF line endings"),
+    " ": (
+        "a blank: bash ends the assignment there and runs the rest as a command; docker "
+        "keeps it, systemd trims it (an inline '# comment' belongs on its own line)"
+    ),
+    "\t": ("a tab: bash ends the assignment there and runs the rest as a command; docker keeps it, systemd trims it"),
+    "\r": (
+        "a carriage return (a Windows line ending?): bash keeps it in the value, systemd "
+        "ends the line there; save the file with LF line endings"
+    ),
     "\x00": "a NUL byte: no reader keeps it",
 }
 
@@ -241,8 +287,7 @@ def _char_problem(ch: str) -> str:
 def value_problem(value: str) -> str | None:
     """Why `value` cannot be a profile value (None when it can); never echoes a long one."""
     if len(value) > MAX_VALUE:
-        return (f"a value of {len(value)} characters (at most {MAX_VALUE}, the longest NCCL "
-                "reads from a conf file)")
+        return f"a value of {len(value)} characters (at most {MAX_VALUE}, the longest NCCL reads from a conf file)"
     for ch in value:
         if ch not in VALUE_CHARS:
             return f"value {shown(value)} holds {_char_problem(ch)}"
@@ -256,8 +301,7 @@ def comment_problem(text: str) -> str | None:
             what = _WHY.get(ch) or f"a non-printable character (U+{ord(ch):04X})"
             return f"comment holds {what}"
     if text.endswith("\\"):
-        return ("a comment ending in a backslash: systemd before v254 reads the next line as "
-                "part of the comment")
+        return "a comment ending in a backslash: systemd before v254 reads the next line as part of the comment"
     return None
 
 
@@ -265,10 +309,11 @@ def _line_bytes(raw: str) -> int:
     return len(raw.encode("utf-8", "surrogatepass"))
 
 
-_TOO_LONG = ("NCCL reads conf-file lines 4095 bytes at a time, so a longer one would be "
-             "read as two")
-_LEADING_BLANK = ("a blank at the start of the line: NCCL's conf reader would keep it in the "
-                  "name; start names and comments in the first column")
+_TOO_LONG = "NCCL reads conf-file lines 4095 bytes at a time, so a longer one would be read as two"
+_LEADING_BLANK = (
+    "a blank at the start of the line: NCCL's conf reader would keep it in the "
+    "name; start names and comments in the first column"
+)
 
 
 def parse_line(number: int, raw: str) -> Line:
@@ -284,20 +329,24 @@ def parse_line(number: int, raw: str) -> Line:
     if raw[0] in _BLANKS:
         return Line(number, raw, BAD, errors=(_LEADING_BLANK,))
     match = _EXPORT_RE.match(raw)
-    body = raw[match.end():] if match else raw
+    body = raw[match.end() :] if match else raw
     if "=" not in body:
         return Line(number, raw, BAD, errors=("expected NAME=VALUE (or a '#' comment)",))
     name, value = body.split("=", 1)
     if name != name.rstrip(_BLANKS):
-        return Line(number, raw, BAD, key=name.strip(_BLANKS) or None, errors=(
-            "a blank before '=': bash would run the name as a command",))
+        return Line(
+            number,
+            raw,
+            BAD,
+            key=name.strip(_BLANKS) or None,
+            errors=("a blank before '=': bash would run the name as a command",),
+        )
     errors = []
     problem = name_problem(name)
     if problem:
         errors.append(problem)
     if value[:1] in (" ", "\t"):
-        errors.append("a blank after '=': bash would set an empty value and run the rest as "
-                      "a command")
+        errors.append("a blank after '=': bash would set an empty value and run the rest as a command")
     else:
         problem = value_problem(value)
         if problem:
@@ -338,8 +387,9 @@ def parse_lines(text: str, path: str | None = None) -> list[Line]:
         if line.kind == ASSIGN:
             assigned += 1
             if assigned > MAX_VARIABLES:
-                line = Line(number, raw, BAD, key=line.key, errors=(
-                    f"more than {MAX_VARIABLES} variables: not a profile",))
+                line = Line(
+                    number, raw, BAD, key=line.key, errors=(f"more than {MAX_VARIABLES} variables: not a profile",)
+                )
         out.append(line)
     return out
 
@@ -348,8 +398,7 @@ def first_error(lines: list[Line], path: str | None = None) -> NcclTuneError | N
     """The error for the first malformed line (path and line set), or None."""
     for line in lines:
         if line.kind == BAD:
-            return NcclTuneError(f"malformed line: {line.error}", path=path or "<text>",
-                                 line=line.number)
+            return NcclTuneError(f"malformed line: {line.error}", path=path or "<text>", line=line.number)
     return None
 
 
@@ -396,16 +445,14 @@ def value_pattern_problem(name: str, value: str) -> str | None:
     entry = allowed_entry(name)
     if entry is None or entry.values is None or re.fullmatch(entry.values, value):
         return None
-    return (f"{shown(value)} is not a value its reader takes ({entry.values}; "
-            f"{entry.source})")
+    return f"{shown(value)} is not a value its reader takes ({entry.values}; {entry.source})"
 
 
 def render_assignment(name: str, value: str) -> str:
     """`NAME=VALUE`, or NcclTuneError when the grammar refuses either (never escaped)."""
     problem = name_problem(name) or value_problem(value)
     if problem:
-        raise NcclTuneError(f"cannot write {name if NAME_RE.fullmatch(name) else shown(name)}: "
-                            f"{problem}")
+        raise NcclTuneError(f"cannot write {name if NAME_RE.fullmatch(name) else shown(name)}: {problem}")
     return f"{name}={value}"
 
 

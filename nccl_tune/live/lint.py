@@ -23,8 +23,8 @@ import difflib
 import functools
 from dataclasses import asdict, dataclass
 
-from nccl_tune.nccl import settings
 from nccl_tune.live import grammar
+from nccl_tune.nccl import settings
 
 ERROR = settings.ERROR
 WARNING = settings.WARNING
@@ -90,8 +90,7 @@ def installed_names() -> KnownNames:
         return KnownNames(None)
 
 
-def _unknown_name_finding(path: str, number: int | None, key: str,
-                          known: KnownNames) -> Finding | None:
+def _unknown_name_finding(path: str, number: int | None, key: str, known: KnownNames) -> Finding | None:
     """A warning for an NCCL_* name neither the catalogue nor libnccl knows (other names
     are the grammar's business: off its allow-list they are errors there)."""
     pool = set(settings.CATALOGUE) | set(known.names or ())
@@ -103,23 +102,27 @@ def _unknown_name_finding(path: str, number: int | None, key: str,
         consulted = "the catalogue (no libnccl was found to consult)"
     else:
         consulted = f"the catalogue and to {known.describe()}"
-    return Finding(path, number, key, WARNING,
-                   f"unknown to {consulted}, so NCCL would ignore it{hint}")
+    return Finding(path, number, key, WARNING, f"unknown to {consulted}, so NCCL would ignore it{hint}")
 
 
-def _value_findings(path: str, number: int | None, key: str, value: str,
-                    version: tuple[int, int, int] | None) -> list[Finding]:
+def _value_findings(
+    path: str, number: int | None, key: str, value: str, version: tuple[int, int, int] | None
+) -> list[Finding]:
     pattern = grammar.value_pattern_problem(key, value)
     if pattern:
         return [Finding(path, number, key, ERROR, f"invalid value: {pattern}")]
     # check_value names the variable; the finding already carries it.
-    return [Finding(path, number, key, severity, message.replace(f"invalid value for {key}: ", "invalid value: "))
-            for severity, message in settings.check_value(key, value, version)]
+    return [
+        Finding(path, number, key, severity, message.replace(f"invalid value for {key}: ", "invalid value: "))
+        for severity, message in settings.check_value(key, value, version)
+    ]
 
 
-_EXPORT = ("'export' is read by bash only: docker --env-file refuses the whole file "
-           "(\"variable 'export NAME' contains whitespaces\") and systemd drops the line "
-           "(not a valid name); write NAME=VALUE")
+_EXPORT = (
+    "'export' is read by bash only: docker --env-file refuses the whole file "
+    "(\"variable 'export NAME' contains whitespaces\") and systemd drops the line "
+    "(not a valid name); write NAME=VALUE"
+)
 
 
 def lint_text(text: str, path: str = "<text>", known: KnownNames | None = None) -> list[Finding]:
@@ -145,9 +148,11 @@ def lint_text(text: str, path: str = "<text>", known: KnownNames | None = None) 
         if unknown:
             findings.append(unknown)
         if key in first_line:
-            findings.append(Finding(path, number, key, WARNING,
-                                    f"set twice (first on line {first_line[key]}); "
-                                    "the later value wins"))
+            findings.append(
+                Finding(
+                    path, number, key, WARNING, f"set twice (first on line {first_line[key]}); the later value wins"
+                )
+            )
         else:
             first_line[key] = number
         if line.exported:
@@ -156,8 +161,7 @@ def lint_text(text: str, path: str = "<text>", known: KnownNames | None = None) 
     return findings
 
 
-def lint_env(env: dict[str, str], source: str = "<environment>",
-             known: KnownNames | None = None) -> list[Finding]:
+def lint_env(env: dict[str, str], source: str = "<environment>", known: KnownNames | None = None) -> list[Finding]:
     """Findings for an environment mapping (no lines): the grammar's refusals, unknown
     names, values."""
     known = installed_names() if known is None else known

@@ -143,7 +143,7 @@ def _stat_fields(pid: int) -> list[str]:
         stat = _read_bytes(pid, "stat").decode("utf-8", "replace")
     except (ProcessGone, PermissionError):
         return []
-    return stat[stat.rfind(")") + 2:].split()
+    return stat[stat.rfind(")") + 2 :].split()
 
 
 def read_ppid(pid: int) -> int | None:
@@ -196,8 +196,7 @@ def role_of(cmdline: list[str], comm: str = "") -> str | None:
         if lower.startswith("apiserver"):
             return f"{engine} API server"
         return f"{engine} {name}"
-    if "vllm.entrypoints" in text or (len(cmdline) > 1 and cmdline[0].endswith("vllm")
-                                      and cmdline[1] == "serve"):
+    if "vllm.entrypoints" in text or (len(cmdline) > 1 and cmdline[0].endswith("vllm") and cmdline[1] == "serve"):
         return "vLLM API server"
     if "sglang.launch_server" in text:
         return "SGLang API server (launcher)"
@@ -274,8 +273,9 @@ def conf_supply(pid: int, environ: dict[str, str]) -> dict[str, dict]:
     return out
 
 
-def compare_env(profile_env: dict[str, str], environ: dict[str, str],
-                conf: dict[str, dict] | None = None) -> tuple[list[VarCheck], dict[str, str]]:
+def compare_env(
+    profile_env: dict[str, str], environ: dict[str, str], conf: dict[str, dict] | None = None
+) -> tuple[list[VarCheck], dict[str, str]]:
     """(one VarCheck per profile variable, NCCL_* in `environ` that the profile lacks).
 
     `conf`: what conf files supply (conf_supply); a variable missing from the environment
@@ -287,14 +287,13 @@ def compare_env(profile_env: dict[str, str], environ: dict[str, str],
         actual = environ.get(name)
         if actual is None and name in conf:
             value = conf[name]["value"]
-            checks.append(VarCheck(name, expected, value,
-                                   "conf" if value == expected else "conf-different",
-                                   conf[name]["path"]))
+            checks.append(
+                VarCheck(name, expected, value, "conf" if value == expected else "conf-different", conf[name]["path"])
+            )
             continue
         status = "missing" if actual is None else ("ok" if actual == expected else "different")
         checks.append(VarCheck(name, expected, actual, status))
-    extra = {k: environ[k] for k in sorted(environ)
-             if k.startswith("NCCL_") and k not in profile_env}
+    extra = {k: environ[k] for k in sorted(environ) if k.startswith("NCCL_") and k not in profile_env}
     return checks, extra
 
 
@@ -341,8 +340,7 @@ def _hop(parent: int, child: int) -> str:
     return "forked" if a is not None and a == b else "spawned"
 
 
-def nearest_confirmed_ancestor(pid: int, limit: int = 64
-                               ) -> tuple[int, dict[str, str], str, list[str]] | None:
+def nearest_confirmed_ancestor(pid: int, limit: int = 64) -> tuple[int, dict[str, str], str, list[str]] | None:
     """(ancestor pid, its environment, its source, hops ancestor-first) of the nearest
     ancestor whose environment could be read in full, or None."""
     hops: list[str] = []
@@ -368,18 +366,18 @@ def check_process(profile_env: dict[str, str], pid: int) -> ProcessCheck:
     except PermissionError as exc:
         ppid, cmdline = read_ppid(pid), read_cmdline(pid)
         role = role_of(cmdline, read_comm(pid))
-        return ProcessCheck(pid, ppid, cmdline, error=f"cannot read its environment: "
-                                                     f"{exc.strerror or 'permission denied'}",
-                            role=role)
+        return ProcessCheck(
+            pid, ppid, cmdline, error=f"cannot read its environment: {exc.strerror or 'permission denied'}", role=role
+        )
     ppid, cmdline = read_ppid(pid), read_cmdline(pid)
     role = role_of(cmdline, read_comm(pid))
     conf = conf_supply(pid, environ)
     variables, extra = compare_env(profile_env, environ, conf)
-    result = ProcessCheck(pid, ppid, cmdline, variables, extra, role=role, env_source=source,
-                          rewritten=rewritten, conf=conf)
+    result = ProcessCheck(
+        pid, ppid, cmdline, variables, extra, role=role, env_source=source, rewritten=rewritten, conf=conf
+    )
     if source == "memory":
-        result.note = ("its environment block was rewritten (setproctitle); read from its "
-                       "memory instead (libc environ)")
+        result.note = "its environment block was rewritten (setproctitle); read from its memory instead (libc environ)"
     elif source == "remnant":
         _inherit(result, profile_env, why)
     return result
@@ -388,16 +386,17 @@ def check_process(profile_env: dict[str, str], pid: int) -> ProcessCheck:
 def _inherit(result: ProcessCheck, profile_env: dict[str, str], why: str | None) -> None:
     # a rewritten, unreadable process: what its nearest readable ancestor proves
     found = nearest_confirmed_ancestor(result.pid)
-    result.note = (f"its environment block was rewritten (setproctitle) and its memory "
-                   f"could not be read ({why})")
+    result.note = f"its environment block was rewritten (setproctitle) and its memory could not be read ({why})"
     if found is None:
         result.env_source = None
         result.note += "; no readable ancestor: unverified"
         return
     ancestor, env, _, hops = found
     result.env_source, result.inherited_from, result.inheritance = "inherited", ancestor, hops
-    result.note += (f"; inherited from pid {ancestor} ({' then '.join(hops)}); only NCCL's own "
-                    "'set by environment' lines of this rank prove it (nccl-tune logs nccl)")
+    result.note += (
+        f"; inherited from pid {ancestor} ({' then '.join(hops)}); only NCCL's own "
+        "'set by environment' lines of this rank prove it (nccl-tune logs nccl)"
+    )
     checks = []
     for v in result.variables:
         if v.status == "missing" and env.get(v.name) == v.expected:
@@ -421,8 +420,10 @@ def check_processes(profile_env: dict[str, str], pid: int, tree: bool = False) -
         root = check_process(profile_env, pid)
     except ProcessGone:
         if is_kernel_thread(pid):  # its /proc files answer ESRCH, as a missing process's do
-            raise NcclTuneError(f"pid {pid} ({read_comm(pid) or '?'}) is a kernel thread: it has "
-                                "no environment to check (give a server's pid)") from None
+            raise NcclTuneError(
+                f"pid {pid} ({read_comm(pid) or '?'}) is a kernel thread: it has "
+                "no environment to check (give a server's pid)"
+            ) from None
         raise NcclTuneError(f"no process with pid {pid}") from None
     if root.error:
         raise NcclTuneError(f"pid {pid}: {root.error}")

@@ -60,7 +60,7 @@ def _elf_symbol(path: str, size: int, mtime: float) -> tuple[int, int, int] | No
         return None
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return None  # not a 64-bit little-endian ELF
-    e_type, = struct.unpack_from("<H", data, 16)
+    (e_type,) = struct.unpack_from("<H", data, 16)
     e_phoff, e_shoff = struct.unpack_from("<QQ", data, 32)
     e_phentsize, e_phnum, e_shentsize, e_shnum = struct.unpack_from("<HHHH", data, 54)
     first_load = None
@@ -69,8 +69,7 @@ def _elf_symbol(path: str, size: int, mtime: float) -> tuple[int, int, int] | No
         if p_type == 1 and p_offset == 0:  # PT_LOAD mapping the file's start
             first_load = p_vaddr
             break
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
-                for i in range(e_shnum)]
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)]
     for kind in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
         for sh in sections:
             if sh[1] != kind:
@@ -79,12 +78,11 @@ def _elf_symbol(path: str, size: int, mtime: float) -> tuple[int, int, int] | No
             strtab = sections[link]
             str_off = strtab[4]
             for j in range(size_ // entsize):
-                st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from(
-                    "<IBBHQQ", data, offset + j * entsize)
+                st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from("<IBBHQQ", data, offset + j * entsize)
                 if st_shndx == 0 or (st_info & 0xF) != 1:  # undefined, or not an object
                     continue
                 end = data.find(b"\0", str_off + st_name)
-                if data[str_off + st_name:end] in ENV_SYMBOLS:
+                if data[str_off + st_name : end] in ENV_SYMBOLS:
                     return e_type, first_load or 0, st_value
     return None
 
@@ -96,8 +94,11 @@ def environ_address(pid: int) -> int:
         exe = os.readlink(f"{PROC}/{pid}/exe")
     except OSError as exc:
         raise MemoryReadError(f"cannot read its executable: {exc.strerror}") from None
-    libs = [path for _, _, _, path in maps if os.path.basename(path).startswith("libc.so")
-            or os.path.basename(path).startswith("libc-")]
+    libs = [
+        path
+        for _, _, _, path in maps
+        if os.path.basename(path).startswith("libc.so") or os.path.basename(path).startswith("libc-")
+    ]
     for path in dict.fromkeys([exe, *libs]):
         local = f"{PROC}/{pid}/root{path}"  # the process's own file, also in a container
         try:
@@ -147,13 +148,13 @@ def read_environ_from_memory(pid: int) -> dict[str, str]:
     except OSError as exc:
         raise MemoryReadError(f"cannot open its memory: {exc.strerror}") from None
     try:
-        pointer, = struct.unpack("<Q", _read(fd, address, 8).ljust(8, b"\0"))
+        (pointer,) = struct.unpack("<Q", _read(fd, address, 8).ljust(8, b"\0"))
         if pointer == 0:
             return {}
         env: dict[str, str] = {}
         used = 0
         for i in range(MAX_VARS):
-            slot, = struct.unpack("<Q", _read(fd, pointer + 8 * i, 8).ljust(8, b"\0"))
+            (slot,) = struct.unpack("<Q", _read(fd, pointer + 8 * i, 8).ljust(8, b"\0"))
             if slot == 0:
                 return env
             entry = _string(fd, slot, MAX_BYTES - used)

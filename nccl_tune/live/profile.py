@@ -105,8 +105,9 @@ def load_profile(path: str) -> Profile:
     return parse_profile(read_text(path), path=path)
 
 
-def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None,
-                   notes: list[str] | None = None) -> str:
+def render_profile(
+    env: dict[str, str], provenance: dict[str, str] | None = None, notes: list[str] | None = None
+) -> str:
     """The text of a profile: title, provenance, free notes, then NAME=VALUE lines.
 
     Provenance keys and values are written stripped (that is how they read back).
@@ -119,8 +120,7 @@ def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None
     for key, value in (provenance or {}).items():
         key, value = str(key).strip(), str(value).strip()
         if not _PROVENANCE_KEY_RE.match(key):
-            raise NcclTuneError(f"provenance entry {grammar.shown(key)} cannot be written as a "
-                                "'# key: value' comment")
+            raise NcclTuneError(f"provenance entry {grammar.shown(key)} cannot be written as a '# key: value' comment")
         out.append(grammar.render_comment(f"{key}: {value}"))
     if notes:
         out.append(NOTES_SEPARATOR)
@@ -136,8 +136,9 @@ def render_profile(env: dict[str, str], provenance: dict[str, str] | None = None
     return text
 
 
-def write_profile(path: str, env: dict[str, str], provenance: dict[str, str] | None = None,
-                  notes: list[str] | None = None) -> None:
+def write_profile(
+    path: str, env: dict[str, str], provenance: dict[str, str] | None = None, notes: list[str] | None = None
+) -> None:
     """Render and write a profile atomically (see `render_profile` for what it refuses)."""
     fileio.write_atomic(path, render_profile(env, provenance, notes))
 
@@ -148,6 +149,7 @@ def nccl_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- shipped profiles
+
 
 def shipped_profiles_dir() -> Path | None:
     """The folder of shipped profiles, or None when this installation has none.

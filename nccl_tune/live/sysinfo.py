@@ -22,11 +22,11 @@ import subprocess
 import sys
 
 from nccl_tune import fileio
-from nccl_tune.live import conffile, lint as linter
-from nccl_tune.nccl import ncclinfo, topology
+from nccl_tune.live import conffile
+from nccl_tune.live import lint as linter
+from nccl_tune.live.conffile import CONF_FILE_SINCE, read_like_nccl
 from nccl_tune.live.profile import nccl_env
-
-from nccl_tune.live.conffile import CONF_FILE_SINCE, read_like_nccl  # noqa: E402 (first NCCL reading NCCL_CONF_FILE)
+from nccl_tune.nccl import ncclinfo, topology
 
 
 def torch_info() -> dict:
@@ -41,9 +41,14 @@ def torch_info() -> dict:
     except Exception as exc:  # an absent or broken torch is a finding, not a crash
         return {"version": None, "error": f"cannot import torch: {exc}"}
     mapped = [p for p in ncclinfo.mapped_libraries() if p not in before] if fresh else None
-    info = {"version": torch.__version__, "cuda": torch.version.cuda,
-            "cuda_available": bool(torch.cuda.is_available()), "nccl": None, "note": None,
-            "nccl_mapped": mapped}
+    info = {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": bool(torch.cuda.is_available()),
+        "nccl": None,
+        "note": None,
+        "nccl_mapped": mapped,
+    }
     try:
         import torch.distributed as dist
 
@@ -65,28 +70,50 @@ def gpu_info(timeout: float = 30.0) -> dict:
     """GPUs as nvidia-smi lists them; `count` 0 and a `note` when there is none."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return {"count": 0, "devices": [], "driver": None,
-                "note": "nvidia-smi not found: no NVIDIA GPU or driver visible on this machine"}
+        return {
+            "count": 0,
+            "devices": [],
+            "driver": None,
+            "note": "nvidia-smi not found: no NVIDIA GPU or driver visible on this machine",
+        }
     query = "index,name,pci.bus_id,memory.total,driver_version"
     try:
-        done = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return {"count": 0, "devices": [], "driver": None, "note": f"nvidia-smi failed: {exc}"}
     if done.returncode != 0:
         reason = (done.stderr or done.stdout).strip().splitlines()[:1]
-        return {"count": 0, "devices": [], "driver": None,
-                "note": f"nvidia-smi failed: {reason[0] if reason else done.returncode}"}
+        return {
+            "count": 0,
+            "devices": [],
+            "driver": None,
+            "note": f"nvidia-smi failed: {reason[0] if reason else done.returncode}",
+        }
     devices = []
     for line in done.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 5:
-            devices.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0],
-                            "name": parts[1], "pci_bus_id": parts[2],
-                            "memory_mib": int(parts[3]) if parts[3].isdigit() else parts[3]})
+            devices.append(
+                {
+                    "index": int(parts[0]) if parts[0].isdigit() else parts[0],
+                    "name": parts[1],
+                    "pci_bus_id": parts[2],
+                    "memory_mib": int(parts[3]) if parts[3].isdigit() else parts[3],
+                }
+            )
     driver = done.stdout.split(",")[4].strip() if devices else None
-    return {"count": len(devices), "devices": devices, "driver": driver,
-            "note": None if devices else "nvidia-smi lists no GPU"}
+    return {
+        "count": len(devices),
+        "devices": devices,
+        "driver": driver,
+        "note": None if devices else "nvidia-smi lists no GPU",
+    }
 
 
 def compute_capability(timeout: float = 30.0) -> str | None:
@@ -105,20 +132,19 @@ def topology_info(topo_file: str | None = None) -> dict:
 
     names = caps = None  # another machine's GPUs are known only by what the file shows
     if topo_file is not None:
-        text = fileio.read_text(topo_file, what="topology paste", max_bytes=topology.MAX_PASTE_BYTES,
-                                max_line=topology.MAX_PASTE_LINE)
+        text = fileio.read_text(
+            topo_file, what="topology paste", max_bytes=topology.MAX_PASTE_BYTES, max_line=topology.MAX_PASTE_LINE
+        )
         topo = topology.parse_topo(text, source=topo_file)
         vendor = None  # another machine's CPU is unknown
     else:
         text = topology.run_nvidia_smi_topo()
         if text is None:
-            return {"source": None, "kind": None,
-                    "note": "nvidia-smi not found or failed: no topology on this machine"}
+            return {"source": None, "kind": None, "note": "nvidia-smi not found or failed: no topology on this machine"}
         try:
             topo = topology.parse_topo(text, source="nvidia-smi topo -m")
         except NcclTuneError as exc:
-            return {"source": "nvidia-smi topo -m", "kind": None,
-                    "note": f"could not parse nvidia-smi topo -m: {exc}"}
+            return {"source": "nvidia-smi topo -m", "kind": None, "note": f"could not parse nvidia-smi topo -m: {exc}"}
         vendor = topology.local_cpu_vendor()
         names, caps = topology.gpu_names(), topology.compute_caps()
     out = topo.to_dict()
@@ -126,19 +152,23 @@ def topology_info(topo_file: str | None = None) -> dict:
         # This machine's GPUs decide NVSwitch with or without NVLS (compute capability).
         out["kind"] = topology.classify(topo, vendor, names, caps)
         level = topology.default_p2p_level(vendor, len(topo.gpus))
-        out["note"] = (f"kind assumes NCCL's default P2P level {level}"
-                       + ("" if vendor else " (CPU vendor unknown; NCCL's default is PXB, "
-                          "SYS on AMD hosts with two GPUs or fewer)"))
+        out["note"] = f"kind assumes NCCL's default P2P level {level}" + (
+            "" if vendor else " (CPU vendor unknown; NCCL's default is PXB, SYS on AMD hosts with two GPUs or fewer)"
+        )
     except NcclTuneError as exc:
         out["kind"] = None
         out["note"] = exc.message
     return out
 
 
-def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
-               nccl_version: tuple[int, int, int] | None = None,
-               known: linter.KnownNames | None = None, root: str = "",
-               cwd: str | None = None) -> list[dict]:
+def conf_files(
+    environ: dict[str, str] | None = None,
+    home: str | None = None,
+    nccl_version: tuple[int, int, int] | None = None,
+    known: linter.KnownNames | None = None,
+    root: str = "",
+    cwd: str | None = None,
+) -> list[dict]:
     """The NCCL conf files NCCL would consult, what each sets and what takes effect.
 
     Each entry: path, role (NCCL_CONF_FILE | user | system), exists, read_by_nccl, sets
@@ -161,13 +191,21 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
     for path, role, read_by_nccl in entries:
         local = path if os.path.isabs(path) or cwd is None else os.path.join(cwd, path)
         local = root.rstrip("/") + local if root else local
-        item = {"path": path, "role": role, "exists": os.path.isfile(local),
-                "read_by_nccl": read_by_nccl, "sets": {}, "effective": {}, "findings": [],
-                "error": None}
+        item = {
+            "path": path,
+            "role": role,
+            "exists": os.path.isfile(local),
+            "read_by_nccl": read_by_nccl,
+            "sets": {},
+            "effective": {},
+            "findings": [],
+            "error": None,
+        }
         if item["exists"]:
             try:
-                text = fileio.read_text(local, what="conf file", max_bytes=conffile.MAX_CONF_BYTES,
-                                        max_line=conffile.MAX_CONF_LINE)
+                text = fileio.read_text(
+                    local, what="conf file", max_bytes=conffile.MAX_CONF_BYTES, max_line=conffile.MAX_CONF_LINE
+                )
                 item["sets"] = read_like_nccl(text)
                 item["findings"] = [f.to_dict() for f in linter.lint_text(text, path, known)]
             except Exception as exc:  # NcclTuneError: unreadable or over a cap; report, don't stop
@@ -180,8 +218,7 @@ def conf_files(environ: dict[str, str] | None = None, home: str | None = None,
     return out
 
 
-def env_info(environ: dict[str, str] | None = None,
-             known: linter.KnownNames | None = None) -> dict:
+def env_info(environ: dict[str, str] | None = None, known: linter.KnownNames | None = None) -> dict:
     """The current NCCL_* variables and their lint findings."""
     variables = nccl_env(dict(os.environ) if environ is None else environ)
     findings = linter.lint_env(variables, "<environment>", known)
@@ -198,8 +235,9 @@ def torch_library(torch: dict, libraries: list) -> tuple[str | None, str]:
     same = [lib.path for lib in libraries if lib.version == torch.get("nccl")]
     if same:
         return same[0], f"the first file found of torch's NCCL version {torch.get('nccl')}"
-    return None, (f"no file found of torch's NCCL version {torch.get('nccl')}: linked into "
-                  "torch, or outside the folders searched")
+    return None, (
+        f"no file found of torch's NCCL version {torch.get('nccl')}: linked into torch, or outside the folders searched"
+    )
 
 
 def doctor_report(topo_file: str | None = None, with_torch: bool = True) -> dict:

@@ -36,18 +36,22 @@ from dataclasses import dataclass, field
 import click
 
 from nccl_tune import fileio
-from nccl_tune.live import envcheck
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import envcheck, grammar
 from nccl_tune.model import costmodel
 from nccl_tune.nccl import settings
-from nccl_tune.live import grammar
-from nccl_tune.errors import NcclTuneError
 from nccl_tune.store import BASELINE, cell_id, cell_label
 
 DEFAULT_WORD = "default"
 NAME_RE = re.compile(r"^NCCL_[A-Z0-9_]+$")
 # Instrumentation, not settings: the microbench sets them to observe what NCCL ran.
-INSTRUMENTATION = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
-                   "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT")
+INSTRUMENTATION = (
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_TIMESTAMP_LEVELS",
+    "NCCL_DEBUG_TIMESTAMP_FORMAT",
+)
 NVLS_ALGOS = frozenset({"NVLS", "NVLSTree"})
 
 # The built-in decode grid: the knobs that move small-message allreduce latency
@@ -71,7 +75,7 @@ class GridSpec:
     cells: list[dict[str, str]] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
 
-    def merged(self, other: "GridSpec") -> "GridSpec":
+    def merged(self, other: GridSpec) -> GridSpec:
         """This spec with `other`'s axes replacing same-named ones and its cells added."""
         names = {name for name, _ in other.axes}
         axes = [(n, v) for n, v in self.axes if n not in names] + list(other.axes)
@@ -168,6 +172,7 @@ class Grid:
 
 # ---------------------------------------------------------------- reading specs
 
+
 def _check_name(name: str, where: str) -> str:
     name = name.strip()
     if not NAME_RE.match(name):
@@ -176,11 +181,15 @@ def _check_name(name: str, where: str) -> str:
     if problem:
         raise NcclTuneError(f"{where}: {problem}")
     if name in INSTRUMENTATION:
-        raise NcclTuneError(f"{where}: {name} is instrumentation, not a setting to sweep "
-                            "(the microbench sets NCCL's debug output itself)")
+        raise NcclTuneError(
+            f"{where}: {name} is instrumentation, not a setting to sweep "
+            "(the microbench sets NCCL's debug output itself)"
+        )
     if name == "NCCL_NO_CACHE":
-        raise NcclTuneError(f"{where}: NCCL_NO_CACHE is set by the sweep itself for each launch "
-                            "under --isolation nocache, not a setting to sweep")
+        raise NcclTuneError(
+            f"{where}: NCCL_NO_CACHE is set by the sweep itself for each launch "
+            "under --isolation nocache, not a setting to sweep"
+        )
     return name
 
 
@@ -268,8 +277,7 @@ def _load_toml(path: str) -> dict:
     text = fileio.read_text(path, what="grid file", max_bytes=GRID_MAX_BYTES)
     depth = toml_depth(text)
     if depth > GRID_MAX_DEPTH:
-        raise NcclTuneError(f"nested {depth} levels deep: a grid file nests at most {GRID_MAX_DEPTH}",
-                            path=path)
+        raise NcclTuneError(f"nested {depth} levels deep: a grid file nests at most {GRID_MAX_DEPTH}", path=path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -288,8 +296,7 @@ def load_grid_file(path: str) -> GridSpec:
     data = _load_toml(path)
     unknown = set(data) - {"grid", "cells"}
     if unknown:
-        raise NcclTuneError(f"unknown table(s) {', '.join(sorted(unknown))}; expected [grid] "
-                            "and [[cells]]", path=path)
+        raise NcclTuneError(f"unknown table(s) {', '.join(sorted(unknown))}; expected [grid] and [[cells]]", path=path)
     axes = []
     grid = data.get("grid", {})
     if not isinstance(grid, dict):
@@ -326,12 +333,12 @@ def resolve_grid_option(value: str) -> GridSpec:
     if value in BUILTIN_GRIDS and not os.path.exists(value):
         return GridSpec([(n, list(v)) for n, v in BUILTIN_GRIDS[value]], [], [f"built-in '{value}'"])
     if not os.path.exists(value):
-        raise NcclTuneError(f"--grid: '{value}' is neither a file nor a built-in grid "
-                            f"({', '.join(BUILTIN_GRIDS)})")
+        raise NcclTuneError(f"--grid: '{value}' is neither a file nor a built-in grid ({', '.join(BUILTIN_GRIDS)})")
     return load_grid_file(value)
 
 
 # ---------------------------------------------------------------- expansion and pruning
+
 
 def cell_count(spec: GridSpec) -> int:
     """How many envs `expand` would make (baseline included), counted without making them."""
@@ -348,9 +355,11 @@ def expand(spec: GridSpec) -> list[dict[str, str]]:
     count = cell_count(spec)
     if count > GRID_MAX_CELLS:
         shape = " x ".join(str(len(values)) for _, values in spec.axes) or "0"
-        raise NcclTuneError(f"the grid expands to {count:,} cells (axes {shape}"
-                            f"{f' + {len(spec.cells)} cells' if spec.cells else ''}), more than the "
-                            f"{GRID_MAX_CELLS:,} a sweep takes: give fewer values per axis")
+        raise NcclTuneError(
+            f"the grid expands to {count:,} cells (axes {shape}"
+            f"{f' + {len(spec.cells)} cells' if spec.cells else ''}), more than the "
+            f"{GRID_MAX_CELLS:,} a sweep takes: give fewer values per axis"
+        )
     envs: list[dict[str, str]] = [{}]
     names = [name for name, _ in spec.axes]
     for combo in itertools.product(*(values for _, values in spec.axes)):
@@ -370,8 +379,7 @@ def lint_reasons(env: dict[str, str], nccl_version=None) -> tuple[list[str], lis
     return errors, warnings
 
 
-def topology_reason(env: dict[str, str], topology: str | None,
-                    allow_unsafe: bool) -> tuple[str | None, list[str]]:
+def topology_reason(env: dict[str, str], topology: str | None, allow_unsafe: bool) -> tuple[str | None, list[str]]:
     """(why the cell cannot or must not run on `topology`, notes); (None, []) when fine."""
     if topology is None:
         return None, []
@@ -390,16 +398,18 @@ def topology_reason(env: dict[str, str], topology: str | None,
         return f"NCCL_NVLS_ENABLE=1 needs {lacks} ('{topology}' has none)", []
     proto = env.get("NCCL_PROTO")
     if proto is not None and settings.enables_ll128(proto) and not topo.ll128_by_default:
-        message = (f"NCCL_PROTO={proto} forces LL128 on '{topology}', where NCCL keeps it off "
-                   "because it can corrupt data")
+        message = (
+            f"NCCL_PROTO={proto} forces LL128 on '{topology}', where NCCL keeps it off because it can corrupt data"
+        )
         if not allow_unsafe:
             return message + " (--allow-unsafe measures it anyway)", []
         notes.append(message + " (kept: --allow-unsafe; its correctness check decides)")
     return None, notes
 
 
-def prune(envs: list[dict[str, str]], topology: str | None, allow_unsafe: bool = False,
-          nccl_version=None) -> tuple[list[Cell], list[Dropped]]:
+def prune(
+    envs: list[dict[str, str]], topology: str | None, allow_unsafe: bool = False, nccl_version=None
+) -> tuple[list[Cell], list[Dropped]]:
     """Cells that may run, and the dropped ones with reasons (lint, topology, duplicate).
 
     The baseline (empty env) is never dropped.
@@ -439,6 +449,7 @@ def group_by_process(cells: list[Cell]) -> list[ProcessGroup]:
 
 
 # ---------------------------------------------------------------- isolation
+
 
 def split_env(env: dict[str, str], isolation: str) -> tuple[dict[str, str], dict[str, str]]:
     """(process-wide part, per-communicator part) of a cell's env under `isolation`.
@@ -484,6 +495,7 @@ def group_cells(cells: list[Cell], isolation: str) -> list[ProcessGroup]:
 
 # ---------------------------------------------------------------- topology
 
+
 def detect_topology() -> tuple[str | None, str]:
     """This machine's topology kind (costmodel.TOPOLOGIES name) and how it was found.
 
@@ -492,28 +504,37 @@ def detect_topology() -> tuple[str | None, str]:
     """
     try:
         from nccl_tune.nccl import topology as topo_module
+
         detect = topo_module.detect_kind
     except (ImportError, AttributeError):
-        return None, ("unknown topology (nccl_tune.nccl.topology.detect_kind is not available): "
-                      "nothing pruned by topology; pass --topology to prune")
+        return None, (
+            "unknown topology (nccl_tune.nccl.topology.detect_kind is not available): "
+            "nothing pruned by topology; pass --topology to prune"
+        )
     try:
         kind = detect()
     except Exception as exc:  # detection must never stop a sweep
         return None, f"unknown topology (detection failed: {exc}): nothing pruned by topology"
     if kind is None:
-        return None, ("unknown topology (no nvidia-smi or fewer than two GPUs): nothing pruned "
-                      "by topology; pass --topology to prune")
+        return None, (
+            "unknown topology (no nvidia-smi or fewer than two GPUs): nothing pruned "
+            "by topology; pass --topology to prune"
+        )
     if kind not in costmodel.TOPOLOGIES:
         return None, f"unknown topology kind '{kind}': nothing pruned by topology"
     return kind, f"topology '{kind}' detected from nvidia-smi topo -m"
 
 
-def build_grid(spec: GridSpec, topology: str | None = None, allow_unsafe: bool = False,
-               nccl_version=None, topology_note: str | None = None) -> Grid:
+def build_grid(
+    spec: GridSpec,
+    topology: str | None = None,
+    allow_unsafe: bool = False,
+    nccl_version=None,
+    topology_note: str | None = None,
+) -> Grid:
     """Expand, prune and describe a grid; `topology` None means unknown (no topology pruning)."""
     if topology is not None and topology not in costmodel.TOPOLOGIES:
-        raise NcclTuneError(f"--topology: unknown '{topology}' "
-                            f"(known: {', '.join(costmodel.TOPOLOGIES)})")
+        raise NcclTuneError(f"--topology: unknown '{topology}' (known: {', '.join(costmodel.TOPOLOGIES)})")
     cells, dropped = prune(expand(spec), topology, allow_unsafe, nccl_version)
     notes = [topology_note] if topology_note else []
     if not any(c.id == BASELINE for c in cells):  # pragma: no cover - prune keeps it

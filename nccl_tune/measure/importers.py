@@ -24,23 +24,54 @@ BACKEND = "nccl-tests"
 
 # ---------------------------------------------------------------- records
 
+
 def _latency(out: dict, iters: int | None) -> tuple[dict, str]:
     per = out.get("per_iter") or {}
     mean = out["time_us"]
     if per.get("p50_us") is not None:
         cv = per.get("cv_pct")
-        return ({"min": per.get("min_us"), "p10": None, "p50": per["p50_us"], "p90": None,
-                 "p99": per.get("p99_us"), "max": per.get("max_us"), "mean": mean,
-                 "cv": cv / 100 if cv is not None else None, "n": iters}, "p50")
+        return (
+            {
+                "min": per.get("min_us"),
+                "p10": None,
+                "p50": per["p50_us"],
+                "p90": None,
+                "p99": per.get("p99_us"),
+                "max": per.get("max_us"),
+                "mean": mean,
+                "cv": cv / 100 if cv is not None else None,
+                "n": iters,
+            },
+            "p50",
+        )
     cv = per.get("cv_pct")
-    return ({"min": per.get("min_us"), "p10": None, "p50": mean, "p90": None, "p99": per.get("p99_us"),
-             "max": per.get("max_us"), "mean": mean, "cv": cv / 100 if cv is not None else None,
-             "n": iters}, "mean")
+    return (
+        {
+            "min": per.get("min_us"),
+            "p10": None,
+            "p50": mean,
+            "p90": None,
+            "p99": per.get("p99_us"),
+            "max": per.get("max_us"),
+            "mean": mean,
+            "cv": cv / 100 if cv is not None else None,
+            "n": iters,
+        },
+        "mean",
+    )
 
 
-def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | None,
-                label: str | None, op: str | None, run_id: str,
-                host: str | None = None) -> list[dict]:
+def run_records(
+    run: Run,
+    versions: dict,
+    *,
+    path: str,
+    env: dict[str, str] | None,
+    label: str | None,
+    op: str | None,
+    run_id: str,
+    host: str | None = None,
+) -> list[dict]:
     """One record per row of a run (DESIGN.md section 3 via store.make_record).
 
     `host` names the machine when the file does not (a pasted table): the report
@@ -50,20 +81,27 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
     for row in run.rows:  # an absurd size (a typo, a corrupt file) is refused, not inferred from
         if row["size"] > vocab.MAX_BYTES:
             digits = str(row["size"])
-            raise NcclTuneError(f"a size of {digits[:30]}{'...' if len(digits) > 30 else ''} bytes "
-                                f"is more than one GPU holds (at most {vocab.MAX_BYTES})",
-                                path=path, line=row.get("line"))
+            raise NcclTuneError(
+                f"a size of {digits[:30]}{'...' if len(digits) > 30 else ''} bytes "
+                f"is more than one GPU holds (at most {vocab.MAX_BYTES})",
+                path=path,
+                line=row.get("line"),
+            )
     cell_env = dict(run.env if env is None else env)
     nranks = len(run.gpus) or None
     the_op = op or run.op or infer_op(run.rows)
     if the_op == "rooted":
-        raise NcclTuneError("broadcast/reduce results (a root other than -1) are not supported: "
-                            "pass --op if this is an allreduce, all_gather or reduce_scatter", path=path)
+        raise NcclTuneError(
+            "broadcast/reduce results (a root other than -1) are not supported: "
+            "pass --op if this is an allreduce, all_gather or reduce_scatter",
+            path=path,
+        )
     inferred = nranks is None
     if inferred:
         nranks = infer_world_size(run.rows, the_op)
     oob_failed = bool(run.out_of_bounds) and not any(
-        (row["out"] or {}).get("wrong") or (row["in"] or {}).get("wrong") for row in run.rows)
+        (row["out"] or {}).get("wrong") or (row["in"] or {}).get("wrong") for row in run.rows
+    )
     records = []
     for row in run.rows:
         # NCCL does nothing for 0 elements (enqueue.cc taskAppend returns at once when
@@ -85,28 +123,55 @@ def run_records(run: Run, versions: dict, *, path: str, env: dict[str, str] | No
                 status, error = "wrong", f"nccl-tests reported {wrong} wrong elements"
             elif oob_failed:
                 status, correct = "wrong", False
-                error = (f"the run reported {run.out_of_bounds} out-of-bounds values (FAILED); "
-                         "its rows cannot be told apart")
-        lat, stat = (_latency(out, row.get("iters") or run.iters) if out else (None, None))
+                error = (
+                    f"the run reported {run.out_of_bounds} out-of-bounds values (FAILED); its rows cannot be told apart"
+                )
+        lat, stat = _latency(out, row.get("iters") or run.iters) if out else (None, None)
         record = store.make_record(
-            run_id=run_id, env=cell_env, backend=BACKEND, op=the_op,
+            run_id=run_id,
+            env=cell_env,
+            backend=BACKEND,
+            op=the_op,
             mode=None if run.graph is None else ("graph" if run.graph else "eager"),
-            world_size=nranks, nnodes=len(set(run.hosts)) or None, bytes=row["size"],
-            dtype=row["type"], iters=row.get("iters") or run.iters, lat_us=lat,
-            samples_us=(out or {}).get("samples_us"), algbw_gbps=(out or {}).get("algbw_gbps"),
-            busbw_gbps=(out or {}).get("busbw_gbps"), correct=correct, wrong=wrong, effective=None,
-            versions={"nccl": versions.get("nccl"), "torch": None, "cuda": None,
-                      "nccl_tests": versions.get("nccl_tests")},
+            world_size=nranks,
+            nnodes=len(set(run.hosts)) or None,
+            bytes=row["size"],
+            dtype=row["type"],
+            iters=row.get("iters") or run.iters,
+            lat_us=lat,
+            samples_us=(out or {}).get("samples_us"),
+            algbw_gbps=(out or {}).get("algbw_gbps"),
+            busbw_gbps=(out or {}).get("busbw_gbps"),
+            correct=correct,
+            wrong=wrong,
+            effective=None,
+            versions={
+                "nccl": versions.get("nccl"),
+                "torch": None,
+                "cuda": None,
+                "nccl_tests": versions.get("nccl_tests"),
+            },
             host=host or (run.hosts[0] if run.hosts else None),
             hosts=[host] if host else (sorted(set(run.hosts)) or None),
-            gpus=run.gpus or None, topology=None,
-            status=status, error=error, round=run.number, label=label,
-            latency_stat=stat, redop=row.get("redop"), root=row.get("root"),
-            inplace=None if inplace is None else {k: inplace.get(k) for k in
-                                                   ("time_us", "algbw_gbps", "busbw_gbps", "wrong")},
-            run_failure=run.failure, env_plugin=run.env_plugin or None,
-            source_file=os.path.basename(path), source_line=row["line"], source_entry=row.get("entry"),
-            world_size_inferred=inferred and nranks is not None)
+            gpus=run.gpus or None,
+            topology=None,
+            status=status,
+            error=error,
+            round=run.number,
+            label=label,
+            latency_stat=stat,
+            redop=row.get("redop"),
+            root=row.get("root"),
+            inplace=None
+            if inplace is None
+            else {k: inplace.get(k) for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")},
+            run_failure=run.failure,
+            env_plugin=run.env_plugin or None,
+            source_file=os.path.basename(path),
+            source_line=row["line"],
+            source_entry=row.get("entry"),
+            world_size_inferred=inferred and nranks is not None,
+        )
         records.append(record)
     return records
 
@@ -122,9 +187,15 @@ def parse_env_option(text: str) -> dict[str, str]:
 MAX_IMPORT_BYTES = 32 * 1024 * 1024  # an nccl-tests output, NCCL's INFO lines of many ranks included
 
 
-def import_file(path: str, *, env: dict[str, str] | None = None, label: str | None = None,
-                op: str | None = None, run_id: str | None = None,
-                host: str | None = None) -> tuple[list[dict], list[Run]]:
+def import_file(
+    path: str,
+    *,
+    env: dict[str, str] | None = None,
+    label: str | None = None,
+    op: str | None = None,
+    run_id: str | None = None,
+    host: str | None = None,
+) -> tuple[list[dict], list[Run]]:
     """Records of one nccl-tests output file (text or -J JSON) and the runs found in it."""
     text = fileio.read_text(path, what="nccl-tests output", max_bytes=MAX_IMPORT_BYTES)
     is_json = text.lstrip().startswith("{")
@@ -132,14 +203,12 @@ def import_file(path: str, *, env: dict[str, str] | None = None, label: str | No
     run_id = run_id or store.new_run_id()
     records = []
     for run in runs:
-        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id,
-                               host=host)
+        records += run_records(run, versions, path=path, env=env, label=label, op=op, run_id=run_id, host=host)
     if not records:
         raise NcclTuneError("only rows of 0 bytes: nothing to import", path=path)
     for record in records:  # never write what a reader would skip
         problem = store.field_problem(record)
         if problem:
-            where = (f"results entry {record['source_entry']}: " if record.get("source_entry") else "")
-            raise NcclTuneError(f"{where}cannot import this row: {problem}", path=path,
-                                line=record.get("source_line"))
+            where = f"results entry {record['source_entry']}: " if record.get("source_entry") else ""
+            raise NcclTuneError(f"{where}cannot import this row: {problem}", path=path, line=record.get("source_line"))
     return records, runs

@@ -34,8 +34,8 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from nccl_tune.errors import NcclTuneError
 
@@ -98,8 +98,16 @@ class Launcher:
             return expand_template(self.template, module, args, env, self.nproc, self.nnodes)
         head = [self.python, "-m", "torch.distributed.run", "--nproc-per-node", str(self.nproc)]
         if self.nnodes > 1:
-            head += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
-                     "--rdzv-backend", "static", "--rdzv-endpoint", self.rdzv_endpoint]
+            head += [
+                "--nnodes",
+                str(self.nnodes),
+                "--node-rank",
+                str(self.node_rank),
+                "--rdzv-backend",
+                "static",
+                "--rdzv-endpoint",
+                self.rdzv_endpoint,
+            ]
         else:
             head += ["--standalone"]
         return head + ["--max-restarts", "0", "-m", module, *args]
@@ -111,8 +119,10 @@ class Launcher:
         if self.simulated:
             return f"simulated: nothing is launched; a modelled world of {self.world_size} ranks"
         if self.nnodes > 1:
-            return (f"torchrun, {self.nnodes} nodes x {self.nproc} ranks, this is node "
-                    f"{self.node_rank}, rendezvous {self.rdzv_endpoint}")
+            return (
+                f"torchrun, {self.nnodes} nodes x {self.nproc} ranks, this is node "
+                f"{self.node_rank}, rendezvous {self.rdzv_endpoint}"
+            )
         return f"torchrun on this host, {self.nproc} ranks"
 
 
@@ -125,8 +135,9 @@ def check_template(template: str) -> list[str]:
     if not words:
         raise NcclTuneError("--launcher: empty template")
     if "{args}" not in words:
-        raise NcclTuneError("--launcher: the template needs {args} as a word of its own "
-                            "(where the microbench arguments go)")
+        raise NcclTuneError(
+            "--launcher: the template needs {args} as a word of its own (where the microbench arguments go)"
+        )
     for word in words:
         for whole in ("{args}", "{env}"):
             if whole in word and word != whole:
@@ -134,8 +145,9 @@ def check_template(template: str) -> list[str]:
     return words
 
 
-def expand_template(template: str, module: str, args: list[str], env: dict[str, str],
-                    nproc: int, nnodes: int) -> list[str]:
+def expand_template(
+    template: str, module: str, args: list[str], env: dict[str, str], nproc: int, nnodes: int
+) -> list[str]:
     """The template's words with placeholders replaced by argv elements (no shell)."""
     out: list[str] = []
     for word in check_template(template):
@@ -144,12 +156,12 @@ def expand_template(template: str, module: str, args: list[str], env: dict[str, 
         elif word == "{env}":
             out.extend(f"{k}={v}" for k, v in env.items())
         else:
-            out.append(word.replace("{module}", module).replace("{nproc}", str(nproc))
-                       .replace("{nnodes}", str(nnodes)))
+            out.append(word.replace("{module}", module).replace("{nproc}", str(nproc)).replace("{nnodes}", str(nnodes)))
     return out
 
 
 # ---------------------------------------------------------------- process trees
+
 
 def _proc_table() -> list[tuple[int, int, int, str]]:
     """(pid, parent pid, session id, state) of every process (Linux /proc)."""
@@ -165,7 +177,7 @@ def _proc_table() -> list[tuple[int, int, int, str]]:
         except OSError:
             continue
         # The command name may hold spaces and parentheses: fields follow the last ')'.
-        fields = data[data.rfind(")") + 2:].split()
+        fields = data[data.rfind(")") + 2 :].split()
         if len(fields) > 3:
             table.append((int(name), int(fields[1]), int(fields[3]), fields[0]))
     return table
@@ -248,10 +260,11 @@ def _alive(pid: int) -> bool:
             state = handle.read().decode(errors="replace")
     except OSError:
         return False
-    return state[state.rfind(")") + 2:].split()[0] not in ("Z", "X")
+    return state[state.rfind(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 # ---------------------------------------------------------------- running one launch
+
 
 @dataclass
 class LaunchOutcome:
@@ -268,9 +281,11 @@ class LaunchOutcome:
         telling line of output (a rank's error, see `key_error_line`), then where the full
         output is and its last lines."""
         timed_out = "a collective timed out" if collective_timeout(self.tail) else "launch timed out"
-        what = {"timeout": timed_out, "interrupted": "interrupted",
-                "failed": f"launch exited with code {self.returncode}"}.get(
-                    self.status, f"launch exited with code {self.returncode}")
+        what = {
+            "timeout": timed_out,
+            "interrupted": "interrupted",
+            "failed": f"launch exited with code {self.returncode}",
+        }.get(self.status, f"launch exited with code {self.returncode}")
         key = key_error_line(self.tail)
         if key is None and self.status == "failed" and self.tail:
             key = self.tail[-1].strip()
@@ -282,12 +297,17 @@ class LaunchOutcome:
         return f"{head}\n" + (f"({where}) " if where else "") + f"last lines of output:\n{tail}"
 
 
-_ERRORISH_RE = re.compile(r"Error|Exception|\berror\b|\bfailed\b|FAILED|timed out|\btimeout\b|"
-                          r"Segmentation fault|Killed|Aborted|core dumped|NCCL WARN")
+_ERRORISH_RE = re.compile(
+    r"Error|Exception|\berror\b|\bfailed\b|FAILED|timed out|\btimeout\b|"
+    r"Segmentation fault|Killed|Aborted|core dumped|NCCL WARN"
+)
 _RANK_RE = re.compile(r"\brank\s*\d+\b", re.IGNORECASE)
 # A rank reporting that another one went away: a consequence, not the cause.
-_CONSEQUENCE_RE = re.compile(r"lost contact|closed (its|the) connection|Connection reset|"
-                             r"connection closed by peer|another rank", re.IGNORECASE)
+_CONSEQUENCE_RE = re.compile(
+    r"lost contact|closed (its|the) connection|Connection reset|"
+    r"connection closed by peer|another rank",
+    re.IGNORECASE,
+)
 KEY_LINE_MAX = 300
 
 
@@ -303,12 +323,14 @@ def key_error_line(lines: list[str]) -> str | None:
     causes = [line for line in ranked if not _CONSEQUENCE_RE.search(line)]
     pick = (causes or ranked or errorish or [None])[-1]
     if pick and len(pick) > KEY_LINE_MAX:
-        pick = pick[:KEY_LINE_MAX - 3] + "..."
+        pick = pick[: KEY_LINE_MAX - 3] + "..."
     return pick
 
 
-_OLD_HEAD_RE = re.compile(r"^(?P<what>launch timed out|launch exited with code -?\d+|interrupted)"
-                          r"(?: \(full output: (?P<path>.+?)\))?; last lines of output:$")
+_OLD_HEAD_RE = re.compile(
+    r"^(?P<what>launch timed out|launch exited with code -?\d+|interrupted)"
+    r"(?: \(full output: (?P<path>.+?)\))?; last lines of output:$"
+)
 _WHERE_RE = re.compile(r"^\(full output: (?P<path>.+?)\) last lines of output:$")
 
 
@@ -356,13 +378,14 @@ def without_launcher_noise(lines: list[str]) -> list[str]:
                 skipping = None
             continue
         if text.startswith("Traceback (most recent call last)") and any(
-                "torch/distributed/run.py" in later for later in lines):
+            "torch/distributed/run.py" in later for later in lines
+        ):
             skipping = "traceback"
             continue
         if text.startswith("=" * 20):
             skipping = "summary"
             continue
-        if (AGENT_LOG_RE.match(text) or set(text) == {"*"} or text.startswith("Setting OMP_NUM_THREADS")):
+        if AGENT_LOG_RE.match(text) or set(text) == {"*"} or text.startswith("Setting OMP_NUM_THREADS"):
             continue
         out.append(line)
     return out
@@ -382,8 +405,14 @@ def tail_lines(path: str, count: int = TAIL_LINES) -> list[str]:
     return without_launcher_noise(lines)[-count:] or lines[-count:]
 
 
-def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: float | None,
-               poll: Callable[[], None] | None = None, poll_interval: float = 0.2) -> LaunchOutcome:
+def run_launch(
+    argv: list[str],
+    env: dict[str, str],
+    log_path: str,
+    timeout: float | None,
+    poll: Callable[[], None] | None = None,
+    poll_interval: float = 0.2,
+) -> LaunchOutcome:
     """Run one launch to its end, calling `poll` meanwhile; kill it on timeout or Ctrl-C.
 
     Output (stdout and stderr) goes to `log_path`. A KeyboardInterrupt kills the launch
@@ -392,8 +421,9 @@ def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: flo
     start = time.monotonic()
     with open(log_path, "ab") as log:
         try:
-            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         except OSError as exc:
             log.write(f"cannot start {argv[0]}: {exc.strerror}\n".encode())
             log.flush()
@@ -431,8 +461,10 @@ def run_launch(argv: list[str], env: dict[str, str], log_path: str, timeout: flo
 # communicators first; torch's default 3 does not): "[Rank 1] Watchdog caught collective
 # operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 600081 ms ...";
 # the microbench's own watchdog exits 124 after recording the timeout.
-TORCH_TIMEOUT_RE = re.compile(r"Watchdog caught collective operation timeout|"
-                              r"\brank \d+: timeout: .* made no progress")
+TORCH_TIMEOUT_RE = re.compile(
+    r"Watchdog caught collective operation timeout|"
+    r"\brank \d+: timeout: .* made no progress"
+)
 WATCHDOG_EXIT = 124
 
 

@@ -32,24 +32,24 @@ it needs more rounds to declare a winner than strategies that narrow the field f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
 from nccl_tune import stats
 from nccl_tune.measure.grid import Cell
-from nccl_tune.store import BASELINE
 from nccl_tune.measure.sweep import Request
 from nccl_tune.measure.sweepplan import round_order
+from nccl_tune.store import BASELINE
 
 STRATEGIES = ("exhaustive", "halving", "descent")
 STRATEGY_HELP = {
     "exhaustive": "every cell, every round: small grids (tens of cells) or a final check",
     "halving": "successive halving: all cells briefly, the better half longer, ...; "
-               "large grids where most cells are clearly worse",
+    "large grids where most cells are clearly worse",
     "descent": "AutoCCL-style: PROTO/ALGO/P2P_LEVEL subspaces, then one resource variable "
-               "at a time; large grids built from axes (needs --set/--grid axes)",
+    "at a time; large grids built from axes (needs --set/--grid axes)",
 }
 IMPLEMENTATION_VARS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")
 
@@ -71,15 +71,16 @@ class Ledger:
 
     def cost(self, requests: Sequence[Request]) -> float:
         """Budget units of a batch: sizes x iters / full_iters per request."""
-        return sum(self.n_sizes * min(1.0, (r.iters or self.full_iters) / self.full_iters)
-                   for r in requests)
+        return sum(self.n_sizes * min(1.0, (r.iters or self.full_iters) / self.full_iters) for r in requests)
 
     def charge(self, requests: Sequence[Request]) -> None:
         """Count a batch, or raise BudgetExhausted (spending nothing) when it does not fit."""
         cost = self.cost(requests)
         if self.limit is not None and self.spent + cost > self.limit + 1e-9:
-            raise BudgetExhausted(f"the next batch needs {cost:.1f} measurements and "
-                                  f"{max(0.0, self.limit - self.spent):.1f} of {self.limit:g} are left")
+            raise BudgetExhausted(
+                f"the next batch needs {cost:.1f} measurements and "
+                f"{max(0.0, self.limit - self.spent):.1f} of {self.limit:g} are left"
+            )
         self.spent += cost
 
 
@@ -115,19 +116,31 @@ class Outcome:
 
     def to_dict(self) -> dict:
         """JSON-ready form (records left out)."""
-        return {"strategy": self.strategy, "best": self.best, "best_env": self.best_env,
-                "winner": self.winner, "best_score": self.best_score,
-                "score_ci": list(self.score_ci) if self.score_ci else None,
-                "finalists": self.finalists, "pruned": self.pruned, "unfinished": self.unfinished,
-                "spent": round(self.spent, 3), "stopped": self.stopped,
-                "rungs": [r.__dict__ for r in self.rungs]}
+        return {
+            "strategy": self.strategy,
+            "best": self.best,
+            "best_env": self.best_env,
+            "winner": self.winner,
+            "best_score": self.best_score,
+            "score_ci": list(self.score_ci) if self.score_ci else None,
+            "finalists": self.finalists,
+            "pruned": self.pruned,
+            "unfinished": self.unfinished,
+            "spent": round(self.spent, 3),
+            "stopped": self.stopped,
+            "rungs": [r.__dict__ for r in self.rungs],
+        }
 
 
 # ---------------------------------------------------------------- scoring
 
+
 def _ok(record: dict) -> bool:
-    return ((record.get("status") or "ok") == "ok" and record.get("correct") is not False
-            and (record.get("lat_us") or {}).get("p50") is not None)
+    return (
+        (record.get("status") or "ok") == "ok"
+        and record.get("correct") is not False
+        and (record.get("lat_us") or {}).get("p50") is not None
+    )
 
 
 def batch_scores(records: Sequence[dict]) -> dict[tuple[str, int], float]:
@@ -179,12 +192,12 @@ def cell_scores(records: Sequence[dict]) -> dict[str, float]:
     per_cell: dict[str, list[float]] = {}
     for (cell, _), score in batch_scores(records).items():
         per_cell.setdefault(cell, []).append(score)
-    return {c: (math.inf if any(math.isinf(s) for s in v) else float(np.median(v)))
-            for c, v in per_cell.items()}
+    return {c: (math.inf if any(math.isinf(s) for s in v) else float(np.median(v))) for c, v in per_cell.items()}
 
 
-def final_verdict(records: Sequence[dict], finalists: Sequence[str], confidence: float = 0.95,
-                  n_vars: dict[str, int] | None = None):
+def final_verdict(
+    records: Sequence[dict], finalists: Sequence[str], confidence: float = 0.95, n_vars: dict[str, int] | None = None
+):
     """(best cell, winner?, median score, interval) over the final rung's records.
 
     The decision rule recommend applies too (stats.tied): the cell with the lowest median
@@ -217,6 +230,7 @@ def final_verdict(records: Sequence[dict], finalists: Sequence[str], confidence:
 
 # ---------------------------------------------------------------- shared machinery
 
+
 @dataclass
 class _Run:
     """State shared by a strategy's batches: rounds handed out, budget, records seen."""
@@ -231,34 +245,54 @@ class _Run:
     rungs: list[RungInfo] = field(default_factory=list)
     next_round: int = 1
 
-    def batch(self, cells: Sequence[Cell], iters: int, rung: int, rounds: int = 1,
-              final: bool = False) -> list[dict]:
+    def batch(self, cells: Sequence[Cell], iters: int, rung: int, rounds: int = 1, final: bool = False) -> list[dict]:
         """Measure `cells` and the baseline for `rounds` fresh rounds (each in a fresh
         random order, grouped by process scope); returns this batch's records."""
         unique = list({c.id: c for c in [self.baseline, *cells]}.values())
         requests = []
         for round_ in range(self.next_round, self.next_round + rounds):
             extra = {"strategy": self.strategy, "rung": rung, "final": final}
-            requests += [Request(c, round_, iters=iters, extra=dict(extra))
-                         for c in round_order(unique, round_, self.seed, self.isolation)]
+            requests += [
+                Request(c, round_, iters=iters, extra=dict(extra))
+                for c in round_order(unique, round_, self.seed, self.isolation)
+            ]
         before = self.ledger.spent
         self.ledger.charge(requests)
         self.next_round += rounds
         got = self.measure(requests)
         self.records.extend(got)
-        self.rungs.append(RungInfo(rung, len(unique) - 1, iters, rounds, final,
-                                   round(self.ledger.spent - before, 3)))
+        self.rungs.append(RungInfo(rung, len(unique) - 1, iters, rounds, final, round(self.ledger.spent - before, 3)))
         return got
 
-    def outcome(self, finalists: list[str], final_records: list[dict], pruned: dict[str, int],
-                unfinished: list[str], envs: dict[str, dict], stopped: str | None,
-                confidence: float) -> Outcome:
+    def outcome(
+        self,
+        finalists: list[str],
+        final_records: list[dict],
+        pruned: dict[str, int],
+        unfinished: list[str],
+        envs: dict[str, dict],
+        stopped: str | None,
+        confidence: float,
+    ) -> Outcome:
         n_vars = {c: len(env) for c, env in envs.items()}
-        best, winner, score, ci = (final_verdict(final_records, finalists, confidence, n_vars)
-                                   if final_records else (None, False, None, None))
-        return Outcome(self.strategy, best, envs.get(best) if best else None, winner, score, ci,
-                       finalists, pruned, unfinished, self.ledger.spent, self.rungs, stopped,
-                       self.records)
+        best, winner, score, ci = (
+            final_verdict(final_records, finalists, confidence, n_vars) if final_records else (None, False, None, None)
+        )
+        return Outcome(
+            self.strategy,
+            best,
+            envs.get(best) if best else None,
+            winner,
+            score,
+            ci,
+            finalists,
+            pruned,
+            unfinished,
+            self.ledger.spent,
+            self.rungs,
+            stopped,
+            self.records,
+        )
 
 
 def _split(cells: Sequence[Cell]) -> tuple[Cell, dict[str, Cell]]:
@@ -268,8 +302,16 @@ def _split(cells: Sequence[Cell]) -> tuple[Cell, dict[str, Cell]]:
 
 # ---------------------------------------------------------------- exhaustive
 
-def run_exhaustive(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
-                   seed: int = 0, isolation: str = "group", confidence: float = 0.95) -> Outcome:
+
+def run_exhaustive(
+    cells: Sequence[Cell],
+    measure: Measure,
+    ledger: Ledger,
+    rounds: int,
+    seed: int = 0,
+    isolation: str = "group",
+    confidence: float = 0.95,
+) -> Outcome:
     """Every cell at full iterations for `rounds` rounds, one round per batch."""
     baseline, by_id = _split(cells)
     run = _Run("exhaustive", measure, ledger, baseline, seed, isolation)
@@ -281,12 +323,20 @@ def run_exhaustive(cells: Sequence[Cell], measure: Measure, ledger: Ledger, roun
         except BudgetExhausted as exc:
             # Rounds already complete still compare every cell; none got all its rounds.
             done = run.next_round - 1
-            return run.outcome(sorted(by_id) if final else [], final, {}, sorted(by_id), envs,
-                               f"budget: {exc} (rounds completed: {done} of {rounds})", confidence)
+            return run.outcome(
+                sorted(by_id) if final else [],
+                final,
+                {},
+                sorted(by_id),
+                envs,
+                f"budget: {exc} (rounds completed: {done} of {rounds})",
+                confidence,
+            )
     return run.outcome(sorted(by_id), final, {}, [], envs, None, confidence)
 
 
 # ---------------------------------------------------------------- successive halving
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -298,8 +348,9 @@ class Rung:
     final: bool
 
 
-def plan_halving(n_cells: int, full_iters: int, rounds: int, eta: int = 2,
-                 min_fraction: float = 1 / 8, keep: int = 4) -> list[Rung]:
+def plan_halving(
+    n_cells: int, full_iters: int, rounds: int, eta: int = 2, min_fraction: float = 1 / 8, keep: int = 4
+) -> list[Rung]:
     """All cells at full_iters x min_fraction for one round, then the best 1/eta at eta x
     the iterations (capped at full), ... until at most `keep` remain; those are measured as
     an exhaustive sweep would (full iterations, `rounds` rounds). The last rungs before
@@ -316,8 +367,9 @@ def plan_halving(n_cells: int, full_iters: int, rounds: int, eta: int = 2,
     return plan
 
 
-def minimal_parts(survivors: list[str], ranked: list[str], scores: dict[str, float],
-                  envs: dict[str, dict]) -> list[str]:
+def minimal_parts(
+    survivors: list[str], ranked: list[str], scores: dict[str, float], envs: dict[str, dict]
+) -> list[str]:
     """Cells brought back into the final rung: for each finalist, the best-scoring cell
     (that did not fail, in the last rung it was measured in) whose settings are a proper
     part of the finalist's.
@@ -342,9 +394,18 @@ def minimal_parts(survivors: list[str], ranked: list[str], scores: dict[str, flo
     return extra
 
 
-def run_halving(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
-                seed: int = 0, isolation: str = "group", eta: int = 2,
-                min_fraction: float = 1 / 8, keep: int = 4, confidence: float = 0.95) -> Outcome:
+def run_halving(
+    cells: Sequence[Cell],
+    measure: Measure,
+    ledger: Ledger,
+    rounds: int,
+    seed: int = 0,
+    isolation: str = "group",
+    eta: int = 2,
+    min_fraction: float = 1 / 8,
+    keep: int = 4,
+    confidence: float = 0.95,
+) -> Outcome:
     """Successive halving: every cell briefly, the better 1/eta longer, until `keep` remain
     (plus, in the final rung, each finalist's best-scoring proper part: minimal_parts)."""
     baseline, by_id = _split(cells)
@@ -353,8 +414,7 @@ def run_halving(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds:
     alive = sorted(by_id)
     pruned: dict[str, int] = {}
     last_score: dict[str, float] = {}  # each cell's score in the last rung it was measured in
-    for rung, step in enumerate(plan_halving(len(alive), ledger.full_iters, rounds, eta,
-                                             min_fraction, keep)):
+    for rung, step in enumerate(plan_halving(len(alive), ledger.full_iters, rounds, eta, min_fraction, keep)):
         if step.final and rung > 0:  # a finalist's minimal part reaches the final too
             ranked_all = sorted(last_score, key=lambda c: (last_score[c], c))
             for c in minimal_parts(alive, ranked_all, last_score, envs):
@@ -369,7 +429,7 @@ def run_halving(cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds:
         scores = cell_scores(got)
         ranked = sorted(alive, key=lambda c: (scores.get(c, math.inf), c))
         survivors = [c for c in ranked if not math.isinf(scores.get(c, math.inf))]
-        survivors = survivors[:math.ceil(len(alive) / eta)]
+        survivors = survivors[: math.ceil(len(alive) / eta)]
         last_score.update({c: scores.get(c, math.inf) for c in alive})
         for c in alive:
             if c not in survivors:
@@ -389,10 +449,20 @@ def _env_of(axes: Axes, point: dict) -> dict[str, str]:
     return {name: point[name] for name, _ in axes if point.get(name) is not None}
 
 
-def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Ledger, rounds: int,
-                seed: int = 0, isolation: str = "group", top_subspaces: int = 3,
-                probe_fraction: float = 0.5, min_gain: float = 0.01, max_passes: int = 3,
-                confidence: float = 0.95) -> Outcome:
+def run_descent(
+    axes: Axes,
+    cells: Sequence[Cell],
+    measure: Measure,
+    ledger: Ledger,
+    rounds: int,
+    seed: int = 0,
+    isolation: str = "group",
+    top_subspaces: int = 3,
+    probe_fraction: float = 0.5,
+    min_gain: float = 0.01,
+    max_passes: int = 3,
+    confidence: float = 0.95,
+) -> Outcome:
     """AutoCCL-style search (NSDI 2025): implementation subspaces, then resource descent.
 
     1. Every combination of the implementation variables in the grid (NCCL_PROTO,
@@ -437,8 +507,7 @@ def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Led
     stopped, finals = None, []
     try:
         first = {n: values[0] for n, values in resources}
-        subspaces = [dict(zip([n for n, _ in impl], combo))
-                     for combo in _product([v for _, v in impl])]
+        subspaces = [dict(zip([n for n, _ in impl], combo)) for combo in _product([v for _, v in impl])]
         probe([{**s, **first} for s in subspaces])
         ranked = sorted(subspaces, key=lambda s: score({**s, **first}))
         best_subs = [s for s in ranked if not math.isinf(score({**s, **first}))][:top_subspaces]
@@ -457,8 +526,9 @@ def run_descent(axes: Axes, cells: Sequence[Cell], measure: Measure, ledger: Led
                         moved = True
             if not moved:
                 break
-        finals = sorted({cid(p) for p in current
-                         if cid(p) != BASELINE and cid(p) in valid and not math.isinf(score(p))})
+        finals = sorted(
+            {cid(p) for p in current if cid(p) != BASELINE and cid(p) in valid and not math.isinf(score(p))}
+        )
     except BudgetExhausted as exc:
         stopped = f"budget: {exc}"
     envs = {c: valid[c].env for c in scores if c in valid}
@@ -483,9 +553,20 @@ def _product(lists: list[list]) -> list[tuple]:
 
 # ---------------------------------------------------------------- planning
 
-def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_iters: int,
-                  axes: Axes | None = None, eta: int = 2, min_fraction: float = 1 / 8,
-                  keep: int = 4, top_subspaces: int = 3, probe_fraction: float = 0.5) -> float:
+
+def estimate_cost(
+    strategy: str,
+    n_cells: int,
+    n_sizes: int,
+    rounds: int,
+    full_iters: int,
+    axes: Axes | None = None,
+    eta: int = 2,
+    min_fraction: float = 1 / 8,
+    keep: int = 4,
+    top_subspaces: int = 3,
+    probe_fraction: float = 0.5,
+) -> float:
     """Planned measurements (budget units, baseline included) before running.
 
     Exact for exhaustive, and for halving when nothing fails and no finalist's proper part
@@ -496,8 +577,10 @@ def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_i
     if strategy == "exhaustive":
         return (n_cells + 1) * n_sizes * rounds
     if strategy == "halving":
-        return sum((r.cells + 1) * n_sizes * r.rounds * min(1.0, r.iters / full_iters)
-                   for r in plan_halving(n_cells, full_iters, rounds, eta, min_fraction, keep))
+        return sum(
+            (r.cells + 1) * n_sizes * r.rounds * min(1.0, r.iters / full_iters)
+            for r in plan_halving(n_cells, full_iters, rounds, eta, min_fraction, keep)
+        )
     if strategy == "descent":
         axes = axes or []
         impl = [v for n, v in axes if n in IMPLEMENTATION_VARS]
@@ -507,14 +590,21 @@ def estimate_cost(strategy: str, n_cells: int, n_sizes: int, rounds: int, full_i
         per_pass = sum(len(v) - 1 for v in resources)
         probes = min(n_cells, n_sub + subs * 2 * 2 * per_pass)
         batches = 1 + 2 * len(resources)
-        return ((probes + batches) * n_sizes * probe_fraction
-                + (2 * subs + 1) * n_sizes * rounds)
+        return (probes + batches) * n_sizes * probe_fraction + (2 * subs + 1) * n_sizes * rounds
     raise ValueError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
 
 
-def run_strategy(strategy: str, cells: Sequence[Cell], measure: Measure, ledger: Ledger,
-                 rounds: int, seed: int = 0, isolation: str = "group", axes: Axes | None = None,
-                 confidence: float = 0.95) -> Outcome:
+def run_strategy(
+    strategy: str,
+    cells: Sequence[Cell],
+    measure: Measure,
+    ledger: Ledger,
+    rounds: int,
+    seed: int = 0,
+    isolation: str = "group",
+    axes: Axes | None = None,
+    confidence: float = 0.95,
+) -> Outcome:
     """Dispatch to a strategy by name (descent needs the grid's axes)."""
     if strategy == "exhaustive":
         return run_exhaustive(cells, measure, ledger, rounds, seed, isolation, confidence=confidence)
@@ -523,6 +613,5 @@ def run_strategy(strategy: str, cells: Sequence[Cell], measure: Measure, ledger:
     if strategy == "descent":
         if not axes:
             raise ValueError("descent needs grid axes (--set or --grid), not only explicit cells")
-        return run_descent(axes, cells, measure, ledger, rounds, seed, isolation,
-                           confidence=confidence)
+        return run_descent(axes, cells, measure, ledger, rounds, seed, isolation, confidence=confidence)
     raise ValueError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")

@@ -56,8 +56,11 @@ class Landscape:
 
     def describe(self) -> str:
         """One line saying what this landscape is."""
-        what = {"nccl": "NCCL's own cost model", "flat": "a flat landscape (all cells equal)",
-                "perturbed": f"the cost model with perturbed true parameters (seed {self.seed})"}
+        what = {
+            "nccl": "NCCL's own cost model",
+            "flat": "a flat landscape (all cells equal)",
+            "perturbed": f"the cost model with perturbed true parameters (seed {self.seed})",
+        }
         fitted = f", constants fitted in {self.calibrated}" if self.calibrated else ""
         return f"simulated: {what.get(self.kind, self.kind)}{fitted} on topology '{self.topology}'"
 
@@ -66,8 +69,9 @@ def _scaled(table: dict, rng: np.random.Generator, sd: float) -> dict:
     return {key: value * float(rng.lognormal(0.0, sd)) for key, value in table.items()}
 
 
-def perturbed_params(seed: int, strength: float = 0.25,
-                     base: costmodel.ModelParams = costmodel.NCCL_PARAMS) -> costmodel.ModelParams:
+def perturbed_params(
+    seed: int, strength: float = 0.25, base: costmodel.ModelParams = costmodel.NCCL_PARAMS
+) -> costmodel.ModelParams:
     """The model's constants, each scaled by a random log-normal factor (sd `strength`)."""
     rng = np.random.default_rng(seed)
     return base.perturbed(
@@ -94,8 +98,9 @@ def make_landscape(kind: str, topology: str, seed: int = 0, model=None, **change
     return replace(land, **changes)
 
 
-def true_choice(land: Landscape, env: dict, op: str, nbytes: int,
-                nranks: int, mode: str | None = None) -> costmodel.Choice:
+def true_choice(
+    land: Landscape, env: dict, op: str, nbytes: int, nranks: int, mode: str | None = None
+) -> costmodel.Choice:
     """The noiseless latency of a cell: NCCL's choice, timed with the true parameters.
 
     Raises ValueError when the environment allows no algorithm on this topology.
@@ -103,12 +108,13 @@ def true_choice(land: Landscape, env: dict, op: str, nbytes: int,
     topo = costmodel.topology(land.topology)
     mode = mode if land.calibrated else None  # launch time only as a fit measured it
     if land.kind == "flat":  # every cell runs as fast as NCCL's defaults
-        choice = costmodel.simulate(op, nbytes, nranks, {}, topo, land.true_params,
-                                    land.select_params, mode) if land.calibrated else \
-            costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
+        choice = (
+            costmodel.simulate(op, nbytes, nranks, {}, topo, land.true_params, land.select_params, mode)
+            if land.calibrated
+            else costmodel.choose(op, nbytes, nranks, {}, topo, land.select_params)
+        )
     else:
-        choice = costmodel.simulate(op, nbytes, nranks, env, topo, land.true_params,
-                                    land.select_params, mode)
+        choice = costmodel.simulate(op, nbytes, nranks, env, topo, land.true_params, land.select_params, mode)
     factor = math.prod(land.effects.get(name, {}).get(value, 1.0) for name, value in env.items())
     for (name_a, value_a), (name_b, value_b), pair_factor in land.interactions:
         if env.get(name_a) == value_a and env.get(name_b) == value_b:
@@ -125,8 +131,9 @@ def _factor(sd: float, *parts) -> float:
     return float(math.exp(_rng(*parts).normal(0.0, sd))) if sd > 0 else 1.0
 
 
-def draw_samples(land: Landscape, true_us: float, cell: str, round_: int, nbytes: int,
-                 iters: int, launch: str = "") -> list[float]:
+def draw_samples(
+    land: Landscape, true_us: float, cell: str, round_: int, nbytes: int, iters: int, launch: str = ""
+) -> list[float]:
     """Per-iteration latencies (us) around `true_us` with the landscape's noise."""
     drift = _factor(land.round_drift, land.seed, "round", round_)
     offset = _factor(land.launch_offset, land.seed, "launch", launch, cell, round_)
@@ -140,32 +147,63 @@ def draw_samples(land: Landscape, true_us: float, cell: str, round_: int, nbytes
 
 def _forced_ll128_on_pcie(land: Landscape, env: dict) -> bool:
     proto = env.get("NCCL_PROTO")
-    return (proto is not None and settings.enables_ll128(proto)
-            and not costmodel.topology(land.topology).ll128_by_default)
+    return (
+        proto is not None and settings.enables_ll128(proto) and not costmodel.topology(land.topology).ll128_by_default
+    )
 
 
-def measure_cell(land: Landscape, *, run_id: str, env: dict, op: str, sizes: list[int],
-                 nranks: int, nnodes: int, iters: int, dtype: str, mode: str,
-                 round_: int, launch: str = "", extra: dict | None = None) -> list[dict]:
+def measure_cell(
+    land: Landscape,
+    *,
+    run_id: str,
+    env: dict,
+    op: str,
+    sizes: list[int],
+    nranks: int,
+    nnodes: int,
+    iters: int,
+    dtype: str,
+    mode: str,
+    round_: int,
+    launch: str = "",
+    extra: dict | None = None,
+) -> list[dict]:
     """One record per size for one cell, as the microbench would write them (simulated)."""
     cell = store.cell_id(env)
     out = []
     for nbytes in sizes:
-        fields = dict(run_id=run_id, cell=cell, env=dict(env), backend="sim", source="modelled",
-                      op=op, mode=mode, world_size=nranks, nnodes=nnodes, bytes=nbytes,
-                      dtype=dtype, iters=iters, topology=land.topology, round=round_,
-                      versions={"nccl": None, "torch": None, "cuda": None})
+        fields = dict(
+            run_id=run_id,
+            cell=cell,
+            env=dict(env),
+            backend="sim",
+            source="modelled",
+            op=op,
+            mode=mode,
+            world_size=nranks,
+            nnodes=nnodes,
+            bytes=nbytes,
+            dtype=dtype,
+            iters=iters,
+            topology=land.topology,
+            round=round_,
+            versions={"nccl": None, "torch": None, "cuda": None},
+        )
         fields.update(extra or {})
         broken = land.broken.get(cell)
         try:
             choice = true_choice(land, env, op, nbytes, nranks, mode)
         except ValueError as exc:
-            out.append(store.make_record(**fields, status="failed", correct=None,
-                                         error=f"simulated: NCCL would fail: {exc}"))
+            out.append(
+                store.make_record(**fields, status="failed", correct=None, error=f"simulated: NCCL would fail: {exc}")
+            )
             continue
         if broken == "failed":
-            out.append(store.make_record(**fields, status="failed", correct=None,
-                                         error="simulated: this landscape marks the cell broken"))
+            out.append(
+                store.make_record(
+                    **fields, status="failed", correct=None, error="simulated: this landscape marks the cell broken"
+                )
+            )
             continue
         samples = draw_samples(land, choice.time_us, cell, round_, nbytes, iters, launch)
         summary = stats.summarize(samples)
@@ -173,14 +211,30 @@ def measure_cell(land: Landscape, *, run_id: str, env: dict, op: str, sizes: lis
         algbw = nbytes / (p50 * 1e3) if p50 else None  # GB/s: bytes / us / 1e3
         forced_ll128 = _forced_ll128_on_pcie(land, env)
         wrong = broken == "wrong" or forced_ll128
-        out.append(store.make_record(
-            **fields, lat_us=summary, samples_us=samples, algbw_gbps=algbw,
-            busbw_gbps=algbw * costmodel.bus_factor(op, nranks) if algbw else None,
-            correct=not wrong, wrong=(max(1, nbytes // 64) if wrong else 0),
-            status="wrong" if wrong else "ok",
-            error=(None if not wrong else
-                   "simulated: results differ from the reference (LL128 forced on PCIe)"
-                   if forced_ll128 else "simulated: this landscape marks the cell wrong"),
-            effective={"algo": choice.algo, "proto": choice.proto, "channels": choice.channels,
-                       "confirmed": None, "detail": "simulated: the cost model's choice, not observed"}))
+        out.append(
+            store.make_record(
+                **fields,
+                lat_us=summary,
+                samples_us=samples,
+                algbw_gbps=algbw,
+                busbw_gbps=algbw * costmodel.bus_factor(op, nranks) if algbw else None,
+                correct=not wrong,
+                wrong=(max(1, nbytes // 64) if wrong else 0),
+                status="wrong" if wrong else "ok",
+                error=(
+                    None
+                    if not wrong
+                    else "simulated: results differ from the reference (LL128 forced on PCIe)"
+                    if forced_ll128
+                    else "simulated: this landscape marks the cell wrong"
+                ),
+                effective={
+                    "algo": choice.algo,
+                    "proto": choice.proto,
+                    "channels": choice.channels,
+                    "confirmed": None,
+                    "detail": "simulated: the cost model's choice, not observed",
+                },
+            )
+        )
     return out

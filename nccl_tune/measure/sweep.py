@@ -48,19 +48,35 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from nccl_tune.measure import launch as launching
 from nccl_tune import fileio, store
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.measure import launch as launching
 from nccl_tune.measure.grid import Cell, no_cache_names
 from nccl_tune.measure.sweepplan import (  # noqa: F401 - re-exported: the sweep's public names
-    BACKENDS, CONTROLLED_PREFIXES, GLOO_NOTE, ISOLATION_CHOICES, ISOLATIONS, MODULE, MeasureOptions,
-    canonical_dtype, conf_cell_conflicts, conf_files, count_launches, estimate_seconds,
-    identity_differences, launch_environment, launches_by_isolation, planned_nccl_version,
-    resolve_isolation, resolve_sizes, round_order, sweep_identity)
-
+    BACKENDS,
+    CONTROLLED_PREFIXES,
+    GLOO_NOTE,
+    ISOLATION_CHOICES,
+    ISOLATIONS,
+    MODULE,
+    MeasureOptions,
+    canonical_dtype,
+    conf_cell_conflicts,
+    conf_files,
+    count_launches,
+    estimate_seconds,
+    identity_differences,
+    launch_environment,
+    launches_by_isolation,
+    planned_nccl_version,
+    resolve_isolation,
+    resolve_sizes,
+    round_order,
+    sweep_identity,
+)
 
 
 @dataclass(frozen=True)
@@ -115,8 +131,10 @@ def run_failure(records: list[dict]) -> str | None:
     baseline = [r for r in live if (r.get("cell") or store.BASELINE) == store.BASELINE]
     if baseline and not any(ok(r) for r in baseline):
         statuses = sorted({str(r.get("status") or "ok") for r in baseline})
-        return (f"the baseline (NCCL defaults) failed in every round ({', '.join(statuses)}): "
-                "no cell can be compared with it")
+        return (
+            f"the baseline (NCCL defaults) failed in every round ({', '.join(statuses)}): "
+            "no cell can be compared with it"
+        )
     return None
 
 
@@ -130,6 +148,7 @@ class SweepInterrupted(Exception):
 
 # ---------------------------------------------------------------- the engine
 
+
 def _key(cell: str, round_, rung, nbytes) -> tuple:
     return (cell, round_, rung, nbytes)
 
@@ -140,12 +159,25 @@ RETRIED_STATUSES = ("failed", "timeout")  # measured again on resume; `wrong` is
 class SweepEngine:
     """Measures batches of requests and appends their records to one results file."""
 
-    def __init__(self, options: MeasureOptions, launcher: launching.Launcher | None, out: str, *,
-                 run_id: str | None = None, isolation: str = "group", timeout: float | None = None,
-                 timeout_per_cell: float = 0.0, landscape=None, module: str = MODULE, keep_env: tuple[str, ...] = (),
-                 base_env: dict[str, str] | None = None, strategy: str = "exhaustive",
-                 on_cell: Callable[[Request, str], None] | None = None,
-                 warn: Callable[[str], None] | None = None, grid: list[Cell] | None = None):
+    def __init__(
+        self,
+        options: MeasureOptions,
+        launcher: launching.Launcher | None,
+        out: str,
+        *,
+        run_id: str | None = None,
+        isolation: str = "group",
+        timeout: float | None = None,
+        timeout_per_cell: float = 0.0,
+        landscape=None,
+        module: str = MODULE,
+        keep_env: tuple[str, ...] = (),
+        base_env: dict[str, str] | None = None,
+        strategy: str = "exhaustive",
+        on_cell: Callable[[Request, str], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+        grid: list[Cell] | None = None,
+    ):
         if isolation not in ISOLATIONS:
             raise NcclTuneError(f"--isolation: '{isolation}' is not one of {', '.join(ISOLATIONS)}")
         if options.backend == "sim" and landscape is None:
@@ -171,8 +203,13 @@ class SweepEngine:
         self._machine: dict = {}
         common = {k: v for k, v in (base_env or os.environ).items() if k in self.keep_env}
         self.identity = sweep_identity(
-            options, world_size=self._world(), nnodes=launcher.nnodes if launcher else 1,
-            cells=grid, landscape=landscape, common_env=common)
+            options,
+            world_size=self._world(),
+            nnodes=launcher.nnodes if launcher else 1,
+            cells=grid,
+            landscape=landscape,
+            common_env=common,
+        )
         self._load_existing()
 
     # -- the results file
@@ -187,11 +224,13 @@ class SweepEngine:
         """A record this sweep would have written: same backend, op, strategy and (when
         known) world. Records without a strategy come from exhaustive sweeps."""
         world = self._world()
-        return (record.get("backend") == self.options.backend
-                and (record.get("strategy") or "exhaustive") == self.strategy
-                and (record.get("op") or "allreduce") == self.options.op
-                and (world is None or record.get("world_size") in (None, world))
-                and not record.get("superseded"))
+        return (
+            record.get("backend") == self.options.backend
+            and (record.get("strategy") or "exhaustive") == self.strategy
+            and (record.get("op") or "allreduce") == self.options.op
+            and (world is None or record.get("world_size") in (None, world))
+            and not record.get("superseded")
+        )
 
     def _identity_problem(self, record: dict) -> list[str]:
         """How the sweep that wrote `record` differs from this one (empty: the same).
@@ -204,8 +243,11 @@ class SweepEngine:
         if record.get("backend") != self.options.backend or record.get("round") is None:
             return []  # another backend or not a sweep's record: not this sweep's, ignored
         here = self.identity
-        legacy = {k: record.get(k) for k in ("op", "dtype", "world_size", "nnodes")
-                  if record.get(k) is not None and here.get(k) is not None}
+        legacy = {
+            k: record.get(k)
+            for k in ("op", "dtype", "world_size", "nnodes")
+            if record.get(k) is not None and here.get(k) is not None
+        }
         if "topology" in here and isinstance(record.get("topology"), str):
             legacy["topology"] = record["topology"]
         problems = identity_differences(legacy, here)
@@ -222,18 +264,21 @@ class SweepEngine:
                 raise NcclTuneError(
                     f"holds the records of another sweep ({'; '.join(problems)}, line {number}): "
                     "resume only the same sweep (same grid, sizes and options), or choose another "
-                    "--out", path=self.out)
+                    "--out",
+                    path=self.out,
+                )
             if self._matches(record):
-                key = _key(record.get("cell"), record.get("round"), record.get("rung"),
-                           record.get("bytes"))
+                key = _key(record.get("cell"), record.get("round"), record.get("rung"), record.get("bytes"))
                 self._recorded.setdefault(key, record)
                 self._lines.setdefault(key[:3], []).append(store.record_key(record))
                 if record.get("status") in RETRIED_STATUSES:
                     self._retry.add(key[:3])
         if self._retry:
-            self.warn(f"{self.out}: {len(self._retry)} recorded (cell, round) pair(s) failed or timed "
-                      "out: measured again when the sweep reaches them (the old records are kept, "
-                      "marked superseded)")
+            self.warn(
+                f"{self.out}: {len(self._retry)} recorded (cell, round) pair(s) failed or timed "
+                "out: measured again when the sweep reaches them (the old records are kept, "
+                "marked superseded)"
+            )
 
     def recorded_requests(self) -> set[tuple]:
         """(cell, round, rung) of every request with a record in the file (resume), less
@@ -248,15 +293,15 @@ class SweepEngine:
         rung = request.extra.get("rung")
         if (request.cell.id, request.round, rung) in self._retry:
             return None
-        found = [self._recorded.get(_key(request.cell.id, request.round, rung, b))
-                 for b in self.options.sizes]
+        found = [self._recorded.get(_key(request.cell.id, request.round, rung, b)) for b in self.options.sizes]
         return found if all(found) else None
 
     def _supersede(self, requests: list[Request]) -> None:
         """Mark the failed/timeout records of `requests` superseded before measuring them again."""
         pairs = [self._req_key(r) for r in requests if self._req_key(r) in self._retry]
-        if not pairs or (self.launcher is not None and not self.launcher.writes_records
-                         and self.options.backend != "sim"):
+        if not pairs or (
+            self.launcher is not None and not self.launcher.writes_records and self.options.backend != "sim"
+        ):
             return
         keys = [k for pair in pairs for k in self._lines.get(pair, [])]
         store.supersede(self.out, keys, retried_by=self.run_id)
@@ -268,8 +313,7 @@ class SweepEngine:
         self.stats.retried += len(pairs)
 
     def _write(self, records: list[dict]) -> list[dict]:
-        if self.launcher is not None and not self.launcher.writes_records and \
-                self.options.backend != "sim":
+        if self.launcher is not None and not self.launcher.writes_records and self.options.backend != "sim":
             return []  # a follower node of a multi-node sweep: node 0 keeps the records
         written = []
         for record in records:
@@ -359,18 +403,24 @@ class SweepEngine:
                 finished.add(key)
                 self._note_machine(records)
                 if self._shared_comm_cell(request, launch_size):
-                    confirmations.extend((r.get("effective") or {}).get("confirmed")
-                                         for r in records if r.get("status") == "ok")
-                    rereads.extend(((r.get("effective") or {}).get("reread") or {}).get("confirmed")
-                                   for r in records if r.get("status") == "ok"
-                                   and (r.get("effective") or {}).get("reread") is not None)
+                    confirmations.extend(
+                        (r.get("effective") or {}).get("confirmed") for r in records if r.get("status") == "ok"
+                    )
+                    rereads.extend(
+                        ((r.get("effective") or {}).get("reread") or {}).get("confirmed")
+                        for r in records
+                        if r.get("status") == "ok" and (r.get("effective") or {}).get("reread") is not None
+                    )
                 if self._needs_rerun(request, records, launch_size):
                     why = _unconfirmed_reason(records)
                     for record in records:
-                        record.update(superseded=True, final=False,
-                                      note=f"not confirmed by NCCL's log in a shared process "
-                                           f"(isolation {self._launch_isolation(launch_size)}): "
-                                           f"{why}; re-run alone")
+                        record.update(
+                            superseded=True,
+                            final=False,
+                            note=f"not confirmed by NCCL's log in a shared process "
+                            f"(isolation {self._launch_isolation(launch_size)}): "
+                            f"{why}; re-run alone",
+                        )
                     self._write(records)
                     reruns.append((request, why))
                 else:
@@ -386,30 +436,41 @@ class SweepEngine:
             if outcome.status == "ok":  # ended cleanly without some cells: record why
                 for request in remaining:
                     results[self._req_key(request)] = self._fail(
-                        request, partial.get(self._req_key(request), []), "failed",
+                        request,
+                        partial.get(self._req_key(request), []),
+                        "failed",
                         "the launch ended without records for this cell; " + outcome.error_text(),
-                        launch_size)
+                        launch_size,
+                    )
                 break
             # The microbench measures cells in plan order: the first unfinished one was
             # running when the launch died; the ones after it were never reached.
             culprit, pending = remaining[0], remaining[1:]
             results[self._req_key(culprit)] = self._fail(
-                culprit, partial.get(self._req_key(culprit), []), outcome.status, outcome.error_text(),
-                launch_size)
+                culprit, partial.get(self._req_key(culprit), []), outcome.status, outcome.error_text(), launch_size
+            )
             idle_failures = 0 if finished else idle_failures + 1
             if idle_failures >= 2 and pending:
                 for request in pending:
                     results[self._req_key(request)] = self._fail(
-                        request, [], "failed", "not measured: two launches in a row failed before "
-                        "measuring anything; " + outcome.error_text(), launch_size)
+                        request,
+                        [],
+                        "failed",
+                        "not measured: two launches in a row failed before measuring anything; " + outcome.error_text(),
+                        launch_size,
+                    )
                 break
             if pending:
                 self.stats.relaunches += 1
         for request, why in reruns:
             self.stats.reruns += 1
-            alone = Request(request.cell, request.round, request.iters, request.warmup,
-                            {**request.extra, "rerun": f"unconfirmed in a shared process "
-                                                      f"(isolation {shared_isolation}): {why}"})
+            alone = Request(
+                request.cell,
+                request.round,
+                request.iters,
+                request.warmup,
+                {**request.extra, "rerun": f"unconfirmed in a shared process (isolation {shared_isolation}): {why}"},
+            )
             results.update(self._run_batch([alone]))
         return results
 
@@ -433,31 +494,34 @@ class SweepEngine:
         ok = [r for r in records if r.get("status") == "ok"]
         return any((r.get("effective") or {}).get("confirmed") is not True for r in ok)
 
-    def _adapt_isolation(self, confirmations: list, rereads: list | None = None,
-                         shared: str | None = None) -> None:
+    def _adapt_isolation(self, confirmations: list, rereads: list | None = None, shared: str | None = None) -> None:
         """When NCCL's log can confirm nothing (an NCCL without per-collective lines, or
         no log), every shared cell would be re-run alone: launch one per cell from now on.
         Under nocache, when no cell's cached values were seen re-read (an NCCL that
         ignores NCCL_NO_CACHE), fall back to group for the rest of the sweep."""
-        if (self.isolation == "nocache" and shared == "nocache" and rereads
-                and not any(flag is True for flag in rereads)):
+        if (
+            self.isolation == "nocache"
+            and shared == "nocache"
+            and rereads
+            and not any(flag is True for flag in rereads)
+        ):
             self.isolation = "group"
             self.stats.notes.append(
                 "NCCL's log showed no cached variable re-read under NCCL_NO_CACHE (an NCCL "
                 "before 2.29.7, or an env plugin that caches): isolation switched to group for "
-                "the rest of the sweep")
+                "the rest of the sweep"
+            )
             return
-        if (self.isolation in ("group", "nocache") and confirmations
-                and all(flag is None for flag in confirmations)):
+        if self.isolation in ("group", "nocache") and confirmations and all(flag is None for flag in confirmations):
             self.isolation = "process"
             self.stats.notes.append(
                 "NCCL's log confirmed no cell of a shared launch (no per-collective lines in this "
-                "NCCL, or no log): isolation switched to process for the rest of the sweep")
+                "NCCL, or no log): isolation switched to process for the rest of the sweep"
+            )
 
     def _finish(self, request: Request, records: list[dict]) -> list[dict]:
         written = self._write(records)
-        status = next((s for s in ("wrong", "timeout", "failed")
-                       if any(r.get("status") == s for r in records)), "ok")
+        status = next((s for s in ("wrong", "timeout", "failed") if any(r.get("status") == s for r in records)), "ok")
         if status != "ok":
             self.stats.failures[status] = self.stats.failures.get(status, 0) + 1
         self.stats.cells_measured += 1
@@ -465,38 +529,50 @@ class SweepEngine:
             self.on_cell(request, status)
         return written or records
 
-    def _fail(self, request: Request, partial: list[dict], status: str, error: str,
-              launch_size: int = 1) -> list[dict]:
+    def _fail(self, request: Request, partial: list[dict], status: str, error: str, launch_size: int = 1) -> list[dict]:
         """Records for a cell a launch did not finish: what it measured + `status` for the rest."""
         have = {r.get("bytes") for r in partial}
-        filler = [self._record(request, nbytes, launch_size, status=status, error=error, correct=None)
-                  for nbytes in self.options.sizes if nbytes not in have]
+        filler = [
+            self._record(request, nbytes, launch_size, status=status, error=error, correct=None)
+            for nbytes in self.options.sizes
+            if nbytes not in have
+        ]
         return self._finish(request, partial + filler)
 
     def _note_machine(self, records: list[dict]) -> None:
         for record in records:
             if record.get("status") == "ok" and record.get("host"):
-                self._machine = {k: record.get(k) for k in ("host", "hosts", "gpus", "mode")
-                                 if record.get(k) is not None}
+                self._machine = {
+                    k: record.get(k) for k in ("host", "hosts", "gpus", "mode") if record.get(k) is not None
+                }
 
     def _record(self, request: Request, nbytes: int, launch_size: int = 1, **fields) -> dict:
         world = self.launcher.world_size if self.launcher else None
         machine = dict(self._machine)
         machine.setdefault("mode", self.options.mode)  # the mode the ranks resolved, once known
         return store.make_record(
-            run_id=self.run_id, cell=request.cell.id, env=dict(request.cell.env),
-            backend=self.options.backend, op=self.options.op, **machine,
-            world_size=world, nnodes=self.launcher.nnodes if self.launcher else None,
-            bytes=nbytes, dtype=self.options.dtype, iters=request.iters or self.options.iters,
-            round=request.round, **self._extra(request, launch_size), **fields)
+            run_id=self.run_id,
+            cell=request.cell.id,
+            env=dict(request.cell.env),
+            backend=self.options.backend,
+            op=self.options.op,
+            **machine,
+            world_size=world,
+            nnodes=self.launcher.nnodes if self.launcher else None,
+            bytes=nbytes,
+            dtype=self.options.dtype,
+            iters=request.iters or self.options.iters,
+            round=request.round,
+            **self._extra(request, launch_size),
+            **fields,
+        )
 
     def _extra(self, request: Request, launch_size: int) -> dict:
         extra = {"isolation": self._launch_isolation(launch_size)}
         if self.options.label is not None:
             extra["label"] = self.options.label
         if self.keep_env:
-            extra["common_env"] = {k: v for k, v in (self.base_env or os.environ).items()
-                                   if k in self.keep_env}
+            extra["common_env"] = {k: v for k, v in (self.base_env or os.environ).items() if k in self.keep_env}
         extra.update(request.extra)
         return extra
 
@@ -515,17 +591,27 @@ class SweepEngine:
             os.makedirs(self.work_dir, exist_ok=True)
         except OSError as exc:
             raise NcclTuneError(f"cannot create the work folder: {exc.strerror}", path=self.work_dir) from None
-        stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-"
-                                           f"launch{self._launch_no:04d}")
+        stem = os.path.join(self.work_dir, f"{self.run_id}-n{self.launcher.node_rank}-launch{self._launch_no:04d}")
         plan_path, records_path, log_path = stem + ".plan.json", stem + ".records.jsonl", stem + ".log"
         # A launch of one cell gets every process-scoped value from the launcher, as under
         # process isolation: nothing there needs to change inside the process.
         split = self.isolation if len(requests) > 1 else "group"
         no_cache = no_cache_names([r.cell for r in requests]) if split == "nocache" else ()
-        plan = {"run_id": self.run_id, "cells": [
-            {"cell": r.cell.id, "env": dict(r.cell.env), "comm_env": r.cell.split(split)[1],
-             "round": r.round, "iters": r.iters, "warmup": r.warmup,
-             "extra": self._extra(r, len(requests))} for r in requests]}
+        plan = {
+            "run_id": self.run_id,
+            "cells": [
+                {
+                    "cell": r.cell.id,
+                    "env": dict(r.cell.env),
+                    "comm_env": r.cell.split(split)[1],
+                    "round": r.round,
+                    "iters": r.iters,
+                    "warmup": r.warmup,
+                    "extra": self._extra(r, len(requests)),
+                }
+                for r in requests
+            ],
+        }
         if no_cache:
             plan["no_cache"] = list(no_cache)
         fileio.write_atomic(plan_path, json.dumps(plan, indent=1))  # all of it or none (a full disk)
@@ -533,8 +619,7 @@ class SweepEngine:
         if no_cache:  # read once per process by NCCL: it must be there from the start
             process_env["NCCL_NO_CACHE"] = ",".join(no_cache)
         env, _ = launch_environment(process_env, self.keep_env, self.base_env)
-        argv = self.launcher.argv(self.module, self.options.microbench_args(plan_path, records_path),
-                                  process_env)
+        argv = self.launcher.argv(self.module, self.options.microbench_args(plan_path, records_path), process_env)
         reader = _RecordReader(records_path, self.warn)
         completed: set[tuple] = set()
 
@@ -563,13 +648,18 @@ class SweepEngine:
         launcher that started ranks without torchrun measures worlds of one, say)."""
         expected = self.launcher.expected_world if self.launcher else None
         world = record.get("world_size")
-        if (expected is None or world is None or world == expected
-                or record.get("status") in ("failed", "timeout")):
+        if expected is None or world is None or world == expected or record.get("status") in ("failed", "timeout"):
             return record
-        return {**record, "status": "failed", "correct": None, "error": (
-            f"world size mismatch: the ranks formed a world of {world}, but the launcher starts "
-            f"{expected} ({self.launcher.nproc} per node x {self.launcher.nnodes} node(s)); the "
-            "measurement does not describe the intended world")}
+        return {
+            **record,
+            "status": "failed",
+            "correct": None,
+            "error": (
+                f"world size mismatch: the ranks formed a world of {world}, but the launcher starts "
+                f"{expected} ({self.launcher.nproc} per node x {self.launcher.nnodes} node(s)); the "
+                "measurement does not describe the intended world"
+            ),
+        }
 
     def _complete(self, records: list[dict]) -> bool:
         sizes = {r.get("bytes") for r in records}
@@ -589,13 +679,24 @@ class SweepEngine:
 
         world = self.launcher.world_size if self.launcher else 2
         for request in requests:
-            on_complete(self._req_key(request), simbackend.measure_cell(
-                self.landscape, run_id=self.run_id, env=dict(request.cell.env), op=self.options.op,
-                sizes=list(self.options.sizes), nranks=world,
-                nnodes=self.launcher.nnodes if self.launcher else 1,
-                iters=request.iters or self.options.full_iters, dtype=self.options.dtype,
-                mode=self.options.mode or "graph", round_=request.round,
-                launch=str(self._launch_no), extra=self._extra(request, len(requests))))
+            on_complete(
+                self._req_key(request),
+                simbackend.measure_cell(
+                    self.landscape,
+                    run_id=self.run_id,
+                    env=dict(request.cell.env),
+                    op=self.options.op,
+                    sizes=list(self.options.sizes),
+                    nranks=world,
+                    nnodes=self.launcher.nnodes if self.launcher else 1,
+                    iters=request.iters or self.options.full_iters,
+                    dtype=self.options.dtype,
+                    mode=self.options.mode or "graph",
+                    round_=request.round,
+                    launch=str(self._launch_no),
+                    extra=self._extra(request, len(requests)),
+                ),
+            )
         return launching.LaunchOutcome("ok", 0, 0.0, [], ""), {}
 
 
@@ -608,8 +709,11 @@ def _unconfirmed_reason(records: list[dict]) -> str:
         if not effective:
             return "no NCCL log"
         reread = effective.get("reread") or {}
-        detail = (reread.get("detail") if reread.get("confirmed") is not True else None) \
-            or effective.get("detail") or "no detail"
+        detail = (
+            (reread.get("detail") if reread.get("confirmed") is not True else None)
+            or effective.get("detail")
+            or "no detail"
+        )
         kind = "contradicted" if effective.get("confirmed") is False else "not seen"
         return f"{kind}: {detail[:240]}"
     return "not confirmed"
@@ -665,8 +769,8 @@ def _remove_dir(path: str) -> None:
 
 # ---------------------------------------------------------------- rounds
 
-def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int,
-               extra: dict | None = None) -> list[dict]:
+
+def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int, extra: dict | None = None) -> list[dict]:
     """Every cell in every round (1..rounds), baseline included, each round in a fresh
     random order. (The CLI runs strategies through nccl_tune.measure.search, whose exhaustive
     strategy does the same and tags its records with strategy and rung.)"""
@@ -675,5 +779,3 @@ def run_rounds(engine: SweepEngine, cells: list[Cell], rounds: int, seed: int,
         order = round_order(cells, round_, seed, engine.isolation)
         records += engine.measure([Request(c, round_, extra=dict(extra or {})) for c in order])
     return records
-
-

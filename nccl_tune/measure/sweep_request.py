@@ -134,23 +134,37 @@ class SweepPlan:
         """JSON-ready form (the `sweep --dry-run --json` object)."""
         g = self.grid
         return {
-            "search": self.strategy, "budget": self.request.budget,
+            "search": self.strategy,
+            "budget": self.request.budget,
             "measurements": dict(self.measurements),
-            "halving_rungs": ([asdict(r) for r in self.halving_rungs]
-                              if self.halving_rungs is not None else None),
-            "backend": self.backend, "simulated": self.simulated, "out": self.request.out,
-            "sizes": list(self.options.sizes), "op": self.options.op, "rounds": self.rounds,
-            "isolation": self.isolation, "launcher": self.launcher.describe(), "topology": g.topology,
-            "cells": [{"cell": c.id, "env": c.env, "label": c.label, "notes": list(c.notes)}
-                      for c in g.cells],
-            "dropped": [{"cell": d.id, "env": d.env, "label": d.label, "kind": d.kind,
-                         "reason": d.reason} for d in g.dropped],
-            "groups": [{"process_env": grp.process_env, "no_cache": list(grp.no_cache),
-                        "launch_env": grp.launch_env, "cells": [c.id for c in grp.cells]}
-                       for grp in self.groups],
-            "launches": self.launches, "launches_exhaustive": self.launches_exhaustive,
+            "halving_rungs": ([asdict(r) for r in self.halving_rungs] if self.halving_rungs is not None else None),
+            "backend": self.backend,
+            "simulated": self.simulated,
+            "out": self.request.out,
+            "sizes": list(self.options.sizes),
+            "op": self.options.op,
+            "rounds": self.rounds,
+            "isolation": self.isolation,
+            "launcher": self.launcher.describe(),
+            "topology": g.topology,
+            "cells": [{"cell": c.id, "env": c.env, "label": c.label, "notes": list(c.notes)} for c in g.cells],
+            "dropped": [
+                {"cell": d.id, "env": d.env, "label": d.label, "kind": d.kind, "reason": d.reason} for d in g.dropped
+            ],
+            "groups": [
+                {
+                    "process_env": grp.process_env,
+                    "no_cache": list(grp.no_cache),
+                    "launch_env": grp.launch_env,
+                    "cells": [c.id for c in grp.cells],
+                }
+                for grp in self.groups
+            ],
+            "launches": self.launches,
+            "launches_exhaustive": self.launches_exhaustive,
             "launches_by_isolation": dict(self.launches_by_isolation),
-            "estimate_s": self.estimate_s, "notes": list(self.notes),
+            "estimate_s": self.estimate_s,
+            "notes": list(self.notes),
         }
 
 
@@ -193,8 +207,9 @@ def choose_nproc(nproc: int | None, backend: str, gpus: int) -> tuple[int, str]:
     return 2, "2 ranks on CPU (gloo; --nproc to change)"
 
 
-def build_grid(request: SweepRequest, topology_option: str, backend: str,
-               nccl_version) -> tuple[gridlib.Grid, gridlib.GridSpec]:
+def build_grid(
+    request: SweepRequest, topology_option: str, backend: str, nccl_version
+) -> tuple[gridlib.Grid, gridlib.GridSpec]:
     """The pruned grid of `--set` and `--grid`, and its spec; sim needs a topology."""
     spec = gridlib.GridSpec()
     if request.grid:
@@ -204,15 +219,18 @@ def build_grid(request: SweepRequest, topology_option: str, backend: str,
     if topology_option == "auto":
         topology, note = gridlib.detect_topology()
         if topology is None and backend == "sim":
-            topology, note = SIM_DEFAULT_TOPOLOGY, (f"sim: modelled topology '{SIM_DEFAULT_TOPOLOGY}' "
-                                                    "(none detected; --topology to change)")
+            topology, note = (
+                SIM_DEFAULT_TOPOLOGY,
+                (f"sim: modelled topology '{SIM_DEFAULT_TOPOLOGY}' (none detected; --topology to change)"),
+            )
     elif topology_option == "none":
         topology, note = None, "--topology none: nothing pruned by topology"
     else:
         topology, note = topology_option, f"topology '{topology_option}' (--topology)"
     if backend == "sim" and topology is None:
-        raise NcclTuneError("--backend sim needs a topology to model: pass --topology "
-                            f"({', '.join(costmodel.TOPOLOGIES)})")
+        raise NcclTuneError(
+            f"--backend sim needs a topology to model: pass --topology ({', '.join(costmodel.TOPOLOGIES)})"
+        )
     grid = gridlib.build_grid(spec, topology, request.allow_unsafe, nccl_version, note)
     return grid, spec
 
@@ -228,16 +246,16 @@ def check_runnable(backend: str, mode: str | None, verify_effective: bool | None
     check_backend_mode(backend, mode, verify_effective, cuda=backend == "nccl" or gpus > 0)
 
 
-def strategy_costs(grid: gridlib.Grid, axes, options: sweepplan.MeasureOptions,
-                   rounds: int) -> dict[str, float]:
+def strategy_costs(grid: gridlib.Grid, axes, options: sweepplan.MeasureOptions, rounds: int) -> dict[str, float]:
     """Planned measurements of each strategy (budget units: cell x size x round at full iters)."""
     n_cells = sum(1 for c in grid.cells if c.env)
     out = {}
     for name in search.STRATEGIES:
         if name == "descent" and not axes:
             continue
-        out[name] = round(search.estimate_cost(name, n_cells, len(options.sizes), rounds,
-                                               options.full_iters, axes=axes), 1)
+        out[name] = round(
+            search.estimate_cost(name, n_cells, len(options.sizes), rounds, options.full_iters, axes=axes), 1
+        )
     return out
 
 
@@ -255,38 +273,43 @@ def _load_model(request: SweepRequest):
     if topology == "auto":
         topology = model.topology
     elif topology != model.topology:
-        raise NcclTuneError(f"--topology {topology} differs from the model file's "
-                            f"'{model.topology}'", path=request.model)
+        raise NcclTuneError(
+            f"--topology {topology} differs from the model file's '{model.topology}'", path=request.model
+        )
     return model, topology, request.nproc or model.nranks  # the fitted machine's world size
 
 
-def _conf_file_isolation(request: SweepRequest, backend: str, grid: gridlib.Grid, isolation: str,
-                         notes: list[str]) -> str:
+def _conf_file_isolation(
+    request: SweepRequest, backend: str, grid: gridlib.Grid, isolation: str, notes: list[str]
+) -> str:
     """The isolation after NCCL conf files: notes on inherited NCCL_* and conf files, and
     process instead of a shared one when some cells set a conf-file value (NCCL writes it
     into the C environment, so it would be lost after the first such cell); an explicit
     group or nocache is refused instead."""
     _, removed = sweepplan.launch_environment({}, tuple(request.keep_env))
     if removed:
-        notes.append("inherited NCCL_* removed from every launch (the baseline sets none): "
-                     + ", ".join(removed))
+        notes.append("inherited NCCL_* removed from every launch (the baseline sets none): " + ", ".join(removed))
     conf = sweepplan.conf_files(keep=tuple(request.keep_env))
     for path, names in conf:
-        notes.append(f"conf file {path} still supplies {', '.join(names) or 'nothing'} "
-                     "to every cell, the baseline included")
+        notes.append(
+            f"conf file {path} still supplies {', '.join(names) or 'nothing'} to every cell, the baseline included"
+        )
     shared = isolation in ("group", "nocache")  # cells share a process
     no_cache = gridlib.no_cache_names(grid.cells) if isolation == "nocache" else ()
-    clashes = (sweepplan.conf_cell_conflicts(conf, grid.cells, no_cache)
-               if backend == "nccl" and shared else [])
+    clashes = sweepplan.conf_cell_conflicts(conf, grid.cells, no_cache) if backend == "nccl" and shared else []
     if not clashes:
         return isolation
     what = ", ".join(f"{name} ({path})" for path, name in clashes)
     if request.isolation in ("group", "nocache"):
-        raise NcclTuneError(f"--isolation {request.isolation}: the conf file value(s) {what} would be "
-                            "lost after the first cell that sets them (NCCL writes them into "
-                            "the C environment); use --isolation process or remove them")
-    notes.append(f"isolation process: conf file value(s) {what} are set by some cells; in "
-                 "a shared process they would be lost after the first such cell")
+        raise NcclTuneError(
+            f"--isolation {request.isolation}: the conf file value(s) {what} would be "
+            "lost after the first cell that sets them (NCCL writes them into "
+            "the C environment); use --isolation process or remove them"
+        )
+    notes.append(
+        f"isolation process: conf file value(s) {what} are set by some cells; in "
+        "a shared process they would be lost after the first such cell"
+    )
     return "process"
 
 
@@ -308,54 +331,79 @@ def plan_sweep(request: SweepRequest, gpus: int | None = None) -> SweepPlan:
     dtype = sweepplan.canonical_dtype(request.dtype)
     check_runnable(backend, request.mode, request.verify_effective, gpus)
     options = sweepplan.MeasureOptions(
-        backend=backend, sizes=tuple(sweepplan.resolve_sizes(request.sizes, request.tokens,
-                                                             request.hidden, dtype)),
-        dtype=dtype, op=request.op, iters=request.iters, warmup=request.warmup, mode=request.mode,
-        graph_ops=request.graph_ops, verify_effective=request.verify_effective,
-        op_timeout=request.op_timeout, label=request.label)
+        backend=backend,
+        sizes=tuple(sweepplan.resolve_sizes(request.sizes, request.tokens, request.hidden, dtype)),
+        dtype=dtype,
+        op=request.op,
+        iters=request.iters,
+        warmup=request.warmup,
+        mode=request.mode,
+        graph_ops=request.graph_ops,
+        verify_effective=request.verify_effective,
+        op_timeout=request.op_timeout,
+        label=request.label,
+    )
     nccl_version, version_source = sweepplan.planned_nccl_version(backend, request.nccl_version)
     grid, spec = build_grid(request, topology_option, backend, nccl_version)
     # a variable neither the catalogue nor the installed libnccl knows (a typo such as
     # NCCL_PROTOO would be measured as a cell NCCL ignores), or a value NCCL would reject
     gridlib.check_spec(spec, request.allow_unknown)
     if request.strategy == "descent" and not spec.axes:
-        raise NcclTuneError("--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
-                            "[grid] table), not only explicit [[cells]]")
+        raise NcclTuneError(
+            "--search descent needs grid axes (--set NAME=V1,V2 or a grid file's "
+            "[grid] table), not only explicit [[cells]]"
+        )
     notes = [backend_note + "; " + nproc_note] + grid.notes
     isolation, isolation_notes = sweepplan.resolve_isolation(
-        request.isolation, backend, nccl_version, request.verify_effective, version_source)
+        request.isolation, backend, nccl_version, request.verify_effective, version_source
+    )
     notes += isolation_notes
     if backend == "gloo":
         notes.append(sweepplan.GLOO_NOTE)
     short = backend == "nccl" and gpus < launcher_gpus_needed(nproc, request.template)
     if short and not request.dry_run:
-        raise NcclTuneError(f"--backend nccl: {gpus} GPU(s) visible here for {nproc} ranks per node; "
-                            "NCCL needs one GPU per rank (--nproc, --backend gloo|sim, or a "
-                            "--launcher template for a scheduler)")
+        raise NcclTuneError(
+            f"--backend nccl: {gpus} GPU(s) visible here for {nproc} ranks per node; "
+            "NCCL needs one GPU per rank (--nproc, --backend gloo|sim, or a "
+            "--launcher template for a scheduler)"
+        )
     if short:
-        notes.append(f"warning: {gpus} GPU(s) visible here for {nproc} ranks per node: NCCL needs "
-                     "one GPU per rank, so launches on this host will fail")
+        notes.append(
+            f"warning: {gpus} GPU(s) visible here for {nproc} ranks per node: NCCL needs "
+            "one GPU per rank, so launches on this host will fail"
+        )
     if backend == "sim":
         notes.append("simulated: every measurement is drawn from the cost model, nothing is measured")
-    launcher = Launcher(nproc=nproc, nnodes=request.nnodes, node_rank=request.node_rank,
-                        rdzv_endpoint=request.rdzv_endpoint, template=request.template,
-                        simulated=backend == "sim")
+    launcher = Launcher(
+        nproc=nproc,
+        nnodes=request.nnodes,
+        node_rank=request.node_rank,
+        rdzv_endpoint=request.rdzv_endpoint,
+        template=request.template,
+        simulated=backend == "sim",
+    )
     if backend != "sim":
         isolation = _conf_file_isolation(request, backend, grid, isolation, notes)
         if not launcher.writes_records:
-            notes.append(f"node {request.node_rank}: this node launches its ranks; node 0 writes "
-                         "the records")
+            notes.append(f"node {request.node_rank}: this node launches its ranks; node 0 writes the records")
     return _plan(request, options, grid, spec.axes, launcher, isolation, notes, sim_model)
 
 
-def _plan(request: SweepRequest, options: sweepplan.MeasureOptions, grid: gridlib.Grid, axes,
-          launcher: Launcher, isolation: str, notes: list[str], sim_model) -> SweepPlan:
+def _plan(
+    request: SweepRequest,
+    options: sweepplan.MeasureOptions,
+    grid: gridlib.Grid,
+    axes,
+    launcher: Launcher,
+    isolation: str,
+    notes: list[str],
+    sim_model,
+) -> SweepPlan:
     """The plan's counts and estimates for the decisions taken."""
     rounds, strategy = request.rounds, request.strategy
     groups = gridlib.group_cells(grid.cells, isolation)
     n_cells = sum(1 for c in grid.cells if c.env)
-    rungs = (tuple(search.plan_halving(n_cells, options.full_iters, rounds))
-             if strategy == "halving" else None)
+    rungs = tuple(search.plan_halving(n_cells, options.full_iters, rounds)) if strategy == "halving" else None
     exhaustive = sweepplan.count_launches(grid.cells, rounds, isolation)
     if strategy == "halving":  # at most one launch per process group per rung and round
         launches = sum(r.rounds * min(len(groups), r.cells + 1) for r in rungs)
@@ -364,10 +412,19 @@ def _plan(request: SweepRequest, options: sweepplan.MeasureOptions, grid: gridli
     else:
         launches = exhaustive
     return SweepPlan(
-        request=request, options=options, grid=grid, axes=axes, launcher=launcher,
-        isolation=isolation, notes=tuple(notes), groups=tuple(groups),
-        measurements=strategy_costs(grid, axes, options, rounds), halving_rungs=rungs,
-        launches=launches, launches_exhaustive=exhaustive,
+        request=request,
+        options=options,
+        grid=grid,
+        axes=axes,
+        launcher=launcher,
+        isolation=isolation,
+        notes=tuple(notes),
+        groups=tuple(groups),
+        measurements=strategy_costs(grid, axes, options, rounds),
+        halving_rungs=rungs,
+        launches=launches,
+        launches_exhaustive=exhaustive,
         launches_by_isolation=sweepplan.launches_by_isolation(grid.cells, rounds),
         estimate_s=round(sweepplan.estimate_seconds(grid.cells, rounds, isolation, options), 1),
-        sim_model=sim_model)
+        sim_model=sim_model,
+    )

@@ -63,15 +63,27 @@ class SweepSummary:
     def to_dict(self) -> dict:
         """JSON-ready form (the `sweep --json` object)."""
         plan = self.plan
-        return {"backend": plan.backend, "simulated": plan.simulated, "out": plan.request.out,
-                "rounds": plan.rounds, "isolation": plan.isolation,
-                "run_id": self.run_id, "cells": len(plan.grid.cells), "dropped": len(plan.grid.dropped),
-                "already_recorded": self.already_recorded, "interrupted": self.interrupted,
-                **self.stats.to_dict(), "notes": self.notes,
-                "search": ({**self.outcome.to_dict(), "unfinished_env": self.unfinished_env}
-                           if self.outcome else {"strategy": plan.strategy}),
-                "measurements_spent": round(self.measurements_spent, 1),
-                "budget": plan.request.budget}
+        return {
+            "backend": plan.backend,
+            "simulated": plan.simulated,
+            "out": plan.request.out,
+            "rounds": plan.rounds,
+            "isolation": plan.isolation,
+            "run_id": self.run_id,
+            "cells": len(plan.grid.cells),
+            "dropped": len(plan.grid.dropped),
+            "already_recorded": self.already_recorded,
+            "interrupted": self.interrupted,
+            **self.stats.to_dict(),
+            "notes": self.notes,
+            "search": (
+                {**self.outcome.to_dict(), "unfinished_env": self.unfinished_env}
+                if self.outcome
+                else {"strategy": plan.strategy}
+            ),
+            "measurements_spent": round(self.measurements_spent, 1),
+            "budget": plan.request.budget,
+        }
 
 
 def check_out(plan: SweepPlan) -> str:
@@ -82,16 +94,19 @@ def check_out(plan: SweepPlan) -> str:
     if not out:
         raise NcclTuneError("--out FILE is required (results are appended there, one record per line)")
     grid_file = [request.grid] if request.grid and os.path.exists(request.grid) else []
-    fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=[request.model] + grid_file,
-                        option="--out")
+    fileio.check_output(out, kind=fileio.OutputKind.RESULTS, inputs=[request.model] + grid_file, option="--out")
     if os.path.exists(out) and request.resume is False:
         raise NcclTuneError(f"--out {out} exists: pass --resume to continue it, or choose another file")
     return out
 
 
-def run_sweep(plan: SweepPlan, *, on_start: Callable[[RunStart], None] | None = None,
-              on_cell: Callable[[sweeplib.Request, str], None] | None = None,
-              on_warning: Callable[[str], None] | None = None) -> SweepSummary:
+def run_sweep(
+    plan: SweepPlan,
+    *,
+    on_start: Callable[[RunStart], None] | None = None,
+    on_cell: Callable[[sweeplib.Request, str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> SweepSummary:
     """Measure `plan` into its --out file and summarise. `on_start` hears what is already
     recorded and what is left before the first measurement (with the warnings so far);
     `on_cell` each (cell, round) as it finishes, with its status; `on_warning` every
@@ -110,15 +125,26 @@ def _engine(plan: SweepPlan, out: str, warn: Callable[[str], None]) -> sweeplib.
     from nccl_tune.measure import simbackend
 
     request = plan.request
-    landscape = (simbackend.make_landscape(request.sim_landscape, plan.grid.topology, request.seed,
-                                           model=plan.sim_model)
-                 if plan.simulated else None)
+    landscape = (
+        simbackend.make_landscape(request.sim_landscape, plan.grid.topology, request.seed, model=plan.sim_model)
+        if plan.simulated
+        else None
+    )
     timeout = request.timeout
     return sweeplib.SweepEngine(
-        plan.options, plan.launcher, out, isolation=plan.isolation,
-        timeout=timeout if timeout else 120.0, timeout_per_cell=0.0 if timeout else 30.0,
-        landscape=landscape, keep_env=tuple(request.keep_env), module=request.module, warn=warn,
-        strategy=plan.strategy, grid=plan.grid.cells)
+        plan.options,
+        plan.launcher,
+        out,
+        isolation=plan.isolation,
+        timeout=timeout if timeout else 120.0,
+        timeout_per_cell=0.0 if timeout else 30.0,
+        landscape=landscape,
+        keep_env=tuple(request.keep_env),
+        module=request.module,
+        warn=warn,
+        strategy=plan.strategy,
+        grid=plan.grid.cells,
+    )
 
 
 def _raise_interrupt(signum, frame):
@@ -149,13 +175,28 @@ def _run(plan: SweepPlan, out: str, on_start, on_cell, on_warning) -> SweepSumma
     ledger = search.Ledger(len(plan.options.sizes), plan.options.full_iters, plan.request.budget)
     outcome = None
     try:
-        outcome = search.run_strategy(plan.strategy, plan.grid.cells, engine.measure, ledger,
-                                      plan.rounds, plan.request.seed, engine.isolation, axes=plan.axes)
+        outcome = search.run_strategy(
+            plan.strategy,
+            plan.grid.cells,
+            engine.measure,
+            ledger,
+            plan.rounds,
+            plan.request.seed,
+            engine.isolation,
+            axes=plan.axes,
+        )
     except (KeyboardInterrupt, sweeplib.SweepInterrupted):
         interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
-    failure = (sweeplib.run_failure(outcome.records) if outcome and plan.writes_records else None)
-    return SweepSummary(plan=plan, run_id=engine.run_id, already_recorded=done_before,
-                        interrupted=interrupted, stats=engine.stats, outcome=outcome,
-                        measurements_spent=ledger.spent, failure=failure)
+    failure = sweeplib.run_failure(outcome.records) if outcome and plan.writes_records else None
+    return SweepSummary(
+        plan=plan,
+        run_id=engine.run_id,
+        already_recorded=done_before,
+        interrupted=interrupted,
+        stats=engine.stats,
+        outcome=outcome,
+        measurements_spent=ledger.spent,
+        failure=failure,
+    )

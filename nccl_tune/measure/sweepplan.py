@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass
 
 from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP, conf_conflicts  # torch-free
-from nccl_tune.live import grammar
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.live import grammar
 from nccl_tune.measure.grid import Cell, group_cells
 
 MODULE = "microbench.allreduce"
@@ -19,11 +19,14 @@ ISOLATIONS = ("group", "process", "nocache")
 ISOLATION_CHOICES = ("auto", *ISOLATIONS)
 CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
 CONTROLLED_PREFIXES = ("NCCL_", "TORCH_NCCL_")  # inherited ones are removed from launches
-GLOO_NOTE = ("backend gloo: NCCL settings do not affect gloo; cells differ only in name "
-             "(this tests the sweep's mechanics, not NCCL)")
+GLOO_NOTE = (
+    "backend gloo: NCCL settings do not affect gloo; cells differ only in name "
+    "(this tests the sweep's mechanics, not NCCL)"
+)
 
 
 # ---------------------------------------------------------------- options
+
 
 def canonical_dtype(name: str) -> str:
     """'bf16' / 'bfloat16' -> 'bf16'; NcclTuneError for an unknown dtype (the microbench's rules)."""
@@ -32,8 +35,7 @@ def canonical_dtype(name: str) -> str:
     return microbench_options.canonical_dtype(name)
 
 
-def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None,
-                  dtype: str) -> list[int]:
+def resolve_sizes(sizes: str | None, tokens: str | None, hidden: int | None, dtype: str) -> list[int]:
     """Message sizes in bytes, by the microbench's own rules (so both agree on every size):
     explicit `sizes` (K = 1024, as nccl-tests) or tokens x hidden x dtype bytes.
     """
@@ -69,8 +71,20 @@ class MeasureOptions:
 
     def microbench_args(self, plan_path: str, out_path: str) -> list[str]:
         """The microbench's command-line arguments for one launch."""
-        args = ["--plan", plan_path, "--out", out_path, "--backend", self.backend,
-                "--op", self.op, "--sizes", ",".join(map(str, self.sizes)), "--dtype", self.dtype]
+        args = [
+            "--plan",
+            plan_path,
+            "--out",
+            out_path,
+            "--backend",
+            self.backend,
+            "--op",
+            self.op,
+            "--sizes",
+            ",".join(map(str, self.sizes)),
+            "--dtype",
+            self.dtype,
+        ]
         if self.iters is not None:
             args += ["--iters", str(self.iters)]
         if self.warmup is not None:
@@ -90,8 +104,10 @@ class MeasureOptions:
 
 # ---------------------------------------------------------------- environment
 
-def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
-                       base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+
+def launch_environment(
+    process_env: dict[str, str], keep: tuple[str, ...] = (), base: dict[str, str] | None = None
+) -> tuple[dict[str, str], list[str]]:
     """The environment of a launch: the caller's without NCCL_* and TORCH_NCCL_* (except
     `keep`) + `process_env`. TORCH_NCCL_* change torch's work around every collective
     (timing events, trace buffers, blocking waits, error handling), so a stray one
@@ -110,8 +126,7 @@ def launch_environment(process_env: dict[str, str], keep: tuple[str, ...] = (),
     return env, removed
 
 
-def conf_files(base: dict[str, str] | None = None,
-               keep: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
+def conf_files(base: dict[str, str] | None = None, keep: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
     """NCCL conf files the ranks would still read: (path, NCCL_* names they set).
 
     NCCL reads NCCL_CONF_FILE and ~/.nccl.conf / /etc/nccl.conf for any variable the
@@ -131,16 +146,18 @@ def conf_files(base: dict[str, str] | None = None,
     for path in paths:
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                names = [line.split("=", 1)[0].strip() for line in handle
-                         if "=" in line and not line.lstrip().startswith("#")]
+                names = [
+                    line.split("=", 1)[0].strip()
+                    for line in handle
+                    if "=" in line and not line.lstrip().startswith("#")
+                ]
         except OSError:
             continue
         out.append((path, [n for n in names if n.startswith("NCCL_")]))
     return out
 
 
-def conf_cell_conflicts(conf: list[tuple[str, list[str]]], cells: list[Cell],
-                        no_cache=()) -> list[tuple[str, str]]:
+def conf_cell_conflicts(conf: list[tuple[str, list[str]]], cells: list[Cell], no_cache=()) -> list[tuple[str, str]]:
     """(path, name) of conf-file values that stop `cells` from sharing a process
     (microbench.options.conf_conflicts: a communicator-scoped name, or one `no_cache`
     lists under isolation nocache, that some cells set and others do not; the
@@ -150,6 +167,7 @@ def conf_cell_conflicts(conf: list[tuple[str, list[str]]], cells: list[Cell],
 
 
 # ---------------------------------------------------------------- rounds
+
 
 def round_order(cells: list[Cell], round_: int, seed: int, isolation: str) -> list[Cell]:
     """The cells of one round in a fresh random order (reproducible from seed and round).
@@ -199,9 +217,9 @@ def planned_nccl_version(backend: str, given: str | None = None):
     return version, (f" ({lib.source}: {lib.path})" if lib and version else "")
 
 
-def resolve_isolation(requested: str | None, backend: str, nccl_version,
-                      verify_effective: bool | None = None,
-                      version_source: str = "") -> tuple[str, list[str]]:
+def resolve_isolation(
+    requested: str | None, backend: str, nccl_version, verify_effective: bool | None = None, version_source: str = ""
+) -> tuple[str, list[str]]:
     """The isolation a sweep uses, and notes saying why.
 
     auto: nocache when the NCCL planned for is 2.29.7 or newer (NCCL_NO_CACHE), else
@@ -216,26 +234,35 @@ def resolve_isolation(requested: str | None, backend: str, nccl_version,
     notes: list[str] = []
     if requested in (None, "auto"):
         if backend == "nccl" and verify_effective is False:
-            return "process", ["isolation process: --no-verify-effective leaves grouped cells "
-                               "unconfirmable"]
+            return "process", ["isolation process: --no-verify-effective leaves grouped cells unconfirmable"]
         isolation = "nocache" if supported else "group"
         if supported is None and backend != "nccl":
-            notes.append(f"isolation group (auto): backend {backend} loads no NCCL "
-                         "(--nccl-version X.Y.Z plans for one; 2.29.7+ gives nocache)")
+            notes.append(
+                f"isolation group (auto): backend {backend} loads no NCCL "
+                "(--nccl-version X.Y.Z plans for one; 2.29.7+ gives nocache)"
+            )
         else:
-            why = ("honours NCCL_NO_CACHE (2.29.7+)" if supported else
-                   "predates NCCL_NO_CACHE (2.29.7)" if supported is False else
-                   "so NCCL_NO_CACHE cannot be relied on")
+            why = (
+                "honours NCCL_NO_CACHE (2.29.7+)"
+                if supported
+                else "predates NCCL_NO_CACHE (2.29.7)"
+                if supported is False
+                else "so NCCL_NO_CACHE cannot be relied on"
+            )
             notes.append(f"isolation {isolation} (auto): {where} {why}")
     else:
         isolation = requested
         if isolation == "nocache" and supported is False:
-            notes.append(f"warning: --isolation nocache with {where}, which ignores NCCL_NO_CACHE: "
-                         "cells varying a cached variable will be unconfirmed and re-run alone "
-                         "(--isolation group avoids that)")
+            notes.append(
+                f"warning: --isolation nocache with {where}, which ignores NCCL_NO_CACHE: "
+                "cells varying a cached variable will be unconfirmed and re-run alone "
+                "(--isolation group avoids that)"
+            )
     if isolation == "nocache" and backend != "nccl":
-        notes.append(f"backend {backend}: NCCL_NO_CACHE and the per-cell environment are applied "
-                     "as on NCCL, but there is no NCCL log, so no cell can be confirmed")
+        notes.append(
+            f"backend {backend}: NCCL_NO_CACHE and the per-cell environment are applied "
+            "as on NCCL, but there is no NCCL log, so no cell can be confirmed"
+        )
     return isolation, notes
 
 
@@ -262,6 +289,7 @@ def estimate_seconds(cells: list[Cell], rounds: int, isolation: str, options: Me
 
 # ---------------------------------------------------------------- identity
 
+
 def grid_digest(cells) -> dict:
     """What names a grid in a sweep's identity: its cell count and a hash of its cell ids."""
     import hashlib
@@ -270,23 +298,39 @@ def grid_digest(cells) -> dict:
     return {"cells": len(ids), "hash": hashlib.sha1("\n".join(ids).encode()).hexdigest()[:10]}
 
 
-def sweep_identity(options: MeasureOptions, *, world_size: int | None, nnodes: int | None,
-                   cells=None, landscape=None, common_env: dict | None = None) -> dict:
+def sweep_identity(
+    options: MeasureOptions,
+    *,
+    world_size: int | None,
+    nnodes: int | None,
+    cells=None,
+    landscape=None,
+    common_env: dict | None = None,
+) -> dict:
     """What defines the records of one sweep: every option that changes what a record
     means (what was measured, how, on what, in which world, or for sim what the model
     draws). Stored in every record the sweep writes (`sweep`), so a resume into a file
     of another sweep is refused instead of reusing records that measured something else.
     Rounds, seed (on real backends), budget, strategy, label and isolation are not in it:
     they say how many or in what order, not what a record is."""
-    identity = {"backend": options.backend, "op": options.op, "dtype": options.dtype,
-                "sizes": list(options.sizes), "world_size": world_size, "nnodes": nnodes,
-                "mode": options.mode, "iters": options.iters, "warmup": options.warmup,
-                "graph_ops": options.graph_ops}
+    identity = {
+        "backend": options.backend,
+        "op": options.op,
+        "dtype": options.dtype,
+        "sizes": list(options.sizes),
+        "world_size": world_size,
+        "nnodes": nnodes,
+        "mode": options.mode,
+        "iters": options.iters,
+        "warmup": options.warmup,
+        "graph_ops": options.graph_ops,
+    }
     if cells is not None:
         identity["grid"] = grid_digest(cells)
     if landscape is not None:  # sim: what the model draws from (its draws are seeded too)
-        identity.update(topology=landscape.topology, landscape=landscape.kind, sim_seed=landscape.seed,
-                        model=landscape.calibrated)
+        identity.update(
+            topology=landscape.topology, landscape=landscape.kind, sim_seed=landscape.seed, model=landscape.calibrated
+        )
     if common_env:
         identity["common_env"] = dict(sorted(common_env.items()))
     return identity
@@ -310,6 +354,5 @@ def identity_differences(there: dict, here: dict) -> list[str]:
     out = []
     for key in here:
         if key in there and there[key] != here[key]:
-            out.append(f"{key.replace('_', ' ')} {_shown(key, there[key])} there, "
-                       f"{_shown(key, here[key])} here")
+            out.append(f"{key.replace('_', ' ')} {_shown(key, there[key])} there, {_shown(key, here[key])} here")
     return out

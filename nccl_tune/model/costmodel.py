@@ -63,12 +63,81 @@ LL128_MAX_NTHREADS = 640  # NCCL_LL128_MAX_NTHREADS
 THREAD_THRESHOLDS = {"LL": 8, "LL128": 8, "Simple": 64}
 # tuning.cc treeCorrectionFactor, powers of two from 64 B (index log2(bytes/64)), 2.2x+.
 _TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
-           1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
-              .9, .9, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
-               .8, .9, .9),
+    "LL": (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.7,
+        0.7,
+        0.7,
+        0.7,
+        0.6,
+        0.5,
+        0.4,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    "LL128": (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.8,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.8,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        1.0,
+        1.0,
+    ),
+    "Simple": (
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.7,
+        0.7,
+        0.8,
+        0.9,
+        0.9,
+    ),
 }
 
 
@@ -86,12 +155,14 @@ class ModelParams:
     # NCCL tuning.cc baseLat, order LL / LL128 / Simple.
     base_lat: dict = field(default_factory=lambda: _table((6.6, 14.0, 8.4), (6.8, 14.0, 8.4)))
     # NCCL tuning.cc hwLat per hop for NVLink and PCI; `shm` is this module's guess (see doc).
-    hw_lat: dict = field(default_factory=lambda: {
-        "nvlink": _table((0.6, 1.9, 3.4), (0.6, 1.25, 4.0)),
-        "pci": _table((1.0, 2.5, 5.7), (1.0, 1.9, 4.0)),
-        # PCI + 0.3 / 0.5 / 1.0 us per hop (LL / LL128 / Simple): see the module doc.
-        "shm": _table((1.3, 3.0, 6.7), (1.3, 2.4, 5.0)),
-    })
+    hw_lat: dict = field(
+        default_factory=lambda: {
+            "nvlink": _table((0.6, 1.9, 3.4), (0.6, 1.25, 4.0)),
+            "pci": _table((1.0, 2.5, 5.7), (1.0, 1.9, 4.0)),
+            # PCI + 0.3 / 0.5 / 1.0 us per hop (LL / LL128 / Simple): see the module doc.
+            "shm": _table((1.3, 3.0, 6.7), (1.3, 2.4, 5.0)),
+        }
+    )
     nvls_lat: float = 25.0  # tuning.cc hwLat[NVLINK][NVLS][Simple]; never wins small messages
     # GB/s one channel moves over each link. pci: NCCL's own figure for a PCIe Gen4 x16 link
     # (topo.cc: width x speed / 80; 12 is Gen3). shm: a guess, fitted to public results: the
@@ -102,8 +173,7 @@ class ModelParams:
     # Ring bandwidth factor per protocol (tuning.cc: LL x0.5, LL128 x0.92).
     proto_eff: dict = field(default_factory=lambda: {"LL": 0.5, "LL128": 0.92, "Simple": 1.0})
     # Tree bandwidth factor per protocol on one node (tuning.cc: x0.92, then LL /3.8, LL128 x7/9).
-    tree_eff: dict = field(default_factory=lambda: {"LL": 0.92 / 3.8, "LL128": 0.92 * 7 / 9,
-                                                    "Simple": 0.92})
+    tree_eff: dict = field(default_factory=lambda: {"LL": 0.92 / 3.8, "LL128": 0.92 * 7 / 9, "Simple": 0.92})
     # Cap on Ring/Tree LL bus bandwidth (tuning.cc llMaxBws, one node: Ampere 87.7, Hopper 141).
     ll_max_bw: float = 87.7
     channel_cost_us: float = 0.04  # per extra channel (CTA launch and sync), a guess
@@ -127,7 +197,7 @@ class ModelParams:
     pair_lat_scale: dict = field(default_factory=dict)
     pair_bw_scale: dict = field(default_factory=dict)
 
-    def perturbed(self, **changes) -> "ModelParams":
+    def perturbed(self, **changes) -> ModelParams:
         """A copy with some fields replaced (for sim landscapes)."""
         return replace(self, **changes)
 
@@ -136,12 +206,23 @@ NCCL_PARAMS = ModelParams()
 
 
 # The machine kinds (Topology, TOPOLOGIES) live in nccl_tune.model.kinds; re-exported here.
-from nccl_tune.model.kinds import TOPOLOGIES, Topology  # noqa: E402,F401
+from nccl_tune.model.kinds import TOPOLOGIES, Topology  # noqa: E402
 
 # Path order for NCCL_P2P_LEVEL comparisons (NCCL's PATH_* order); legacy integers 0-5
 # map through NCCL's levelsOldToNew. NODE is nvidia-smi's name for a PHB-class path.
-_PATH_ORDER = {"LOC": 0, "NVL": 1, "NVB": 2, "C2C": 3, "PIX": 4, "PXB": 5, "P2C": 6,
-               "PXN": 7, "PHB": 8, "NODE": 8, "SYS": 9}
+_PATH_ORDER = {
+    "LOC": 0,
+    "NVL": 1,
+    "NVB": 2,
+    "C2C": 3,
+    "PIX": 4,
+    "PXB": 5,
+    "P2C": 6,
+    "PXN": 7,
+    "PHB": 8,
+    "NODE": 8,
+    "SYS": 9,
+}
 _LEGACY_LEVEL = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
 DEFAULT_P2P_LEVEL = "PXB"  # NCCL's default (paths.cc: PATH_PXB; AMD with <= 2 GPUs: SYS)
 
@@ -187,7 +268,8 @@ def resolve_topology(choice: str) -> tuple[str, str]:
         "sockets), where NCCL's default P2P level sends traffic between GPUs on different "
         "CPU sockets through host memory, and NCCL's topology search on AMD hosts makes it "
         f"pick Simple for small messages; pass --topology ({'|'.join(TOPOLOGIES)}) to model "
-        "another machine")
+        "another machine"
+    )
 
 
 def topology(name: str) -> Topology:
@@ -252,8 +334,7 @@ def candidates(topo: Topology, env: dict[str, str], op: str = "allreduce") -> li
 
 
 def _func(op: str) -> str:
-    return {"allreduce": "allreduce", "all_gather": "allgather",
-            "reduce_scatter": "reducescatter"}.get(op, op)
+    return {"allreduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter"}.get(op, op)
 
 
 def bus_factor(op: str, nranks: int) -> float:
@@ -291,14 +372,20 @@ def max_threads(algo: str, proto: str, link: str, env: dict[str, str]) -> int:
     return min(max(nt, 64), 512)
 
 
-def channels_used(nbytes: int, proto: str, max_channels: int, min_channels: int = 1,
-                  algo: str = "Ring", nranks: int = 8, nthreads: int = 512) -> int:
+def channels_used(
+    nbytes: int,
+    proto: str,
+    max_channels: int,
+    min_channels: int = 1,
+    algo: str = "Ring",
+    nranks: int = 8,
+    nthreads: int = 512,
+) -> int:
     """Channels NCCL runs a collective of `nbytes` on (enqueue.cc's reduction loop)."""
     return launch_shape(nbytes, algo, proto, _pool(max_channels, min_channels), nthreads, nranks)[0]
 
 
-def launch_shape(nbytes: int, algo: str, proto: str, pool: int, nthreads: int,
-                 nranks: int) -> tuple[int, int]:
+def launch_shape(nbytes: int, algo: str, proto: str, pool: int, nthreads: int, nranks: int) -> tuple[int, int]:
     """(channels, threads) NCCL launches: fewer channels, then fewer threads, for small sizes."""
     if algo == "NVLS":
         return max(1, pool), 512
@@ -327,8 +414,9 @@ def ring_hops(op: str, nranks: int) -> int:
     return nranks - 1
 
 
-def latency_term_us(op: str, nranks: int, algo: str, proto: str, link: str,
-                    params: ModelParams = NCCL_PARAMS, for_time: bool = False) -> float:
+def latency_term_us(
+    op: str, nranks: int, algo: str, proto: str, link: str, params: ModelParams = NCCL_PARAMS, for_time: bool = False
+) -> float:
     """The fixed part of a collective's time: baseLat + hops x hwLat (NVLS: its own).
 
     `for_time`: the time the machine takes rather than NCCL's estimate; differs only for
@@ -344,12 +432,23 @@ def latency_term_us(op: str, nranks: int, algo: str, proto: str, link: str,
     return params.base_lat[(algo, proto)] + hops * params.hw_lat[link][(algo, proto)]
 
 
-def _alg_bandwidth(op: str, nranks: int, algo: str, proto: str, link: str, channels: int,
-                   params: ModelParams, per_channel: float | None = None) -> float:
+def _alg_bandwidth(
+    op: str,
+    nranks: int,
+    algo: str,
+    proto: str,
+    link: str,
+    channels: int,
+    params: ModelParams,
+    per_channel: float | None = None,
+) -> float:
     """Algorithm bandwidth (GB/s) = bus bandwidth x NCCL's algorithm ratio."""
     if per_channel is None:
-        per_channel = (params.bw_per_channel[link] * params.bw_scale.get(proto, 1.0)
-                       * params.pair_bw_scale.get(f"{algo}/{proto}", 1.0))
+        per_channel = (
+            params.bw_per_channel[link]
+            * params.bw_scale.get(proto, 1.0)
+            * params.pair_bw_scale.get(f"{algo}/{proto}", 1.0)
+        )
     if algo == "Tree":
         bus = channels * per_channel * params.tree_eff[proto]
         return (min(bus, params.ll_max_bw) if proto == "LL" else bus) * 0.5
@@ -361,10 +460,20 @@ def _alg_bandwidth(op: str, nranks: int, algo: str, proto: str, link: str, chann
     return bus / max(bus_factor(op, nranks), 1e-9)
 
 
-def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: str,
-               channels: int, nthreads: int = 512, buffsize: int = DEFAULT_BUFFSIZE,
-               params: ModelParams = NCCL_PARAMS, pool: int | None = None,
-               mode: str | None = None) -> float:
+def op_time_us(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    algo: str,
+    proto: str,
+    link: str,
+    channels: int,
+    nthreads: int = 512,
+    buffsize: int = DEFAULT_BUFFSIZE,
+    params: ModelParams = NCCL_PARAMS,
+    pool: int | None = None,
+    mode: str | None = None,
+) -> float:
     """Modelled time of one collective (us) launched on `channels`, CTAs of up to `nthreads`.
 
     latency (baseLat + hops x hwLat) + bytes / algorithm bandwidth of the communicator's
@@ -389,15 +498,22 @@ def op_time_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, link: s
         # NCCL_BUFFSIZE only sizes the Simple protocol's buffer (LL/LL128 have their own).
         slot = max(1, buffsize // STEPS_PER_BUFFER)
         per_step = nbytes / (pool * nranks)
-        step_cost = (max(0, math.ceil(per_step / slot) - 1) * params.hw_lat[link][(algo, proto)]
-                     * lat_scale)
+        step_cost = max(0, math.ceil(per_step / slot) - 1) * params.hw_lat[link][(algo, proto)] * lat_scale
     launch = params.launch_us if mode == "eager" else 0.0
     return launch + latency + transfer + step_cost + params.channel_cost_us * (channels - 1)
 
 
-def nccl_estimate_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, topo: Topology,
-                     pool: int, params: ModelParams = NCCL_PARAMS,
-                     env: dict[str, str] | None = None) -> float:
+def nccl_estimate_us(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    algo: str,
+    proto: str,
+    topo: Topology,
+    pool: int,
+    params: ModelParams = NCCL_PARAMS,
+    env: dict[str, str] | None = None,
+) -> float:
     """NCCL's own time estimate for (algo, proto): what its selection compares.
 
     Uses NCCL's view of the hardware (NVLink or PCI, never SHM), the channel pool (not
@@ -408,8 +524,9 @@ def nccl_estimate_us(op: str, nbytes: int, nranks: int, algo: str, proto: str, t
     link = _selection_link(topo)
     latency = latency_term_us(op, nranks, algo, proto, link, params)
     if topo.search_bw is not None and not (env or {}).get("NCCL_GRAPH_FILE"):
-        bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, topo.search_channels or pool,
-                                   params, per_channel=topo.search_bw)
+        bandwidth = _alg_bandwidth(
+            op, nranks, algo, proto, link, topo.search_channels or pool, params, per_channel=topo.search_bw
+        )
     else:
         bandwidth = _alg_bandwidth(op, nranks, algo, proto, link, pool, params)
     if algo == "Tree":
@@ -441,25 +558,49 @@ def channel_pool(topo: Topology, env: dict[str, str]) -> int:
     return _resources(topo, env).pool
 
 
-def _time_choice(op: str, nbytes: int, nranks: int, algo: str, proto: str, topo: Topology,
-                 env: dict[str, str], res: _Resources, params: ModelParams,
-                 mode: str | None = None) -> Choice:
+def _time_choice(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    algo: str,
+    proto: str,
+    topo: Topology,
+    env: dict[str, str],
+    res: _Resources,
+    params: ModelParams,
+    mode: str | None = None,
+) -> Choice:
     link = effective_link(topo, env)
     nt_max = max_threads(algo, proto, link, env)
     channels, nthreads = launch_shape(nbytes, algo, proto, res.pool, nt_max, nranks)
-    t = op_time_us(op, nbytes, nranks, algo, proto, link, channels, nt_max, res.buffsize, params,
-                   pool=res.pool, mode=mode)
+    t = op_time_us(
+        op, nbytes, nranks, algo, proto, link, channels, nt_max, res.buffsize, params, pool=res.pool, mode=mode
+    )
     return Choice(algo, proto, channels, link, t, nthreads)
 
 
-def choose(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-           params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
+def choose(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    env: dict[str, str],
+    topo: Topology,
+    params: ModelParams = NCCL_PARAMS,
+    mode: str | None = None,
+) -> Choice:
     """NCCL's choice under its own model, timed with the same parameters on the real transport."""
     return simulate(op, nbytes, nranks, env, topo, params, params, mode=mode)
 
 
-def predict(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-            params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
+def predict(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    env: dict[str, str],
+    topo: Topology,
+    params: ModelParams = NCCL_PARAMS,
+    mode: str | None = None,
+) -> Choice:
     """NCCL's choice (with NCCL's own constants: it knows no calibration) timed with `params`.
 
     This is how a calibrated model (`model fit`) predicts: the fit changes how long each
@@ -468,29 +609,44 @@ def predict(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topolo
     return simulate(op, nbytes, nranks, env, topo, params, NCCL_PARAMS, mode=mode)
 
 
-def simulate(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-             true_params: ModelParams = NCCL_PARAMS,
-             select_params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
+def simulate(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    env: dict[str, str],
+    topo: Topology,
+    true_params: ModelParams = NCCL_PARAMS,
+    select_params: ModelParams = NCCL_PARAMS,
+    mode: str | None = None,
+) -> Choice:
     """NCCL's choice (made with `select_params`, NCCL's view) timed with `true_params`."""
     res = _resources(topo, env)
     algo, proto = selected_pair(op, nbytes, nranks, env, topo, select_params)
     return _time_choice(op, nbytes, nranks, algo, proto, topo, env, res, true_params, mode)
 
 
-def selected_pair(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-                  select_params: ModelParams = NCCL_PARAMS) -> tuple[str, str]:
+def selected_pair(
+    op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology, select_params: ModelParams = NCCL_PARAMS
+) -> tuple[str, str]:
     """The (algorithm, protocol) NCCL's own estimate picks; ValueError when none is allowed."""
     res = _resources(topo, env)
     pairs = candidates(topo, env, op)
     if not pairs:
         raise ValueError("no algorithm/protocol is allowed by this environment on this topology")
-    return min(pairs, key=lambda ap: nccl_estimate_us(op, nbytes, nranks, ap[0], ap[1], topo,
-                                                      res.pool, select_params, env))
+    return min(
+        pairs, key=lambda ap: nccl_estimate_us(op, nbytes, nranks, ap[0], ap[1], topo, res.pool, select_params, env)
+    )
 
 
-def latency_us(nbytes: int, nranks: int, topology_name: str, env: dict[str, str] | None = None,
-               op: str = "allreduce", params: ModelParams | None = None,
-               mode: str | None = None) -> float:
+def latency_us(
+    nbytes: int,
+    nranks: int,
+    topology_name: str,
+    env: dict[str, str] | None = None,
+    op: str = "allreduce",
+    params: ModelParams | None = None,
+    mode: str | None = None,
+) -> float:
     """Modelled latency (us) of one collective of `nbytes` under `env` on a named topology.
 
     With `params` (a calibrated model) NCCL's choice is timed with them (`predict`).
@@ -513,8 +669,15 @@ def is_calibrated(params: ModelParams | None, algo: str, proto: str) -> bool:
     return True
 
 
-def fastest(op: str, nbytes: int, nranks: int, env: dict[str, str], topo: Topology,
-            params: ModelParams = NCCL_PARAMS, mode: str | None = None) -> Choice:
+def fastest(
+    op: str,
+    nbytes: int,
+    nranks: int,
+    env: dict[str, str],
+    topo: Topology,
+    params: ModelParams = NCCL_PARAMS,
+    mode: str | None = None,
+) -> Choice:
     """The allowed (algo, proto) this model times fastest (not necessarily NCCL's pick)."""
     res = _resources(topo, env)
     pairs = candidates(topo, env, op)

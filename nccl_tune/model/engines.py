@@ -39,8 +39,7 @@ SOURCES = {
     "sglang": "SGLang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py @004e656",
 }
 TO_NCCL = {
-    "vllm": "--disable-custom-all-reduce (and VLLM_ALLREDUCE_USE_SYMM_MEM=0 where torch "
-            "symmetric memory is enabled)",
+    "vllm": "--disable-custom-all-reduce (and VLLM_ALLREDUCE_USE_SYMM_MEM=0 where torch symmetric memory is enabled)",
     "sglang": "--disable-custom-all-reduce",
 }
 
@@ -61,9 +60,14 @@ class Path:
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"engine": self.engine, "bytes": self.nbytes, "via": self.via,
-                "reason": self.reason, "to_nccl": TO_NCCL.get(self.engine),
-                "source": SOURCES.get(self.engine)}
+        return {
+            "engine": self.engine,
+            "bytes": self.nbytes,
+            "via": self.via,
+            "reason": self.reason,
+            "to_nccl": TO_NCCL.get(self.engine),
+            "source": SOURCES.get(self.engine),
+        }
 
 
 def allreduce_path(engine: str, kind: str, nranks: int, nbytes: int) -> Path:
@@ -76,18 +80,24 @@ def allreduce_path(engine: str, kind: str, nranks: int, nbytes: int) -> Path:
     if nranks not in SUPPORTED_WORLD_SIZES:
         return Path(engine, nbytes, "nccl", f"custom allreduce supports TP {SUPPORTED_WORLD_SIZES} only")
     if nbytes % 16 or nbytes >= limit:
-        return Path(engine, nbytes, "nccl",
-                    f"{nbytes} B is not a multiple of 16 or not below {limit} B")
+        return Path(engine, nbytes, "nccl", f"{nbytes} B is not a multiple of 16 or not below {limit} B")
     if kind in FULL_NVLINK_KINDS:
         return Path(engine, nbytes, "custom", f"all GPUs NVLink-connected and {nbytes} B < {limit} B")
     if nranks > 2:
-        return Path(engine, nbytes, "nccl",
-                    "custom allreduce is disabled on more than two GPUs that are not all "
-                    "NVLink-connected")
+        return Path(
+            engine,
+            nbytes,
+            "nccl",
+            "custom allreduce is disabled on more than two GPUs that are not all NVLink-connected",
+        )
     if kind in P2P_KINDS or kind == "nvlink-mesh":
         return Path(engine, nbytes, "custom", f"two GPUs with P2P and {nbytes} B < {limit} B")
-    return Path(engine, nbytes, "custom if P2P works",
-                "two GPUs: the engine's P2P check decides (host-memory kinds often lack P2P)")
+    return Path(
+        engine,
+        nbytes,
+        "custom if P2P works",
+        "two GPUs: the engine's P2P check decides (host-memory kinds often lack P2P)",
+    )
 
 
 def notes(engine: str, kind: str, nranks: int, sizes) -> list[str]:
@@ -97,14 +107,18 @@ def notes(engine: str, kind: str, nranks: int, sizes) -> list[str]:
     paths = [allreduce_path(engine, kind, nranks, int(b)) for b in sorted(set(sizes))]
     bypass = [p for p in paths if p.bypasses_nccl]
     if not bypass:
-        return [f"engine {engine}: at these sizes its allreduces go through NCCL on {kind} with "
-                f"{nranks} GPUs ({paths[0].reason}; {SOURCES[engine]})"]
+        return [
+            f"engine {engine}: at these sizes its allreduces go through NCCL on {kind} with "
+            f"{nranks} GPUs ({paths[0].reason}; {SOURCES[engine]})"
+        ]
     sure = all(p.via == "custom" for p in bypass)
     sizes_text = ", ".join(f"{p.nbytes} B" for p in bypass)
-    return [f"engine {engine}: {'its custom allreduce, not NCCL, runs' if sure else 'its custom allreduce may run (not NCCL)'} "
-            f"the allreduces of {sizes_text} on {kind} with {nranks} GPUs ({bypass[0].reason}; "
-            f"{SOURCES[engine]}): NCCL settings do not change those allreduces"
-            f"{'' if sure else ' where it runs'}; {TO_NCCL[engine]} sends them through NCCL"]
+    return [
+        f"engine {engine}: {'its custom allreduce, not NCCL, runs' if sure else 'its custom allreduce may run (not NCCL)'} "
+        f"the allreduces of {sizes_text} on {kind} with {nranks} GPUs ({bypass[0].reason}; "
+        f"{SOURCES[engine]}): NCCL settings do not change those allreduces"
+        f"{'' if sure else ' where it runs'}; {TO_NCCL[engine]} sends them through NCCL"
+    ]
 
 
 # ------------------------------------------------------------ read from the installed engine
@@ -112,6 +126,7 @@ def notes(engine: str, kind: str, nranks: int, sizes) -> list[str]:
 # `report` answers from the installed engine where it can (nccl_tune.model.installed_engine
 # reads vLLM's own tables, switches and dispatch order) and falls back on the cited rules
 # above only when the engine is not importable, saying so.
+
 
 @dataclass(frozen=True)
 class EngineReport:
@@ -135,10 +150,16 @@ class EngineReport:
 
     def to_dict(self) -> dict:
         """JSON-ready form (keys: engine, basis, version, read_from, fallback, paths, notes)."""
-        return {"engine": self.engine, "basis": self.basis, "version": self.version,
-                "read_from": self.read_from, "fallback": self.fallback,
-                "paths": [p.to_dict() for p in self.paths],
-                "nccl_changes_decode": self.nccl_changes_decode, "notes": list(self.lines)}
+        return {
+            "engine": self.engine,
+            "basis": self.basis,
+            "version": self.version,
+            "read_from": self.read_from,
+            "fallback": self.fallback,
+            "paths": [p.to_dict() for p in self.paths],
+            "nccl_changes_decode": self.nccl_changes_decode,
+            "notes": list(self.lines),
+        }
 
 
 def switch_overrides(env: dict[str, str] | None) -> dict[str, bool]:
@@ -155,8 +176,9 @@ def switch_overrides(env: dict[str, str] | None) -> dict[str, bool]:
 
 def _fallback(engine: str, kind: str, nranks: int, sizes, why: str) -> EngineReport:
     head = f"engine {engine}: {why}; the answer below is the cited rules ({SOURCES[engine]})"
-    return EngineReport(engine, "cited rules", None, SOURCES[engine], why,
-                        lines=(head, *notes(engine, kind, nranks, sizes)))
+    return EngineReport(
+        engine, "cited rules", None, SOURCES[engine], why, lines=(head, *notes(engine, kind, nranks, sizes))
+    )
 
 
 def _sglang_importable() -> bool:
@@ -168,9 +190,16 @@ def _sglang_importable() -> bool:
         return False
 
 
-def report(engine: str, kind: str, nranks: int, sizes, cc: str | None = None,
-           env: dict[str, str] | None = None, read_vllm=None,
-           sglang_importable=_sglang_importable) -> EngineReport:
+def report(
+    engine: str,
+    kind: str,
+    nranks: int,
+    sizes,
+    cc: str | None = None,
+    env: dict[str, str] | None = None,
+    read_vllm=None,
+    sglang_importable=_sglang_importable,
+) -> EngineReport:
     """The engine's path for each decode allreduce size at `nranks` GPUs of compute
     capability `cc` on a `kind` machine, read from the installed engine when importable.
 
@@ -183,8 +212,11 @@ def report(engine: str, kind: str, nranks: int, sizes, cc: str | None = None,
     if engine == "none":
         return EngineReport("none", "none", None, None, None)
     if engine == "sglang":
-        why = ("reading SGLang's own tables is not implemented" if sglang_importable()
-               else "SGLang is not importable in this Python")
+        why = (
+            "reading SGLang's own tables is not implemented"
+            if sglang_importable()
+            else "SGLang is not importable in this Python"
+        )
         return _fallback(engine, kind, nranks, sizes, why)
     try:
         tables = (read_vllm or installed_engine.read_vllm)()
@@ -192,33 +224,46 @@ def report(engine: str, kind: str, nranks: int, sizes, cc: str | None = None,
         return _fallback(engine, kind, nranks, sizes, f"not read from an installed vLLM ({exc})")
     topo = kinds.TOPOLOGIES.get(kind)
     machine = installed_engine.Machine(
-        tp=nranks, cc=cc or "unknown", fully_connected=kind in FULL_NVLINK_KINDS,
-        multicast=bool(topo and topo.has_nvls), flashinfer=tables.flashinfer_installed)
+        tp=nranks,
+        cc=cc or "unknown",
+        fully_connected=kind in FULL_NVLINK_KINDS,
+        multicast=bool(topo and topo.has_nvls),
+        flashinfer=tables.flashinfer_installed,
+    )
     overrides = switch_overrides(env)
     paths = tuple(installed_engine.vllm_path(tables, machine, b, overrides) for b in sizes)
-    lines = [f"engine vLLM {tables.version}, read from {tables.root}: TP {nranks}, compute "
-             f"capability {cc or 'unknown'}, {kind}"
-             + (f", profile switches {overrides}" if overrides else "")]
-    verdict = {True: "NCCL carries every one of these decode allreduces: NCCL settings apply",
-               False: "NCCL carries none of these decode allreduces: NCCL settings cannot change "
-                      "decode unless the engine's own paths are switched off (A/B below)",
-               None: "NCCL carries some of these decode allreduces, not all (per size below)"}
+    lines = [
+        f"engine vLLM {tables.version}, read from {tables.root}: TP {nranks}, compute "
+        f"capability {cc or 'unknown'}, {kind}" + (f", profile switches {overrides}" if overrides else "")
+    ]
+    verdict = {
+        True: "NCCL carries every one of these decode allreduces: NCCL settings apply",
+        False: "NCCL carries none of these decode allreduces: NCCL settings cannot change "
+        "decode unless the engine's own paths are switched off (A/B below)",
+        None: "NCCL carries some of these decode allreduces, not all (per size below)",
+    }
     lines.append(f"  {verdict[EngineReport('vllm', 'installed', None, None, None, paths).nccl_changes_decode]}")
     if cc is None:
-        lines.append("  compute capability unknown (give --arch, or run where nvidia-smi sees the "
-                     "GPUs): vLLM's per-capability limits were not applied")
+        lines.append(
+            "  compute capability unknown (give --arch, or run where nvidia-smi sees the "
+            "GPUs): vLLM's per-capability limits were not applied"
+        )
     for p in paths:
         what = installed_engine.PATHS[p.path][2]
         if p.nccl:
             passed = "; ".join(x for x in p.skipped if "ROCm" not in x and "opt-in" not in x)
             lines.append(f"  {p.nbytes} B: {what}: NCCL settings apply ({passed or p.reason})")
         else:
-            lines.append(f"  {p.nbytes} B: {what}, not NCCL ({p.reason}): NCCL settings do not change "
-                         f"it; to A/B against NCCL: {', '.join(p.to_nccl)}")
+            lines.append(
+                f"  {p.nbytes} B: {what}, not NCCL ({p.reason}): NCCL settings do not change "
+                f"it; to A/B against NCCL: {', '.join(p.to_nccl)}"
+            )
         if p.uncertain:
             lines.append(f"    uncertain: {p.uncertain}")
     if not tables.flashinfer_installed:
-        lines.append("  flashinfer is not installed beside this vLLM: on a server that has it, "
-                     "FlashInfer's allreduce (on by default, VLLM_ALLREDUCE_USE_FLASHINFER) may take "
-                     "these sizes first")
+        lines.append(
+            "  flashinfer is not installed beside this vLLM: on a server that has it, "
+            "FlashInfer's allreduce (on by default, VLLM_ALLREDUCE_USE_FLASHINFER) may take "
+            "these sizes first"
+        )
     return EngineReport("vllm", "installed", tables.version, tables.root, None, paths, tuple(lines))

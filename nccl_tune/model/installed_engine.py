@@ -74,32 +74,49 @@ out["disable_custom_all_reduce"] = bool(parallel) and "disable_custom_all_reduce
 print(json.dumps(out, default=str))
 """
 
-SWITCHES = ("VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_USE_NCCL_SYMM_MEM",
-            "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC", "VLLM_ALLREDUCE_USE_SYMM_MEM",
-            "VLLM_BATCH_INVARIANT")
+SWITCHES = (
+    "VLLM_ALLREDUCE_USE_FLASHINFER",
+    "VLLM_USE_NCCL_SYMM_MEM",
+    "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC",
+    "VLLM_ALLREDUCE_USE_SYMM_MEM",
+    "VLLM_BATCH_INVARIANT",
+)
 # The files whose content decides the answer (cache key), relative to the vllm package.
-_KEY_FILES = ("distributed/device_communicators/all_reduce_utils.py",
-              "distributed/device_communicators/cuda_communicator.py",
-              "distributed/device_communicators/custom_all_reduce.py", "envs.py", "version.py")
+_KEY_FILES = (
+    "distributed/device_communicators/all_reduce_utils.py",
+    "distributed/device_communicators/cuda_communicator.py",
+    "distributed/device_communicators/custom_all_reduce.py",
+    "envs.py",
+    "version.py",
+)
 DEFAULT_TIMEOUT_S = 120.0
 
 # Dispatch steps, recognised by the call that carries the tensor in the step's body.
 # id -> (call suffixes, goes through NCCL, what it is, the switch that turns it off).
 PATHS = {
-    "nccl-symm": (("all_reduce_symmetric_with_copy",), True,
-                  "NCCL with symmetric memory (PyNCCL)", "VLLM_USE_NCCL_SYMM_MEM=0"),
+    "nccl-symm": (
+        ("all_reduce_symmetric_with_copy",),
+        True,
+        "NCCL with symmetric memory (PyNCCL)",
+        "VLLM_USE_NCCL_SYMM_MEM=0",
+    ),
     "quick": (("quick_all_reduce",), False, "quick allreduce (ROCm only)", None),
-    "flashinfer-pcie-ipc": (("fi_pcie_ipc_ar_comm.all_reduce",), False,
-                            "FlashInfer PCIe IPC allreduce", "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC=0"),
-    "flashinfer": (("fi_ar_comm.all_reduce",), False, "FlashInfer allreduce",
-                   "VLLM_ALLREDUCE_USE_FLASHINFER=0"),
+    "flashinfer-pcie-ipc": (
+        ("fi_pcie_ipc_ar_comm.all_reduce",),
+        False,
+        "FlashInfer PCIe IPC allreduce",
+        "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC=0",
+    ),
+    "flashinfer": (("fi_ar_comm.all_reduce",), False, "FlashInfer allreduce", "VLLM_ALLREDUCE_USE_FLASHINFER=0"),
     "aiter": (("aiter_ar_comm.custom_all_reduce",), False, "AITER allreduce (ROCm only)", None),
-    "custom": (("ca_comm.custom_all_reduce",), False, "vLLM custom allreduce",
-               "--disable-custom-all-reduce"),
-    "batch-invariant": (("all_reduce_batch_invariant",), False,
-                        "batch-invariant allreduce (ROCm only)", None),
-    "torch-symm": (("symm_mem_comm.all_reduce",), False, "torch symmetric memory allreduce",
-                   "VLLM_ALLREDUCE_USE_SYMM_MEM=0"),
+    "custom": (("ca_comm.custom_all_reduce",), False, "vLLM custom allreduce", "--disable-custom-all-reduce"),
+    "batch-invariant": (("all_reduce_batch_invariant",), False, "batch-invariant allreduce (ROCm only)", None),
+    "torch-symm": (
+        ("symm_mem_comm.all_reduce",),
+        False,
+        "torch symmetric memory allreduce",
+        "VLLM_ALLREDUCE_USE_SYMM_MEM=0",
+    ),
     "nccl": (("pynccl_comm.all_reduce", "torch.distributed.all_reduce"), True, "NCCL (PyNCCL)", None),
 }
 
@@ -139,8 +156,14 @@ def _order(steps: list[dict]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     order: list[str] = []
     unknown: list[int] = []
     for step in steps:
-        found = next((pid for pid, (suffixes, *_rest) in PATHS.items()
-                      if any(c.endswith(s) for c in step["calls"] for s in suffixes)), None)
+        found = next(
+            (
+                pid
+                for pid, (suffixes, *_rest) in PATHS.items()
+                if any(c.endswith(s) for c in step["calls"] for s in suffixes)
+            ),
+            None,
+        )
         if found is None:
             if step["test"] is not None:
                 unknown.append(step["line"])
@@ -156,22 +179,30 @@ def parse_probe(data: dict) -> VllmTables:
     nccl_symm = dict(tables.get("NCCL_SYMM_MEM_ALL_REDUCE_CONFIG", {}))
     if "custom_ar_preferred_ranges" in nccl_symm:
         nccl_symm["custom_ar_preferred_ranges"] = {
-            int(k): tuple(v) for k, v in nccl_symm["custom_ar_preferred_ranges"].items()}
-    fi_gate = any("use_fi_ar" in (s["test"] or "") for s in data["dispatch"]
-                  if any(c.endswith("all_reduce_symmetric_with_copy") for c in s["calls"]))
+            int(k): tuple(v) for k, v in nccl_symm["custom_ar_preferred_ranges"].items()
+        }
+    fi_gate = any(
+        "use_fi_ar" in (s["test"] or "")
+        for s in data["dispatch"]
+        if any(c.endswith("all_reduce_symmetric_with_copy") for c in s["calls"])
+    )
     nccl_symm["after_flashinfer"] = fi_gate
     custom = data.get("custom") or {}
     return VllmTables(
-        version=str(data.get("version")), root=data.get("root", "?"),
+        version=str(data.get("version")),
+        root=data.get("root", "?"),
         custom_max=_int_keys(tables.get("CUSTOM_ALL_REDUCE_MAX_SIZES", {})),
         symm_max=_int_keys(tables.get("SYMM_MEM_ALL_REDUCE_MAX_SIZES", {})),
-        nccl_symm=nccl_symm, custom_world_sizes=tuple(custom.get("world_sizes", ())),
+        nccl_symm=nccl_symm,
+        custom_world_sizes=tuple(custom.get("world_sizes", ())),
         custom_default_max=int(custom.get("max_size", 0) or 0),
         switches={k: bool(v) for k, v in data.get("switches", {}).items()},
-        order=order, unknown_steps=unknown,
+        order=order,
+        unknown_steps=unknown,
         flashinfer_installed=bool(data.get("flashinfer_installed")),
         disable_custom_all_reduce=bool(data.get("disable_custom_all_reduce")),
-        errors=tuple(data.get("errors", ())))
+        errors=tuple(data.get("errors", ())),
+    )
 
 
 def _package_root(name: str) -> str | None:
@@ -201,8 +232,14 @@ def _cache_path(root: str) -> str:
 def _run_probe(timeout: float) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     try:
-        done = subprocess.run([sys.executable, "-c", _PROBE, ",".join(SWITCHES)],
-                              capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE, ",".join(SWITCHES)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise EngineUnavailable(f"importing vLLM took over {timeout:.0f} s") from None
     except OSError as exc:
@@ -270,32 +307,42 @@ class PathAnswer:
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"path": self.path, "nccl": self.nccl, "bytes": self.nbytes, "reason": self.reason,
-                "skipped": list(self.skipped), "to_nccl": list(self.to_nccl),
-                "uncertain": self.uncertain}
+        return {
+            "path": self.path,
+            "nccl": self.nccl,
+            "bytes": self.nbytes,
+            "reason": self.reason,
+            "skipped": list(self.skipped),
+            "to_nccl": list(self.to_nccl),
+            "uncertain": self.uncertain,
+        }
 
 
 def _switch(t: VllmTables, overrides: dict[str, bool], name: str) -> bool:
     return overrides.get(name, t.switches.get(name, False))
 
 
-def _takes(pid: str, t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool],
-           custom_on: bool) -> tuple[bool, str]:
+def _takes(pid: str, t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool], custom_on: bool) -> tuple[bool, str]:
     """Whether step `pid` takes a bf16 decode tensor of `nbytes`, and why (or why not)."""
     invariant = _switch(t, ov, "VLLM_BATCH_INVARIANT")
     if pid in ("quick", "aiter", "batch-invariant"):
         return (False, "ROCm only") if not m.rocm else (False, "ROCm paths are not modelled")
     if pid == "flashinfer-pcie-ipc":
         on = _switch(t, ov, "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC") and not invariant
-        return False, ("opt-in VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC is off" if not on else
-                       "FlashInfer PCIe IPC conditions are not modelled")
+        return False, (
+            "opt-in VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC is off"
+            if not on
+            else "FlashInfer PCIe IPC conditions are not modelled"
+        )
     if pid == "flashinfer":
         if not _switch(t, ov, "VLLM_ALLREDUCE_USE_FLASHINFER") or invariant:
             return False, "VLLM_ALLREDUCE_USE_FLASHINFER is off"
         if not m.flashinfer:
             return False, "flashinfer is not installed"
-        return True, ("VLLM_ALLREDUCE_USE_FLASHINFER is on and flashinfer is installed: FlashInfer "
-                      "takes 2-D tensors up to its per-capability size limit")
+        return True, (
+            "VLLM_ALLREDUCE_USE_FLASHINFER is on and flashinfer is installed: FlashInfer "
+            "takes 2-D tensors up to its per-capability size limit"
+        )
     if pid == "nccl-symm":
         cfg = t.nccl_symm
         if not _switch(t, ov, "VLLM_USE_NCCL_SYMM_MEM") or invariant:
@@ -306,8 +353,7 @@ def _takes(pid: str, t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool]
         if rng is not None:
             lo, hi = rng
             ok = nbytes <= lo or nbytes >= hi
-            return ok, (f"{nbytes} B {'outside' if ok else 'inside'} custom_ar_preferred_ranges"
-                        f"[{m.tp}] = ({lo}, {hi})")
+            return ok, (f"{nbytes} B {'outside' if ok else 'inside'} custom_ar_preferred_ranges[{m.tp}] = ({lo}, {hi})")
         above = cfg.get("always_use_above_world_size", 0)
         return m.tp > above, f"TP {m.tp} {'>' if m.tp > above else '<='} always_use_above_world_size {above}"
     if pid == "custom":
@@ -337,8 +383,13 @@ def _takes(pid: str, t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool]
 
 
 def _torch_symm_on(t: VllmTables, m: Machine, ov: dict[str, bool]) -> bool:
-    return (_switch(t, ov, "VLLM_ALLREDUCE_USE_SYMM_MEM") and not _switch(t, ov, "VLLM_BATCH_INVARIANT")
-            and m.cc in t.symm_max and m.tp in t.symm_max[m.cc] and m.multicast)
+    return (
+        _switch(t, ov, "VLLM_ALLREDUCE_USE_SYMM_MEM")
+        and not _switch(t, ov, "VLLM_BATCH_INVARIANT")
+        and m.cc in t.symm_max
+        and m.tp in t.symm_max[m.cc]
+        and m.multicast
+    )
 
 
 def _torch_symm_why_not(t: VllmTables, m: Machine, ov: dict[str, bool]) -> str:
@@ -351,8 +402,9 @@ def _torch_symm_why_not(t: VllmTables, m: Machine, ov: dict[str, bool]) -> str:
     return "batch invariance is on"
 
 
-def _walk(t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool],
-          custom_on: bool) -> tuple[str, str, tuple[str, ...]]:
+def _walk(
+    t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool], custom_on: bool
+) -> tuple[str, str, tuple[str, ...]]:
     """(path id, why it takes the tensor, why each earlier path did not)."""
     skipped: list[str] = []
     fi_takes = _takes("flashinfer", t, m, nbytes, ov, custom_on)[0]
@@ -367,8 +419,9 @@ def _walk(t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool],
     return "nccl", "no path takes it", tuple(skipped)
 
 
-def vllm_path(t: VllmTables, m: Machine, nbytes: int, overrides: dict[str, bool] | None = None,
-              custom_on: bool = True) -> PathAnswer:
+def vllm_path(
+    t: VllmTables, m: Machine, nbytes: int, overrides: dict[str, bool] | None = None, custom_on: bool = True
+) -> PathAnswer:
     """The path vLLM's dispatch takes for one bf16 decode allreduce of `nbytes`, and the
     switches that would send it through NCCL instead."""
     ov = dict(overrides or {})
@@ -377,14 +430,16 @@ def vllm_path(t: VllmTables, m: Machine, nbytes: int, overrides: dict[str, bool]
     if pid == "flashinfer":
         uncertain = "FlashInfer's own size limit is not read (its module imports only on a CUDA build)"
     elif t.unknown_steps:
-        uncertain = (f"steps at cuda_communicator.py lines {list(t.unknown_steps)} are not "
-                     "recognised: a newer vLLM may take another path first")
-    return PathAnswer(pid, PATHS[pid][1], nbytes, why, skipped,
-                      _to_nccl(t, m, nbytes, dict(ov), custom_on, pid), uncertain)
+        uncertain = (
+            f"steps at cuda_communicator.py lines {list(t.unknown_steps)} are not "
+            "recognised: a newer vLLM may take another path first"
+        )
+    return PathAnswer(
+        pid, PATHS[pid][1], nbytes, why, skipped, _to_nccl(t, m, nbytes, dict(ov), custom_on, pid), uncertain
+    )
 
 
-def _to_nccl(t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool], custom_on: bool,
-             pid: str) -> tuple[str, ...]:
+def _to_nccl(t: VllmTables, m: Machine, nbytes: int, ov: dict[str, bool], custom_on: bool, pid: str) -> tuple[str, ...]:
     """The switches that, turned off one after another, send this allreduce through NCCL."""
     switches: list[str] = []
     while not PATHS[pid][1]:

@@ -39,44 +39,91 @@ class Topology:
 # The kinds real machines need (topology.classify detects them). `nvlink`, `pcie` and
 # `pcie-shm` are the original names and keep their meaning.
 TOPOLOGIES: dict[str, Topology] = {
-    "nvlink": Topology("nvlink", "nvlink", "NVL", nvswitch=True, default_channels=16,
-                       ll128_by_default=True,
-                       description="GPUs on NVLink/NVSwitch (DGX/HGX class)"),
-    "nvswitch": Topology("nvswitch", "nvlink", "NVL", nvswitch=True, nvls=False,
-                         default_channels=16, ll128_by_default=True,
-                         description="NVSwitch without NVLink SHARP (A100 HGX class): no NVLS"),
-    "nvswitch-nvls": Topology("nvswitch-nvls", "nvlink", "NVL", nvswitch=True, nvls=True,
-                              default_channels=16, ll128_by_default=True,
-                              description="NVSwitch with NVLink SHARP (H100/B200 HGX class)"),
+    "nvlink": Topology(
+        "nvlink",
+        "nvlink",
+        "NVL",
+        nvswitch=True,
+        default_channels=16,
+        ll128_by_default=True,
+        description="GPUs on NVLink/NVSwitch (DGX/HGX class)",
+    ),
+    "nvswitch": Topology(
+        "nvswitch",
+        "nvlink",
+        "NVL",
+        nvswitch=True,
+        nvls=False,
+        default_channels=16,
+        ll128_by_default=True,
+        description="NVSwitch without NVLink SHARP (A100 HGX class): no NVLS",
+    ),
+    "nvswitch-nvls": Topology(
+        "nvswitch-nvls",
+        "nvlink",
+        "NVL",
+        nvswitch=True,
+        nvls=True,
+        default_channels=16,
+        ll128_by_default=True,
+        description="NVSwitch with NVLink SHARP (H100/B200 HGX class)",
+    ),
     # V100/P100 hybrid cube mesh: some GPU pairs are SYS in `nvidia-smi topo -m`, but NCCL's
     # search builds its rings from NVLink hops only (each GPU has NVLinks to 4-6 others), so
     # NCCL's view is NVLink (graph typeIntra NVL) and no data goes through host memory.
-    "nvlink-mesh": Topology("nvlink-mesh", "nvlink", "NVL", default_channels=4,
-                            ll128_by_default=True,
-                            description="NVLink hybrid cube mesh, no NVSwitch (DGX-1 V100 class): "
-                                        "NCCL's rings use NVLink hops only"),
-    "pcie": Topology("pcie", "pci", "PXB", default_channels=2,
-                     description="PCIe-only GPUs, P2P enabled between all pairs"),
-    "pcie-switch": Topology("pcie-switch", "pci", "PXB", default_channels=2,
-                            description="PCIe-only GPUs behind PCIe switches on one CPU: P2P "
-                                        "between all pairs (PIX/PXB)"),
-    "pcie-direct": Topology("pcie-direct", "pci", "PHB", default_channels=2,
-                            description="PCIe-only GPUs on one CPU, some pairs not under "
-                                        "one PCIe switch (PHB/NODE): beyond NCCL's default "
-                                        "P2P level, so those pairs go through host memory"),
-    "pcie-shm": Topology("pcie-shm", "pci", "SYS", default_channels=2, sockets=2,
-                         description="PCIe-only GPUs across CPU sockets: NCCL's default P2P "
-                                     "level excludes SYS paths, so data goes through host memory"),
+    "nvlink-mesh": Topology(
+        "nvlink-mesh",
+        "nvlink",
+        "NVL",
+        default_channels=4,
+        ll128_by_default=True,
+        description="NVLink hybrid cube mesh, no NVSwitch (DGX-1 V100 class): NCCL's rings use NVLink hops only",
+    ),
+    "pcie": Topology(
+        "pcie", "pci", "PXB", default_channels=2, description="PCIe-only GPUs, P2P enabled between all pairs"
+    ),
+    "pcie-switch": Topology(
+        "pcie-switch",
+        "pci",
+        "PXB",
+        default_channels=2,
+        description="PCIe-only GPUs behind PCIe switches on one CPU: P2P between all pairs (PIX/PXB)",
+    ),
+    "pcie-direct": Topology(
+        "pcie-direct",
+        "pci",
+        "PHB",
+        default_channels=2,
+        description="PCIe-only GPUs on one CPU, some pairs not under "
+        "one PCIe switch (PHB/NODE): beyond NCCL's default "
+        "P2P level, so those pairs go through host memory",
+    ),
+    "pcie-shm": Topology(
+        "pcie-shm",
+        "pci",
+        "SYS",
+        default_channels=2,
+        sockets=2,
+        description="PCIe-only GPUs across CPU sockets: NCCL's default P2P "
+        "level excludes SYS paths, so data goes through host memory",
+    ),
     # NCCL 2.28/2.29 on two AMD sockets: topo.h's AMD_BW (16 GB/s for every AMD CPU) makes
     # the ring search fail, and search.cc falls back to one channel at 0.1 GB/s (typeIntra
     # SYS). With that bandwidth NCCL's estimate puts Simple ahead of LL from about 4 KB
     # (LL's halved bandwidth dominates), although LL is far faster on the real links. More
     # than two AMD GPUs keep NCCL's default P2P level PXB (paths.cc), so the pairs across
     # sockets use host memory unless NCCL_P2P_LEVEL=SYS. NCCL_GRAPH_FILE replaces the search.
-    "pcie-amd-2s": Topology("pcie-amd-2s", "pci", "SYS", default_channels=2, sockets=2,
-                            host="amd", search_bw=0.1, search_channels=1,
-                            description="PCIe-only GPUs on two AMD sockets (EPYC): NCCL's "
-                                        "ring search falls back to 0.1 GB/s and it picks "
-                                        "Simple for small messages; SYS pairs via host memory"),
+    "pcie-amd-2s": Topology(
+        "pcie-amd-2s",
+        "pci",
+        "SYS",
+        default_channels=2,
+        sockets=2,
+        host="amd",
+        search_bw=0.1,
+        search_channels=1,
+        description="PCIe-only GPUs on two AMD sockets (EPYC): NCCL's "
+        "ring search falls back to 0.1 GB/s and it picks "
+        "Simple for small messages; SYS pairs via host memory",
+    ),
 }
-

@@ -19,16 +19,29 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
 from nccl_tune import stats
 
-DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2,
-               "fp32": 4, "float32": 4, "float": 4, "fp64": 8, "float64": 8, "double": 8,
-               "fp8": 1, "int8": 1, "uint8": 1}
+DTYPE_BYTES = {
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp32": 4,
+    "float32": 4,
+    "float": 4,
+    "fp64": 8,
+    "float64": 8,
+    "double": 8,
+    "fp8": 1,
+    "int8": 1,
+    "uint8": 1,
+}
 
 
 class OutOfRangeError(ValueError):
@@ -77,7 +90,7 @@ class LatencyCurve:
     label: str = ""
 
     @classmethod
-    def from_points(cls, points: Iterable[tuple[int, float]], label: str = "") -> "LatencyCurve":
+    def from_points(cls, points: Iterable[tuple[int, float]], label: str = "") -> LatencyCurve:
         """Build a curve; points must have positive bytes and latency; duplicates averaged."""
         by_size: dict[int, list[float]] = {}
         for nbytes, lat in points:
@@ -106,7 +119,8 @@ class LatencyCurve:
                 raise OutOfRangeError(
                     f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B"
                     f"{' of ' + self.label if self.label else ''}; measure that size or "
-                    "allow extrapolation")
+                    "allow extrapolation"
+                )
             if len(sizes) == 1:
                 return self.points[0][1]
             pair = self.points[:2] if nbytes < sizes[0] else self.points[-2:]
@@ -125,17 +139,32 @@ def _loglog(p0: tuple[int, float], p1: tuple[int, float], nbytes: int) -> float:
     return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
-def comm_time_us(curve: LatencyCurve, tokens: int, layers: int, hidden: int,
-                 dtype: str = "bf16", per_layer: int = 2, extra: int = 1,
-                 extrapolate: bool = False) -> float:
+def comm_time_us(
+    curve: LatencyCurve,
+    tokens: int,
+    layers: int,
+    hidden: int,
+    dtype: str = "bf16",
+    per_layer: int = 2,
+    extra: int = 1,
+    extrapolate: bool = False,
+) -> float:
     """Time (us) one forward pass of `tokens` tokens spends in allreduces."""
     nbytes = message_bytes(tokens, hidden, dtype)
     return collectives_per_forward(layers, per_layer, extra) * curve.at(nbytes, extrapolate)
 
 
-def predicted_saving_ms(baseline: LatencyCurve, profile: LatencyCurve, tokens: int,
-                        layers: int, hidden: int, dtype: str = "bf16", per_layer: int = 2,
-                        extra: int = 1, extrapolate: bool = False) -> float:
+def predicted_saving_ms(
+    baseline: LatencyCurve,
+    profile: LatencyCurve,
+    tokens: int,
+    layers: int,
+    hidden: int,
+    dtype: str = "bf16",
+    per_layer: int = 2,
+    extra: int = 1,
+    extrapolate: bool = False,
+) -> float:
     """ms one forward pass of `tokens` tokens saves under `profile` versus `baseline`."""
     base = comm_time_us(baseline, tokens, layers, hidden, dtype, per_layer, extra, extrapolate)
     prof = comm_time_us(profile, tokens, layers, hidden, dtype, per_layer, extra, extrapolate)
@@ -235,9 +264,14 @@ def _round_latency(points: dict[int, float], nbytes: int, extrapolate: bool) -> 
         return None
 
 
-def saving_from_rounds(base: dict[int, dict[int, float]], cell: dict[int, dict[int, float]],
-                       nbytes: int, collectives: int, extrapolate: bool = False,
-                       confidence: float = 0.95) -> SavingEstimate | None:
+def saving_from_rounds(
+    base: dict[int, dict[int, float]],
+    cell: dict[int, dict[int, float]],
+    nbytes: int,
+    collectives: int,
+    extrapolate: bool = False,
+    confidence: float = 0.95,
+) -> SavingEstimate | None:
     """Saving (ms per forward) from per-round latencies; None with too few rounds.
 
     Raises OutOfRangeError when no round covers `nbytes` and extrapolation is off.
@@ -261,8 +295,14 @@ def saving_from_rounds(base: dict[int, dict[int, float]], cell: dict[int, dict[i
         return SavingEstimate(mean, (lo, hi), BASIS_ROUNDS, len(shared), per_round, extrap)
     if len(base_at) >= MIN_ROUNDS and len(cell_at) >= MIN_ROUNDS:
         delta, lo, hi = stats.welch_t_ci(list(base_at.values()), list(cell_at.values()), confidence)
-        return SavingEstimate(delta * scale, (lo * scale, hi * scale), BASIS_ROUNDS_UNPAIRED,
-                              min(len(base_at), len(cell_at)), None, extrap)
+        return SavingEstimate(
+            delta * scale,
+            (lo * scale, hi * scale),
+            BASIS_ROUNDS_UNPAIRED,
+            min(len(base_at), len(cell_at)),
+            None,
+            extrap,
+        )
     return None
 
 
@@ -277,8 +317,10 @@ def _refuse_if_uncovered(base, cell, nbytes: int, extrapolate: bool) -> None:
     for rounds in (base, cell):
         sizes = sorted({b for pts in rounds.values() for b in pts})
         if sizes and not sizes[0] <= nbytes <= sizes[-1]:
-            raise OutOfRangeError(f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B; "
-                                  "measure that size or allow extrapolation")
+            raise OutOfRangeError(
+                f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B; "
+                "measure that size or allow extrapolation"
+            )
 
 
 def _bracket(sizes: list[int], nbytes: int, extrapolate: bool) -> list[int]:
@@ -286,8 +328,10 @@ def _bracket(sizes: list[int], nbytes: int, extrapolate: bool) -> list[int]:
         return [nbytes]
     if not sizes[0] <= nbytes <= sizes[-1]:
         if not extrapolate:
-            raise OutOfRangeError(f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B; "
-                                  "measure that size or allow extrapolation")
+            raise OutOfRangeError(
+                f"{nbytes} B is outside the measured range {sizes[0]}-{sizes[-1]} B; "
+                "measure that size or allow extrapolation"
+            )
         if len(sizes) == 1:
             return sizes
         return sizes[:2] if nbytes < sizes[0] else sizes[-2:]
@@ -295,8 +339,9 @@ def _bracket(sizes: list[int], nbytes: int, extrapolate: bool) -> list[int]:
     return [sizes[i - 1], sizes[i]]
 
 
-def _boot_at(samples: dict[int, list[float]], nbytes: int, extrapolate: bool, n_boot: int,
-             rng) -> tuple[float, "np.ndarray"]:
+def _boot_at(
+    samples: dict[int, list[float]], nbytes: int, extrapolate: bool, n_boot: int, rng
+) -> tuple[float, np.ndarray]:
     """Point latency at `nbytes` and `n_boot` bootstrap replicates (medians, log-log)."""
     sizes = _bracket(sorted(samples), nbytes, extrapolate)
     points, boots = [], []
@@ -314,9 +359,17 @@ def _boot_at(samples: dict[int, list[float]], nbytes: int, extrapolate: bool, n_
     return point, boot
 
 
-def saving_from_samples(base: dict[int, list[float]], cell: dict[int, list[float]], nbytes: int,
-                        collectives: int, extrapolate: bool = False, confidence: float = 0.95,
-                        n_boot: int = 2000, seed: int = 0, n_rounds: int = 1) -> SavingEstimate | None:
+def saving_from_samples(
+    base: dict[int, list[float]],
+    cell: dict[int, list[float]],
+    nbytes: int,
+    collectives: int,
+    extrapolate: bool = False,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    n_rounds: int = 1,
+) -> SavingEstimate | None:
     """Saving (ms per forward) from pooled iterations; None when there are no samples.
 
     The interval ignores drift between rounds (basis "iterations"); with one value per
@@ -338,9 +391,15 @@ def saving_from_samples(base: dict[int, list[float]], cell: dict[int, list[float
     return SavingEstimate(saving, (float(lo), float(hi)), BASIS_ITERATIONS, n_rounds, None, extrap)
 
 
-def estimate_saving(base_records: list[dict], cell_records: list[dict], nbytes: int,
-                    collectives: int, extrapolate: bool = False, confidence: float = 0.95,
-                    seed: int = 0) -> SavingEstimate | None:
+def estimate_saving(
+    base_records: list[dict],
+    cell_records: list[dict],
+    nbytes: int,
+    collectives: int,
+    extrapolate: bool = False,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> SavingEstimate | None:
     """Saving per forward pass of `cell_records` versus `base_records` at `nbytes`.
 
     Rounds when there are enough of them, else pooled iterations (see the notes above).
@@ -348,22 +407,29 @@ def estimate_saving(base_records: list[dict], cell_records: list[dict], nbytes: 
     `extrapolate` is off.
     """
     base_rounds, cell_rounds = round_points(base_records), round_points(cell_records)
-    by_rounds = saving_from_rounds(base_rounds, cell_rounds, nbytes, collectives, extrapolate,
-                                   confidence)
+    by_rounds = saving_from_rounds(base_rounds, cell_rounds, nbytes, collectives, extrapolate, confidence)
     if by_rounds is not None:
         return by_rounds
     shared = len(set(base_rounds) & set(cell_rounds)) or min(len(base_rounds), len(cell_rounds))
-    return saving_from_samples(pooled_samples(base_records), pooled_samples(cell_records), nbytes,
-                               collectives, extrapolate, confidence, seed=seed, n_rounds=shared)
+    return saving_from_samples(
+        pooled_samples(base_records),
+        pooled_samples(cell_records),
+        nbytes,
+        collectives,
+        extrapolate,
+        confidence,
+        seed=seed,
+        n_rounds=shared,
+    )
 
 
-def projected_tok_s_interval(baseline_tok_s: float,
-                             saving_ci_ms: tuple[float, float] | None) -> tuple[float, float] | None:
+def projected_tok_s_interval(
+    baseline_tok_s: float, saving_ci_ms: tuple[float, float] | None
+) -> tuple[float, float] | None:
     """projected_tok_s at both ends of a saving interval (None when it cannot be computed)."""
     if saving_ci_ms is None:
         return None
     try:
-        return (projected_tok_s(baseline_tok_s, saving_ci_ms[0]),
-                projected_tok_s(baseline_tok_s, saving_ci_ms[1]))
+        return (projected_tok_s(baseline_tok_s, saving_ci_ms[0]), projected_tok_s(baseline_tok_s, saving_ci_ms[1]))
     except ValueError:
         return None

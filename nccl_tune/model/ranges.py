@@ -53,15 +53,19 @@ SAME_TIME = 0.01  # kinds whose modelled times differ by less than this share a 
 
 # The question that splits machines differing in one fact (first that differs wins).
 QUESTIONS = {
-    "p2p": ("is P2P enabled between the GPUs? `nvidia-smi topo -p2p r` (OK on every pair: P2P; "
-            "NS/CNS: NCCL goes through host memory)"),
+    "p2p": (
+        "is P2P enabled between the GPUs? `nvidia-smi topo -p2p r` (OK on every pair: P2P; "
+        "NS/CNS: NCCL goes through host memory)"
+    ),
     "sockets": "are any GPU pairs on different CPU sockets (SYS in `nvidia-smi topo -m`)?",
     "pcie_switch": "are all GPU pairs behind PCIe switches (PIX/PXB in `nvidia-smi topo -m`)?",
     "nvls": "does NCCL build NVLS here (NCCL_DEBUG=INFO prints 'NVLS multicast support')?",
 }
-LINK_QUESTION = ("what PCIe link do the GPUs have? `nvidia-smi --query-gpu=pcie.link.gen.current,"
-                 "pcie.link.width.current --format=csv` (a narrow or slow host link stretches "
-                 "every transfer)")
+LINK_QUESTION = (
+    "what PCIe link do the GPUs have? `nvidia-smi --query-gpu=pcie.link.gen.current,"
+    "pcie.link.width.current --format=csv` (a narrow or slow host link stretches "
+    "every transfer)"
+)
 FACTS = tuple(QUESTIONS)
 
 
@@ -150,19 +154,26 @@ class Range:
         """JSON-ready form."""
         band = self.band
         low, high = self.rounded()
-        return {"low": low, "high": high,
-                "model_us": round(self.model_us, 2), "calibrated": self.calibrated,
-                "capped": self.capped, "basis": self.basis,
-                "machines": list(band.machines) if band else [],
-                "kinds": list(band.kinds) if band else [],
-                "machines_differ_by": round(band.spread, 2) if band else None,
-                "question": self.question}
+        return {
+            "low": low,
+            "high": high,
+            "model_us": round(self.model_us, 2),
+            "calibrated": self.calibrated,
+            "capped": self.capped,
+            "basis": self.basis,
+            "machines": list(band.machines) if band else [],
+            "kinds": list(band.kinds) if band else [],
+            "machines_differ_by": round(band.spread, 2) if band else None,
+            "question": self.question,
+        }
 
 
 # ---------------------------------------------------------------- the model for a table
 
-def timer_extra_us(mode: str | None, gpus_per_process: int | None,
-                   params: costmodel.ModelParams = costmodel.NCCL_PARAMS) -> float:
+
+def timer_extra_us(
+    mode: str | None, gpus_per_process: int | None, params: costmodel.ModelParams = costmodel.NCCL_PARAMS
+) -> float:
     """Host time a timer adds beyond the model's one launch: a process driving N GPUs
     (nccl-tests -g N) launches N kernels one after the other before its timer stops."""
     if mode != "eager" or not gpus_per_process or gpus_per_process <= 1:
@@ -170,29 +181,33 @@ def timer_extra_us(mode: str | None, gpus_per_process: int | None,
     return params.launch_us * (gpus_per_process - 1)
 
 
-def model_us(kind: str, nranks: int, nbytes: int, env: dict, mode: str | None,
-             gpus_per_process: int | None = 1, p2p: bool | None = None,
-             params: costmodel.ModelParams = costmodel.NCCL_PARAMS) -> float:
+def model_us(
+    kind: str,
+    nranks: int,
+    nbytes: int,
+    env: dict,
+    mode: str | None,
+    gpus_per_process: int | None = 1,
+    p2p: bool | None = None,
+    params: costmodel.ModelParams = costmodel.NCCL_PARAMS,
+) -> float:
     """The model's time (NCCL's choice, NCCL's constants for selection) under a timer;
     `p2p` False: the GPUs cannot do P2P, so the transport is host memory."""
     env = dict(env)
     if p2p is False:
         env["NCCL_P2P_DISABLE"] = "1"
-    choice = costmodel.predict("allreduce", nbytes, nranks, env, costmodel.topology(kind), params,
-                               mode=mode)
+    choice = costmodel.predict("allreduce", nbytes, nranks, env, costmodel.topology(kind), params, mode=mode)
     return choice.time_us + timer_extra_us(mode, gpus_per_process, params)
 
 
 def reference_model_us(ref, nbytes: int) -> float:
     """The model's time for a published table's own machine, settings and timer."""
-    return model_us(ref.kind, ref.n_gpus, nbytes, ref.env, ref.mode or "eager",
-                    ref.gpus_per_process, ref.p2p)
+    return model_us(ref.kind, ref.n_gpus, nbytes, ref.env, ref.mode or "eager", ref.gpus_per_process, ref.p2p)
 
 
 def residuals(ref, window: tuple = WINDOW) -> list[tuple[int, float]]:
     """(bytes, log(measured / modelled)) for a table's points inside `window`."""
-    return [(b, math.log(t / reference_model_us(ref, b))) for b, t in ref.points
-            if window[0] <= b <= window[1]]
+    return [(b, math.log(t / reference_model_us(ref, b))) for b, t in ref.points if window[0] <= b <= window[1]]
 
 
 def offsets(refs, kinds=None, exclude_machine: str | None = None) -> list[Offset]:
@@ -210,9 +225,17 @@ def offsets(refs, kinds=None, exclude_machine: str | None = None) -> list[Offset
             entry[1].add(ref.kind)
             for fact in FACTS:  # a fact that differs between a machine's tables is not its own
                 entry[2].setdefault(fact, set()).add(getattr(ref, fact, None))
-    return [Offset(m, tuple(sorted(kinds_)), statistics.fmean(v), statistics.pvariance(v), len(v),
-                   {f: next(iter(vals)) for f, vals in facts.items() if len(vals) == 1})
-            for m, (v, kinds_, facts) in sorted(per.items())]
+    return [
+        Offset(
+            m,
+            tuple(sorted(kinds_)),
+            statistics.fmean(v),
+            statistics.pvariance(v),
+            len(v),
+            {f: next(iter(vals)) for f, vals in facts.items() if len(vals) == 1},
+        )
+        for m, (v, kinds_, facts) in sorted(per.items())
+    ]
 
 
 def band(found: list[Offset], basis: str, kinds: tuple, everyone: list[Offset]) -> Band | None:
@@ -256,8 +279,9 @@ def equivalent_kinds(kind: str, nranks: int, nbytes: int, env: dict, mode: str |
     return tuple(out)
 
 
-def choose_band(refs, kind: str, nranks: int, nbytes: int, env: dict, mode: str | None,
-                exclude_machine: str | None = None) -> Band | None:
+def choose_band(
+    refs, kind: str, nranks: int, nbytes: int, env: dict, mode: str | None, exclude_machine: str | None = None
+) -> Band | None:
     """The band for a query: kinds the model cannot tell apart, else the family, else all."""
     everyone = offsets(refs, None, exclude_machine)
     same = equivalent_kinds(kind, nranks, nbytes, env, mode)
@@ -270,9 +294,15 @@ def choose_band(refs, kind: str, nranks: int, nbytes: int, env: dict, mode: str 
     return found
 
 
-def variant_times(kind: str, nranks: int, nbytes: int, env: dict, mode: str | None,
-                  gpus_per_process: int | None = 1,
-                  params: costmodel.ModelParams = costmodel.NCCL_PARAMS) -> tuple[float, float]:
+def variant_times(
+    kind: str,
+    nranks: int,
+    nbytes: int,
+    env: dict,
+    mode: str | None,
+    gpus_per_process: int | None = 1,
+    params: costmodel.ModelParams = costmodel.NCCL_PARAMS,
+) -> tuple[float, float]:
     """The model's time on the machines a kind cannot tell apart: (low, high).
 
     On PCIe, when the settings let NCCL use P2P, the GPUs may still not support it
@@ -286,9 +316,16 @@ def variant_times(kind: str, nranks: int, nbytes: int, env: dict, mode: str | No
     return min(first, other), max(first, other)
 
 
-def kind_range(refs, kind: str, nranks: int, nbytes: int, env: dict | None = None,
-               mode: str | None = None, gpus_per_process: int | None = 1,
-               exclude_machine: str | None = None) -> Range | None:
+def kind_range(
+    refs,
+    kind: str,
+    nranks: int,
+    nbytes: int,
+    env: dict | None = None,
+    mode: str | None = None,
+    gpus_per_process: int | None = 1,
+    exclude_machine: str | None = None,
+) -> Range | None:
     """The range for `kind` at `nbytes` under `env` (None: no published machine at all)."""
     env = dict(env or {})
     found = choose_band(refs, kind, nranks, nbytes, env, mode, exclude_machine)
@@ -300,14 +337,16 @@ def kind_range(refs, kind: str, nranks: int, nbytes: int, env: dict | None = Non
     if capped:
         mid = math.sqrt(low * high)
         low, high = mid / math.sqrt(MAX_WIDTH), mid * math.sqrt(MAX_WIDTH)
-    basis = {"kind": f"published machines of kind {'/'.join(found.kinds)}",
-             "family": f"published {family(kind)} machines (too few of kind {kind})",
-             "all": "every published machine (too few of this link)"}[found.basis]
-    return Range(low, high, t_lo if t_lo == t_hi else math.sqrt(t_lo * t_hi), found, capped,
-                 False, basis)
+    basis = {
+        "kind": f"published machines of kind {'/'.join(found.kinds)}",
+        "family": f"published {family(kind)} machines (too few of kind {kind})",
+        "all": "every published machine (too few of this link)",
+    }[found.basis]
+    return Range(low, high, t_lo if t_lo == t_hi else math.sqrt(t_lo * t_hi), found, capped, False, basis)
 
 
 # ---------------------------------------------------------------- leave one machine out
+
 
 @dataclass(frozen=True)
 class Check:
@@ -334,7 +373,15 @@ def leave_one_out(refs, window: tuple = CHECK_WINDOW, defaults_only: bool = Fals
             continue
         for nbytes, measured in ref.points:
             if window[0] <= nbytes <= window[1]:
-                found = kind_range(refs, ref.kind, ref.n_gpus, nbytes, ref.env, ref.mode or "eager",
-                                   ref.gpus_per_process, exclude_machine=ref.machine)
+                found = kind_range(
+                    refs,
+                    ref.kind,
+                    ref.n_gpus,
+                    nbytes,
+                    ref.env,
+                    ref.mode or "eager",
+                    ref.gpus_per_process,
+                    exclude_machine=ref.machine,
+                )
                 out.append(Check(ref.name, ref.machine, ref.kind, nbytes, measured, found))
     return out

@@ -83,12 +83,26 @@ class Reference:
         """The table as results records (backend nccl-tests; mode eager where not stated)."""
         from nccl_tune import store
 
-        return [store.make_record(
-            run_id=f"reference:{self.name}", cell=store.cell_id(self.env), env=dict(self.env),
-            backend="nccl-tests", op="allreduce", mode=self.mode or "eager",
-            world_size=self.n_gpus, nnodes=1, bytes=int(b), lat_us={"p50": float(t)},
-            host=self.machine, gpus=[self.gpus] * self.n_gpus, topology=self.kind, status="ok",
-            label=f"published: {self.source}") for b, t in self.points]
+        return [
+            store.make_record(
+                run_id=f"reference:{self.name}",
+                cell=store.cell_id(self.env),
+                env=dict(self.env),
+                backend="nccl-tests",
+                op="allreduce",
+                mode=self.mode or "eager",
+                world_size=self.n_gpus,
+                nnodes=1,
+                bytes=int(b),
+                lat_us={"p50": float(t)},
+                host=self.machine,
+                gpus=[self.gpus] * self.n_gpus,
+                topology=self.kind,
+                status="ok",
+                label=f"published: {self.source}",
+            )
+            for b, t in self.points
+        ]
 
 
 def machine_of(name: str) -> str:
@@ -112,7 +126,8 @@ def kind_of(entry: dict) -> str:
             return "nvswitch"
         return "nvlink"
     two_sockets = bool(re.search(r"\b2x\b|dual", cpu, re.IGNORECASE)) and not re.search(
-        r"on NUMA 0|single|one socket", cpu, re.IGNORECASE)
+        r"on NUMA 0|single|one socket", cpu, re.IGNORECASE
+    )
     amd = bool(re.search(r"AMD|EPYC", cpu))
     if two_sockets and amd and n > 2:
         return "pcie-amd-2s"
@@ -143,15 +158,27 @@ def _from_schema(entry: dict, origin: str) -> Reference:
     if mode not in ("graph", "eager", None):
         raise ValueError(f"mode {mode!r}")
     return Reference(
-        name=str(entry["name"]), kind=str(entry["kind"]), n_gpus=int(entry["n_gpus"]),
+        name=str(entry["name"]),
+        kind=str(entry["kind"]),
+        n_gpus=int(entry["n_gpus"]),
         env=_comparable_env({str(k): str(v) for k, v in (entry.get("settings") or {}).items()}),
-        mode=mode, points=_points(entry), gpus=str(entry.get("gpus", "")),
-        cpu=str(entry.get("host") or ""), source=str(entry.get("source", "")),
-        nccl_version=str(entry.get("nccl") or ""), machine_id=str(entry["machine"]),
-        gpus_per_process=entry.get("gpus_per_process"), p2p=entry.get("p2p"),
-        pcie_switch=entry.get("pcie_switch"), sockets=entry.get("sockets"), nvls=entry.get("nvls"),
-        settings_stated=bool(entry.get("settings_stated", True)), derived=entry.get("derived"),
-        tool=str(entry.get("tool") or ""), origin=origin)
+        mode=mode,
+        points=_points(entry),
+        gpus=str(entry.get("gpus", "")),
+        cpu=str(entry.get("host") or ""),
+        source=str(entry.get("source", "")),
+        nccl_version=str(entry.get("nccl") or ""),
+        machine_id=str(entry["machine"]),
+        gpus_per_process=entry.get("gpus_per_process"),
+        p2p=entry.get("p2p"),
+        pcie_switch=entry.get("pcie_switch"),
+        sockets=entry.get("sockets"),
+        nvls=entry.get("nvls"),
+        settings_stated=bool(entry.get("settings_stated", True)),
+        derived=entry.get("derived"),
+        tool=str(entry.get("tool") or ""),
+        origin=origin,
+    )
 
 
 def _from_list_form(entries: list, origin: str) -> list[Reference]:
@@ -163,14 +190,21 @@ def _from_list_form(entries: list, origin: str) -> list[Reference]:
     for entry in entries:
         graph = entry.get("graph_mode")
         name = str(entry["name"])
-        out.append(Reference(
-            name=name, kind=machine_kind.get(machine_of(name), kind_of(entry)),
-            n_gpus=int(entry["n_gpus"]),
-            env=_comparable_env({str(k): str(v) for k, v in (entry.get("env") or {}).items()}),
-            mode=None if graph is None else ("graph" if graph else "eager"), points=_points(entry),
-            gpus=str(entry.get("gpus", "")), cpu=str(entry.get("cpu", "")),
-            source=str(entry.get("source", "")), nccl_version=str(entry.get("nccl_version", "")),
-            origin=origin))
+        out.append(
+            Reference(
+                name=name,
+                kind=machine_kind.get(machine_of(name), kind_of(entry)),
+                n_gpus=int(entry["n_gpus"]),
+                env=_comparable_env({str(k): str(v) for k, v in (entry.get("env") or {}).items()}),
+                mode=None if graph is None else ("graph" if graph else "eager"),
+                points=_points(entry),
+                gpus=str(entry.get("gpus", "")),
+                cpu=str(entry.get("cpu", "")),
+                source=str(entry.get("source", "")),
+                nccl_version=str(entry.get("nccl_version", "")),
+                origin=origin,
+            )
+        )
     return out
 
 
@@ -182,11 +216,9 @@ def parse(data, origin: str) -> list[Reference]:
         elif isinstance(data, list):
             out = _from_list_form(data, origin)
         else:
-            raise NcclTuneError(f"not a reference table (neither {SCHEMA} nor a JSON list)",
-                                path=origin)
+            raise NcclTuneError(f"not a reference table (neither {SCHEMA} nor a JSON list)", path=origin)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise NcclTuneError(f"malformed reference table ({type(exc).__name__}: {exc})",
-                            path=origin) from None
+        raise NcclTuneError(f"malformed reference table ({type(exc).__name__}: {exc})", path=origin) from None
     for ref in out:
         if not ref.points:
             raise NcclTuneError(f"{ref.name}: no points", path=origin)
@@ -202,8 +234,9 @@ REFERENCES_MAX_DEPTH = 6  # list -> entry -> points -> [bytes, us]
 def _read(path: Path) -> list[Reference]:
     if path.is_dir():
         path = path / FILE_NAME
-    data = fileio.load_json(path, what="reference table", max_bytes=REFERENCES_MAX_BYTES,
-                            max_depth=REFERENCES_MAX_DEPTH)
+    data = fileio.load_json(
+        path, what="reference table", max_bytes=REFERENCES_MAX_BYTES, max_depth=REFERENCES_MAX_DEPTH
+    )
     return parse(data, str(path))
 
 
@@ -226,8 +259,9 @@ def load(path: str | Path | None = None) -> list[Reference]:
     return out
 
 
-def saving_range_ms(collectives: int, base_model_us: float, cell_model_us: float,
-                    low_us: float, high_us: float) -> tuple[float, float] | None:
+def saving_range_ms(
+    collectives: int, base_model_us: float, cell_model_us: float, low_us: float, high_us: float
+) -> tuple[float, float] | None:
     """ms a cell saves over `collectives` allreduces, low-high, when NCCL's defaults take
     anywhere in [low_us, high_us]: the model's relative saving (1 - cell/default) applied
     to the range of the default latency (the machines differ; the ratio is what the model
@@ -239,8 +273,9 @@ def saving_range_ms(collectives: int, base_model_us: float, cell_model_us: float
     return (min(saved), max(saved))
 
 
-def project_tok_s(baseline_tok_s: float, collectives: int, base_model_us: float,
-                  cell_model_us: float, found) -> tuple[float, float] | None:
+def project_tok_s(
+    baseline_tok_s: float, collectives: int, base_model_us: float, cell_model_us: float, found
+) -> tuple[float, float] | None:
     """tok/s under a cell, low-high, when NCCL's defaults take anywhere in `found`
     (the saving's range, `saving_range_ms`, applied to the baseline's tok/s)."""
     from nccl_tune.model.per_token import projected_tok_s
@@ -271,20 +306,21 @@ def attach_published_range(analysis, kind: str, baseline_tok_s: float | None, mo
     for row in (analysis.baseline, *analysis.cells):
         eff = row.effective or {}
         if model is not None and row.calibrated and row.latency_us:
-            err = max(model.pair_error.get(calibrate.pair_name(eff.get("algo"), eff.get("proto")),
-                                           0.0), calibrate.MIN_CALIBRATED_ERROR)
+            err = max(
+                model.pair_error.get(calibrate.pair_name(eff.get("algo"), eff.get("proto")), 0.0),
+                calibrate.MIN_CALIBRATED_ERROR,
+            )
             row.latency_range = (row.latency_us * math.exp(-err), row.latency_us * math.exp(err))
         else:
             cell = ranges.kind_range(refs, kind, nranks, nbytes, row.env, mode=None)
             row.latency_range = (cell.low, cell.high) if cell else None
     if found is None:
-        analysis.notes.append("no published measurement to range the model's figures: "
-                              "they are the model's alone")
+        analysis.notes.append("no published measurement to range the model's figures: they are the model's alone")
         return None
     if baseline_tok_s and not analysis.baseline.calibrated:
         for row in analysis.cells:
             if row.latency_us is not None:
-                row.projected_range = project_tok_s(baseline_tok_s, analysis.collectives,
-                                                    analysis.baseline.latency_us, row.latency_us,
-                                                    found)
+                row.projected_range = project_tok_s(
+                    baseline_tok_s, analysis.collectives, analysis.baseline.latency_us, row.latency_us, found
+                )
     return found

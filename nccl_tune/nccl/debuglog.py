@@ -50,13 +50,15 @@ OP_FUNC = {"allreduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter"
 _LEVEL_RE = re.compile(r"NCCL (?P<level>INFO|WARN|TRACE|CALL)\b ?")
 _HEAD_RE = re.compile(
     r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
-    r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?(?:\((?P<func>\S*?)\) )?\Z")
+    r"(?:(?P<ms>\d+\.\d+) )?(?:(?P<src>[\w./+-]+:\d+) )?(?:\((?P<func>\S*?)\) )?\Z"
+)
 PREFIX_SPAN = 512  # host (at most 255) + pid, tid, device, time, file:line and function
 MAX_LEVEL_TRIES = 4  # "NCCL INFO" words in a line before its prefix is given up
 MAX_LOG_LINE = 64 * 1024  # longer lines are matched on their first 64 KiB only
 _VERSION_RE = re.compile(
     r"(?P<lib>NCCL|RCCL) version\s*(?::\s*)?(?P<v>\d+\.\d+\.\d+)"
-    r"(?:[+-](?:cuda(?P<cuda>\d+(?:\.\d+)*)|hip(?P<hip>\d+(?:\.\d+)*)|HEAD(?::(?P<git>\w+))?))?")
+    r"(?:[+-](?:cuda(?P<cuda>\d+(?:\.\d+)*)|hip(?P<hip>\d+(?:\.\d+)*)|HEAD(?::(?P<git>\w+))?))?"
+)
 _ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<val>.*)$")
 # NCCL_NO_CACHE taking effect for one parameter (2.29.7 src/misc/param.cc; 2.30+ with a
 # "PARAM: " prefix, src/param/param.cc ncclParamIsCacheDisabled).
@@ -64,7 +66,8 @@ _NO_CACHE_RE = re.compile(r"^(?:PARAM: )?Disabling caching for environment varia
 _PLUGIN_ENV_RE = re.compile(r"Setting (?P<var>NCCL_[A-Z0-9_]+) to \"?(?P<val>[^\"]*)\"?")
 _TRANSPORT_RE = re.compile(
     r"^(?P<what>Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-Fx]+)\]"
-    r" -> (?P<dst>\d+)\[(?P<dstdev>[0-9a-fA-Fx]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+)$")
+    r" -> (?P<dst>\d+)\[(?P<dstdev>[0-9a-fA-Fx]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+)$"
+)
 _RING_RE = re.compile(r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<n>\d+))? :(?P<ranks>(?:\s+-?\d+)*)\s*$")
 _TREES_RE = re.compile(r"^Trees? (?P<body>\[\d+\].*)$")
 _CONNECTED_RE = re.compile(r"^Connected all (?P<what>rings|trees)")
@@ -77,30 +80,36 @@ _VIA_COMM_RE = re.compile(r"(?<!\s)\s+comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<n
 _COLL_RE = re.compile(
     r"^(?P<func>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) .*?\bcount (?P<count>\d+) datatype "
     r"(?P<dtype>\d+)(?: op (?P<redop>\d+))?(?: root (?P<root>-?\d+))? comm (?P<comm>0x[0-9a-fA-F]+|\(nil\))"
-    r"(?: \[nranks=(?P<nranks>\d+)\])?")
+    r"(?: \[nranks=(?P<nranks>\d+)\])?"
+)
 # Tuner plugin lines (src/misc/tuner.cc 2.19-2.23, src/plugin/tuner.cc 2.24+).
 # The name is the rest of the line less a " (vN)" suffix, cut in code: a lazy name
 # before an optional suffix and trailing spaces backtracks over every space (quadratic).
 _TUNER_RE = re.compile(
     r"^(?:TUNER/Plugin: Using (?!internal)(?:tuner plugin )?(?P<name>.+)"
-    r"|Successfully loaded external tuner plugin (?P<path>\S+)\s*$)")
+    r"|Successfully loaded external tuner plugin (?P<path>\S+)\s*$)"
+)
 _TUNER_V_RE = re.compile(r" \(v(?P<v>\d+)\)\Z")
 _TUNER_NONE_RE = re.compile(r"^TUNER/Plugin: (?:.*using internal tuner|No plugin found|Could not find)", re.I)
 # Graph search result (NCCL_DEBUG_SUBSYS=GRAPH): intra/inter path types, NVL = NVLink.
-_GRAPH_RE = re.compile(r"^Pattern (?P<pattern>\d+), crossNic \d+, nChannels (?P<n>\d+), bw [\d.]+/[\d.]+, "
-                       r"type (?P<intra>[A-Z0-9]+)/(?P<inter>[A-Z0-9]+)")
+_GRAPH_RE = re.compile(
+    r"^Pattern (?P<pattern>\d+), crossNic \d+, nChannels (?P<n>\d+), bw [\d.]+/[\d.]+, "
+    r"type (?P<intra>[A-Z0-9]+)/(?P<inter>[A-Z0-9]+)"
+)
 # "comm 0x5967f7993f30 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0" (init.cc).
-_COMM_RE = re.compile(r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
-                      r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
+_COMM_RE = re.compile(
+    r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+    r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)"
+)
 # "comm 0x.. rank R nranks N ... - Init COMPLETE": the event is looked for in code after
 # the first "comm ... nranks N" (".*- " after each of many candidates is quadratic).
-_INIT_RE = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)",
-                      re.IGNORECASE)
+_INIT_RE = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)", re.IGNORECASE)
 _INIT_EVENT_RE = re.compile(r"- (?P<what>Init START|Init COMPLETE|Destroy COMPLETE)", re.IGNORECASE)
 _CHOICE_RE = re.compile(
     r"^(?:(?P<func>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>[A-Za-z_]+|\d+) proto "
     r"(?P<proto>[A-Za-z0-9_]+)(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
-    r"(?: time (?P<time>-?[\d.]+(?:e[-+]?\d+)?))?")
+    r"(?: time (?P<time>-?[\d.]+(?:e[-+]?\d+)?))?"
+)
 # The label takes its trailing blanks (stripped in code): one greedy class, no overlap.
 _TABLE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][A-Za-z \t/]*)\|(?P<cells>.*)$")
 _CELL_RE = re.compile(r"^\s*(?P<lat>-?[\d.]+)\s*/\s*(?P<bw>-?[\d.]+)\s*$")
@@ -150,7 +159,9 @@ def _choice(match: re.Match, version: tuple[int, int, int] | None) -> dict:
         "bytes": int(match.group("bytes")),
         "algo": _by_id(algos, algo) if numeric else canonical_algo(algo),
         "proto": _by_id(PROTO_BY_ID, proto) if proto.isdigit() else canonical_proto(proto),
-        "raw_algo": algo, "raw_proto": proto, "numeric": numeric,
+        "raw_algo": algo,
+        "raw_proto": proto,
+        "numeric": numeric,
         "channel_lo": int(lo) if lo is not None else None,
         "channel_hi": int(hi) if hi is not None else None,
         "channels": int(hi) - int(lo) + 1 if lo is not None and hi is not None else None,
@@ -161,10 +172,10 @@ def _choice(match: re.Match, version: tuple[int, int, int] | None) -> dict:
 def _last_event(text: str, start: int) -> str | None:
     """The last '- Init START|Init COMPLETE|Destroy COMPLETE' after `start` (what the
     greedy '.*- ' of a single expression took), in one linear scan."""
-    found = None
-    for found in _INIT_EVENT_RE.finditer(text, start):
-        pass
-    return found["what"] if found else None
+    last = None
+    for match in _INIT_EVENT_RE.finditer(text, start):
+        last = match
+    return last["what"] if last else None
 
 
 def _table_row(message: str) -> dict | None:
@@ -185,8 +196,9 @@ def _table_row(message: str) -> dict | None:
         pairs = []
         for cell in cells:
             algo, _, proto = cell.partition("/")
-            pairs.append((canonical_algo(algo.strip()) or algo.strip(),
-                          canonical_proto(proto.strip()) or proto.strip()))
+            pairs.append(
+                (canonical_algo(algo.strip()) or algo.strip(), canonical_proto(proto.strip()) or proto.strip())
+            )
         return {"row": "pairs", "values": pairs}
     if label == "Max NThreads":
         try:
@@ -196,8 +208,7 @@ def _table_row(message: str) -> dict | None:
     parsed = [_CELL_RE.match(c) for c in cells]
     if not all(parsed) or " " in label:
         return None
-    return {"row": "costs", "func": label,
-            "values": [(float(m.group("lat")), float(m.group("bw"))) for m in parsed]}
+    return {"row": "costs", "func": label, "values": [(float(m.group("lat")), float(m.group("bw"))) for m in parsed]}
 
 
 def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, dict | None]:
@@ -225,18 +236,28 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
         via, comm, comm_ranks = match.group("via").strip(), None, None
         tail = _VIA_COMM_RE.search(via)
         if tail:  # RCCL: "... via P2P/IPC comm 0x2bc1f840 nRanks 02"
-            via, comm, comm_ranks = via[:tail.start()].strip(), tail.group("comm"), int(tail.group("nranks"))
+            via, comm, comm_ranks = via[: tail.start()].strip(), tail.group("comm"), int(tail.group("nranks"))
         parts = via.split("/")
         transport = "/".join(parts[:2]) if parts[0] in ("P2P", "SHM", "NET") and len(parts) > 1 else parts[0]
-        return "transport", {"channel": int(match.group("ch")), "src": int(match.group("src")),
-                             "dst": int(match.group("dst")), "direction": match.group("dir"),
-                             "via": via, "transport": transport, "comm": comm, "nranks": comm_ranks}
+        return "transport", {
+            "channel": int(match.group("ch")),
+            "src": int(match.group("src")),
+            "dst": int(match.group("dst")),
+            "direction": match.group("dir"),
+            "via": via,
+            "transport": transport,
+            "comm": comm,
+            "nranks": comm_ranks,
+        }
     match = _RING_RE.match(text)
     if match:
         ranks = [int(r) for r in match.group("ranks").split()]
         total = match.group("n")
-        return "ring", {"channel": int(match.group("ch")),
-                        "of": int(total) if total is not None else None, "ranks": ranks}
+        return "ring", {
+            "channel": int(match.group("ch")),
+            "of": int(total) if total is not None else None,
+            "ranks": ranks,
+        }
     match = _TREES_RE.match(text)
     if match:
         return "trees", {"trees": re.findall(r"\[(\d+)\] (\S+)", match.group("body"))}
@@ -248,34 +269,53 @@ def _classify(message: str, version: tuple[int, int, int] | None) -> tuple[str, 
         return "coll_channels", {"channels": int(match.group("n"))}
     match = _COLL_RE.match(text)
     if match:
-        return "coll", {"func": match.group("func"), "op_count": match.group("op"),
-                        "count": int(match.group("count")), "datatype": int(match.group("dtype")),
-                        "comm": match.group("comm"),
-                        "nranks": int(match.group("nranks")) if match.group("nranks") else None}
+        return "coll", {
+            "func": match.group("func"),
+            "op_count": match.group("op"),
+            "count": int(match.group("count")),
+            "datatype": int(match.group("dtype")),
+            "comm": match.group("comm"),
+            "nranks": int(match.group("nranks")) if match.group("nranks") else None,
+        }
     match = _TUNER_RE.match(text)
     if match and (match.group("path") or match.group("name").strip()):
         name = (match.group("name") or "").rstrip()
         version = _TUNER_V_RE.search(name) if name else None
         if version:
-            name = name[:version.start()]
-        return "tuner", {"loaded": True, "name": name or match.group("path"),
-                         "interface": int(version["v"]) if version else None}
+            name = name[: version.start()]
+        return "tuner", {
+            "loaded": True,
+            "name": name or match.group("path"),
+            "interface": int(version["v"]) if version else None,
+        }
     if _TUNER_NONE_RE.match(text):
         return "tuner", {"loaded": False, "name": None, "interface": None}
     match = _GRAPH_RE.match(text)
     if match:
-        return "graph", {"pattern": int(match.group("pattern")), "channels": int(match.group("n")),
-                         "intra": match.group("intra"), "inter": match.group("inter")}
+        return "graph", {
+            "pattern": int(match.group("pattern")),
+            "channels": int(match.group("n")),
+            "intra": match.group("intra"),
+            "inter": match.group("inter"),
+        }
     match = _COMM_RE.match(text)
     if match:
-        return "comm", {"comm": match.group("comm"), "rank": int(match.group("rank")),
-                        "nranks": int(match.group("nranks")), "nnodes": int(match.group("nnodes")),
-                        "local_ranks": int(match.group("local"))}
+        return "comm", {
+            "comm": match.group("comm"),
+            "rank": int(match.group("rank")),
+            "nranks": int(match.group("nranks")),
+            "nnodes": int(match.group("nnodes")),
+            "local_ranks": int(match.group("local")),
+        }
     match = _INIT_RE.search(text)
     event = _last_event(text, match.end()) if match else None
     if event:
-        return "init", {"comm": match.group("comm"), "rank": int(match.group("rank")),
-                        "nranks": int(match.group("nranks")), "event": event}
+        return "init", {
+            "comm": match.group("comm"),
+            "rank": int(match.group("rank")),
+            "nranks": int(match.group("nranks")),
+            "event": event,
+        }
     row = _table_row(message)
     if row is not None:
         return "table", row
@@ -292,8 +332,7 @@ def _version_data(match: re.Match) -> dict:
 def _warn_data(match: dict) -> dict:
     src = match["src"]
     file, _, line = src.rpartition(":") if src else (None, None, None)
-    return {"source": src, "file": file or None, "line": int(line) if line else None,
-            "function": match["func"] or None}
+    return {"source": src, "file": file or None, "line": int(line) if line else None, "function": match["func"] or None}
 
 
 def _prefix(line: str) -> dict | None:
@@ -305,7 +344,7 @@ def _prefix(line: str) -> dict | None:
         start = max(0, level.start() - PREFIX_SPAN)
         head = _HEAD_RE.search(line, start, level.start())
         if head is not None:
-            return {**head.groupdict(), "level": level["level"], "msg": line[level.end():]}
+            return {**head.groupdict(), "level": level["level"], "msg": line[level.end() :]}
     return None
 
 
@@ -322,17 +361,20 @@ def parse_log_line(raw: str, version: tuple[int, int, int] | None = None) -> Log
         version_match = _VERSION_RE.search(line)
         if version_match is None:
             return None
-        return LogLine("version", "VERSION", line[version_match.start():],
-                       data=_version_data(version_match))
+        return LogLine("version", "VERSION", line[version_match.start() :], data=_version_data(version_match))
     level, message = match["level"], match["msg"]
-    common = dict(level=level, message=message, host=match["host"],
-                  pid=int(match["pid"]) if match["pid"] else None, dev=int(match["dev"]))
+    common = dict(
+        level=level,
+        message=message,
+        host=match["host"],
+        pid=int(match["pid"]) if match["pid"] else None,
+        dev=int(match["dev"]),
+    )
     if level == "WARN":
         return LogLine("warn", data=_warn_data(match), **common)
     if level in ("TRACE", "CALL"):
         kind, data = _classify(message, version)
-        return LogLine(kind if kind == "choice" else "trace", data=data if kind == "choice" else None,
-                       **common)
+        return LogLine(kind if kind == "choice" else "trace", data=data if kind == "choice" else None, **common)
     kind, data = _classify(message, version)
     return LogLine(kind, data=data, **common)
 
@@ -376,8 +418,9 @@ def parse_log(lines) -> list[LogLine]:
         elif entry.kind == "choice" and entry.data["func"] is None:
             call = last_call.get((entry.host, entry.pid))
             if call is not None and entry.data["bytes"] in _coll_bytes(call):
-                entry = replace(entry, data={**entry.data, "func": call["func"],
-                                             "func_from": "opCount", "comm": call["comm"]})
+                entry = replace(
+                    entry, data={**entry.data, "func": call["func"], "func_from": "opCount", "comm": call["comm"]}
+                )
         out.append(entry)
     return out
 
@@ -420,9 +463,21 @@ def summarize_log(entries: list[LogLine]) -> dict:
     present, env_reads (every `set by environment` line in order, as (var, value)) and
     no_cache (variables NCCL said it stopped caching, NCCL_NO_CACHE 2.29.7+).
     """
-    out: dict = {"version": None, "cuda": None, "env": {}, "env_plugin": {}, "channels": None,
-                 "transports": [], "rings": {}, "trees": [], "connected": [], "comms": [],
-                 "tuning": {}, "choices": [], "warnings": []}
+    out: dict = {
+        "version": None,
+        "cuda": None,
+        "env": {},
+        "env_plugin": {},
+        "channels": None,
+        "transports": [],
+        "rings": {},
+        "trees": [],
+        "connected": [],
+        "comms": [],
+        "tuning": {},
+        "choices": [],
+        "warnings": [],
+    }
     transports: set[str] = set()
     connected: set[str] = set()
     ring_total = None
@@ -475,8 +530,11 @@ def choices_for(summary: dict, op: str, nbytes: int, world: int = 1) -> list[dic
     sizes = {nbytes}
     if op in ("all_gather", "reduce_scatter") and world > 0:
         sizes.add(nbytes // world)
-    return [c for c in summary.get("choices", [])
-            if c["bytes"] in sizes and (c["func"] is None or c["func"].lower() == func)]
+    return [
+        c
+        for c in summary.get("choices", [])
+        if c["bytes"] in sizes and (c["func"] is None or c["func"].lower() == func)
+    ]
 
 
 def _requested_bounds(env: dict[str, str]) -> tuple[int | None, int | None]:
@@ -487,13 +545,17 @@ def _requested_bounds(env: dict[str, str]) -> tuple[int | None, int | None]:
             except (KeyError, ValueError):
                 continue
         return None
-    return (number("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"),
-            number("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"))
+
+    return (number("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"), number("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"))
 
 
-def confirm_effective(requested_env: dict[str, str], observed: dict | None,
-                      op: str = "allreduce", nbytes: int | None = None,
-                      world: int = 1) -> dict | None:
+def confirm_effective(
+    requested_env: dict[str, str],
+    observed: dict | None,
+    op: str = "allreduce",
+    nbytes: int | None = None,
+    world: int = 1,
+) -> dict | None:
     """Compare what was requested with what NCCL's log says it ran: the `effective` object.
 
     Returns None when nothing was observed (no log), else {algo, proto, channels,
@@ -534,13 +596,19 @@ def confirm_effective(requested_env: dict[str, str], observed: dict | None,
     where = f"{func} {nbytes} B" if nbytes is not None else func
     head = f"NCCL {version}" if version else "NCCL (version not logged)"
     if not seen:
-        detail = (f"{head}: no per-collective line for {where} (needs NCCL_DEBUG_SUBSYS=TUNING; "
-                  "NCCL < 2.24 logs it only in some releases)")
+        detail = (
+            f"{head}: no per-collective line for {where} (needs NCCL_DEBUG_SUBSYS=TUNING; "
+            "NCCL < 2.24 logs it only in some releases)"
+        )
         if problems:
             detail += "; contradicted: " + "; ".join(problems)
-        return {"algo": None, "proto": None, "channels": comm_channels,
-                "confirmed": False if problems else None,
-                "detail": "; ".join([detail] + notes)}
+        return {
+            "algo": None,
+            "proto": None,
+            "channels": comm_channels,
+            "confirmed": False if problems else None,
+            "detail": "; ".join([detail] + notes),
+        }
     counts: dict[tuple, int] = {}
     for c in seen:
         key = (c["algo"], c["proto"], c["channels"])
@@ -554,16 +622,27 @@ def confirm_effective(requested_env: dict[str, str], observed: dict | None,
         if c["algo"] is None or c["proto"] is None:
             notes.append(f"unknown algo/proto ids {c['raw_algo']}/{c['raw_proto']}")
     (algo, proto, channels), _ = max(counts.items(), key=lambda kv: kv[1])
-    ran = ", ".join(f"{a}/{p}" + (f" on {n} ch" if n is not None else "") + f" x{k}"
-                    for (a, p, n), k in sorted(counts.items(), key=lambda kv: -kv[1]))
-    asked = " ".join(f"{k}={requested_env[k]}" for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS",
-                                                           "NCCL_MAX_NCHANNELS") if k in requested_env)
-    verdict = ("contradicted: " + "; ".join(dict.fromkeys(problems))) if problems else \
-        (f"obeyed {asked}" if asked else "nothing requested")
-    return {"algo": algo, "proto": proto,
-            "channels": channels if channels is not None else comm_channels,
-            "confirmed": not problems,
-            "detail": "; ".join([f"{head}: {where} ran {ran}", verdict] + notes)}
+    ran = ", ".join(
+        f"{a}/{p}" + (f" on {n} ch" if n is not None else "") + f" x{k}"
+        for (a, p, n), k in sorted(counts.items(), key=lambda kv: -kv[1])
+    )
+    asked = " ".join(
+        f"{k}={requested_env[k]}"
+        for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+        if k in requested_env
+    )
+    verdict = (
+        ("contradicted: " + "; ".join(dict.fromkeys(problems)))
+        if problems
+        else (f"obeyed {asked}" if asked else "nothing requested")
+    )
+    return {
+        "algo": algo,
+        "proto": proto,
+        "channels": channels if channels is not None else comm_channels,
+        "confirmed": not problems,
+        "detail": "; ".join([f"{head}: {where} ran {ran}", verdict] + notes),
+    }
 
 
 def _same_value(a: str, b: str) -> bool:
@@ -576,8 +655,7 @@ def _same_value(a: str, b: str) -> bool:
         return False
 
 
-def confirm_reread(requested_env: dict[str, str], observed: dict | None, names,
-                   disabled=()) -> dict | None:
+def confirm_reread(requested_env: dict[str, str], observed: dict | None, names, disabled=()) -> dict | None:
     """Whether the cached variables `names` (NCCL_NO_CACHE's list) took this cell's values
     in the communicator whose log stretch is `observed` (a summarize_log result).
 

@@ -67,8 +67,10 @@ def nccl_wheels(site: str) -> list[str]:
     """The NCCL wheels installed in the folder `site` (nvidia-nccl-cu12, -cu13, ...), from
     their dist-info folders. Every one of them writes nvidia/nccl/lib/libnccl.so.2, so
     with two the file is whichever was installed last."""
-    names = (os.path.basename(p).split("-", 1)[0].replace("_", "-").lower()
-             for p in glob.glob(os.path.join(site, "nvidia_nccl_cu*.dist-info")))
+    names = (
+        os.path.basename(p).split("-", 1)[0].replace("_", "-").lower()
+        for p in glob.glob(os.path.join(site, "nvidia_nccl_cu*.dist-info"))
+    )
     return sorted(set(names))
 
 
@@ -76,8 +78,7 @@ def _pip_nccl_paths(search: list[str]) -> list[tuple[str, str]]:
     found = []
     for entry in search:
         source = "+".join(nccl_wheels(entry)) or "pip (nvidia/nccl)"
-        found += [(path, source) for path in
-                  glob.glob(os.path.join(entry, "nvidia", "nccl", "lib", "libnccl.so*"))]
+        found += [(path, source) for path in glob.glob(os.path.join(entry, "nvidia", "nccl", "lib", "libnccl.so*"))]
     return found
 
 
@@ -112,9 +113,14 @@ def _ld_paths() -> list[str]:
 
 
 def _system_paths() -> list[str]:
-    patterns = ["/usr/lib/x86_64-linux-gnu/libnccl.so*", "/usr/lib/aarch64-linux-gnu/libnccl.so*",
-                "/usr/lib64/libnccl.so*", "/usr/local/lib/libnccl.so*",
-                "/usr/local/cuda*/lib64/libnccl.so*", "/usr/lib/libnccl.so*"]
+    patterns = [
+        "/usr/lib/x86_64-linux-gnu/libnccl.so*",
+        "/usr/lib/aarch64-linux-gnu/libnccl.so*",
+        "/usr/lib64/libnccl.so*",
+        "/usr/local/lib/libnccl.so*",
+        "/usr/local/cuda*/lib64/libnccl.so*",
+        "/usr/lib/libnccl.so*",
+    ]
     found = []
     for pattern in patterns:
         found += glob.glob(pattern)
@@ -129,10 +135,12 @@ def find_libraries(load: bool = True, search: list[str] | None = None) -> list[N
     the list of site folders to look in (default sys.path).
     """
     search = sys.path if search is None else search
-    groups = [sorted(_pip_nccl_paths(search)),
-              [(p, "torch") for p in sorted(_torch_lib_paths(search))],
-              [(p, "LD_LIBRARY_PATH") for p in sorted(_ld_paths())],
-              [(p, "system") for p in sorted(_system_paths())]]
+    groups = [
+        sorted(_pip_nccl_paths(search)),
+        [(p, "torch") for p in sorted(_torch_lib_paths(search))],
+        [(p, "LD_LIBRARY_PATH") for p in sorted(_ld_paths())],
+        [(p, "system") for p in sorted(_system_paths())],
+    ]
     seen: set[str] = set()
     out: list[NcclLibrary] = []
     for path, source in (item for group in groups for item in group):

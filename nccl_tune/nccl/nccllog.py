@@ -30,16 +30,26 @@ import os
 from dataclasses import dataclass, field
 
 from nccl_tune import fileio
-from nccl_tune.nccl import debuglog, settings
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.nccl import debuglog, settings
 
 # Read by NCCL without a "set by environment" line (debug.cc, param.cc) or by a plugin.
-NOT_LOGGED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
-                        "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_DEBUG_TIMESTAMP_LEVELS",
-                        "NCCL_CONF_FILE", "NCCL_TUNER_CONFIG_FILE"})
+NOT_LOGGED = frozenset(
+    {
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_DEBUG_FILE",
+        "NCCL_DEBUG_TIMESTAMP_FORMAT",
+        "NCCL_DEBUG_TIMESTAMP_LEVELS",
+        "NCCL_CONF_FILE",
+        "NCCL_TUNER_CONFIG_FILE",
+    }
+)
 NVLINK_TYPES = ("NVL", "NVB", "C2C", "LOC")  # graph path types that are not PCIe/host
-CONF_NOTE = ("NCCL does not log which conf files it read; their values show as 'set by "
-             "environment' (nccl-tune check --pid PID lists the files a process would read)")
+CONF_NOTE = (
+    "NCCL does not log which conf files it read; their values show as 'set by "
+    "environment' (nccl-tune check --pid PID lists the files a process would read)"
+)
 
 
 @dataclass
@@ -106,8 +116,7 @@ def _fold(proc: Process, entry: debuglog.LogLine) -> None:
         if data["loaded"] or proc.tuner is None:
             proc.tuner = dict(data)
     elif kind == "warn":
-        proc.warnings.append({"message": entry.message, "source": data.get("source"),
-                              "function": data.get("function")})
+        proc.warnings.append({"message": entry.message, "source": data.get("source"), "function": data.get("function")})
     elif kind in ("init", "comm"):
         comm_id = data["comm"]
         if comm_id not in proc.comms and None in proc.comms:
@@ -157,8 +166,12 @@ def read_processes(paths: list[str]) -> list[Process]:
     for path in paths:
         # By the input policy (nccl_tune.fileio): strict UTF-8, streamed, each line cut at
         # debuglog.MAX_LOG_LINE before any expression sees it.
-        entries = debuglog.parse_log(text for _, text in fileio.iter_lines(
-            path, what="NCCL log", max_line=debuglog.MAX_LOG_LINE, on_long=lambda number, length: None))
+        entries = debuglog.parse_log(
+            text
+            for _, text in fileio.iter_lines(
+                path, what="NCCL log", max_line=debuglog.MAX_LOG_LINE, on_long=lambda number, length: None
+            )
+        )
         if not entries:
             raise NcclTuneError("no NCCL log line found (was NCCL_DEBUG=INFO set?)", path=path)
         name = os.path.basename(path)
@@ -182,8 +195,9 @@ def read_processes(paths: list[str]) -> list[Process]:
             if proc.version is None and len(versions) == 1:
                 proc.version, proc.library = next(iter(versions))
         if bare_version and not mine:
-            procs[name] = Process(name, path, version=bare_version["version"],
-                                  library=bare_version.get("library", "NCCL"))
+            procs[name] = Process(
+                name, path, version=bare_version["version"], library=bare_version.get("library", "NCCL")
+            )
     return list(procs.values())
 
 
@@ -194,18 +208,23 @@ def _rank_entry(proc: Process, comm: Comm | None) -> dict:
         for (peer, name), chans in sorted(comm.transports.items()):
             transports.append({"peer": peer, "transport": name, "channels": sorted(chans)})
         for (func, nbytes, algo, proto, ch), n in sorted(
-                comm.choices.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            choices.append({"func": func, "bytes": nbytes, "algo": algo, "proto": proto,
-                            "channels": ch, "count": n})
+            comm.choices.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
+        ):
+            choices.append({"func": func, "bytes": nbytes, "algo": algo, "proto": proto, "channels": ch, "count": n})
     return {
         "rank": comm.rank if comm else None,
         "nranks": comm.nranks if comm else None,
         "nnodes": comm.nnodes if comm else None,
         "comm": comm.comm if comm else None,
-        "process": proc.key, "host": proc.host, "pid": proc.pid, "dev": proc.dev,
+        "process": proc.key,
+        "host": proc.host,
+        "pid": proc.pid,
+        "dev": proc.dev,
         "file": proc.file,
-        "version": proc.version, "library": proc.library,
-        "env": dict(proc.env), "env_plugin": dict(proc.env_plugin),
+        "version": proc.version,
+        "library": proc.library,
+        "env": dict(proc.env),
+        "env_plugin": dict(proc.env_plugin),
         "conf_files": CONF_NOTE,
         "channels": (comm.channels or comm.ring_total) if comm else None,
         "rings": {str(k): v for k, v in sorted(comm.rings.items())} if comm else {},
@@ -229,8 +248,16 @@ def rank_entries(procs: list[Process]) -> list[dict]:
             out.append(_rank_entry(proc, None))
         for comm in comms:
             out.append(_rank_entry(proc, comm))
-    return sorted(out, key=lambda r: (r["nranks"] is None, r["nranks"] or 0, r["comm"] or "",
-                                      r["rank"] if r["rank"] is not None else -1, r["process"]))
+    return sorted(
+        out,
+        key=lambda r: (
+            r["nranks"] is None,
+            r["nranks"] or 0,
+            r["comm"] or "",
+            r["rank"] if r["rank"] is not None else -1,
+            r["process"],
+        ),
+    )
 
 
 def _same_value(logged: str, expected: str) -> bool:
@@ -252,8 +279,7 @@ def check_profile(procs: list[Process], profile_env: dict[str, str]) -> dict:
     variables = []
     ok = bool(procs)
     for name, expected in profile_env.items():
-        item = {"name": name, "expected": expected, "confirmed": [], "different": {},
-                "missing": []}
+        item = {"name": name, "expected": expected, "confirmed": [], "different": {}, "missing": []}
         for proc in procs:
             logged = proc.env.get(name)
             if logged is None:
@@ -269,10 +295,12 @@ def check_profile(procs: list[Process], profile_env: dict[str, str]) -> dict:
             item["status"], ok = "different", False
         elif item["missing"]:
             item["status"], ok = "missing", False
-            item["note"] = ("not in the log of these processes: the variable did not reach them "
-                            "(a restarted server, a launcher that drops variables) or NCCL "
-                            "never read it; NCCL logs a variable when it reads it (NCCL_DEBUG=INFO, "
-                            "subsystem ENV)")
+            item["note"] = (
+                "not in the log of these processes: the variable did not reach them "
+                "(a restarted server, a launcher that drops variables) or NCCL "
+                "never read it; NCCL logs a variable when it reads it (NCCL_DEBUG=INFO, "
+                "subsystem ENV)"
+            )
         else:
             item["status"] = "confirmed"
         variables.append(item)
@@ -296,37 +324,56 @@ def find_warnings(procs: list[Process], profile_env: dict[str, str] | None = Non
         forced = bool(proto) and settings.enables_ll128(proto)
         if forced or (ll128_used and types and not types & set(NVLINK_TYPES)):
             if types and not types & set(NVLINK_TYPES):
-                out.append({"process": proc.key, "kind": "ll128_pcie",
-                            "message": f"LL128 forced (NCCL_PROTO={proto}) on a PCIe machine (path "
-                                       f"type {'/'.join(sorted(types))}): NCCL skips its LL128 "
-                                       "safety checks when NCCL_PROTO enables it; it can corrupt data"})
+                out.append(
+                    {
+                        "process": proc.key,
+                        "kind": "ll128_pcie",
+                        "message": f"LL128 forced (NCCL_PROTO={proto}) on a PCIe machine (path "
+                        f"type {'/'.join(sorted(types))}): NCCL skips its LL128 "
+                        "safety checks when NCCL_PROTO enables it; it can corrupt data",
+                    }
+                )
             elif forced and not types:
-                out.append({"process": proc.key, "kind": "ll128_forced",
-                            "message": f"LL128 forced (NCCL_PROTO={proto}): NCCL skips its LL128 "
-                                       "safety checks; the log shows no path type to tell NVLink "
-                                       "from PCIe (NCCL_DEBUG_SUBSYS=GRAPH prints it)"})
+                out.append(
+                    {
+                        "process": proc.key,
+                        "kind": "ll128_forced",
+                        "message": f"LL128 forced (NCCL_PROTO={proto}): NCCL skips its LL128 "
+                        "safety checks; the log shows no path type to tell NVLink "
+                        "from PCIe (NCCL_DEBUG_SUBSYS=GRAPH prints it)",
+                    }
+                )
         p2p_asked = env.get("NCCL_P2P_LEVEL") or (env.get("NCCL_P2P_DISABLE") == "0")
-        shm = sorted({(peer, c.rank) for c in proc.comms.values()
-                      for (peer, name) in c.transports if name.startswith("SHM")})
+        shm = sorted(
+            {(peer, c.rank) for c in proc.comms.values() for (peer, name) in c.transports if name.startswith("SHM")}
+        )
         if p2p_asked and shm:
             pairs = ", ".join(f"{r}->{peer}" for peer, r in shm[:6])
-            ask = (f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']}" if env.get("NCCL_P2P_LEVEL")
-                   else "NCCL_P2P_DISABLE=0")
-            out.append({"process": proc.key, "kind": "p2p_not_used",
-                        "message": f"P2P requested ({ask}) but SHM used between ranks {pairs}: "
-                                   "NCCL found P2P impossible there (IOMMU/ACS, a VM, a container "
-                                   "without the peer GPU) or P2P is disabled"})
+            ask = f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']}" if env.get("NCCL_P2P_LEVEL") else "NCCL_P2P_DISABLE=0"
+            out.append(
+                {
+                    "process": proc.key,
+                    "kind": "p2p_not_used",
+                    "message": f"P2P requested ({ask}) but SHM used between ranks {pairs}: "
+                    "NCCL found P2P impossible there (IOMMU/ACS, a VM, a container "
+                    "without the peer GPU) or P2P is disabled",
+                }
+            )
         if proc.tuner and proc.tuner.get("loaded"):
             set_vars = [f"{k}={env[k]}" for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k)]
             if set_vars:
-                out.append({"process": proc.key, "kind": "tuner_and_env",
-                            "message": f"tuner plugin {proc.tuner.get('name')} loaded while "
-                                       f"{' '.join(set_vars)} is set: the environment wins (NCCL "
-                                       "marks what it disables IGNORE in the cost table the plugin "
-                                       "gets); a plugin rule for a disabled pair is skipped"})
+                out.append(
+                    {
+                        "process": proc.key,
+                        "kind": "tuner_and_env",
+                        "message": f"tuner plugin {proc.tuner.get('name')} loaded while "
+                        f"{' '.join(set_vars)} is set: the environment wins (NCCL "
+                        "marks what it disables IGNORE in the cost table the plugin "
+                        "gets); a plugin rule for a disabled pair is skipped",
+                    }
+                )
         for warn in proc.warnings:
-            out.append({"process": proc.key, "kind": "nccl_warn", "message": warn["message"],
-                        "source": warn["source"]})
+            out.append({"process": proc.key, "kind": "nccl_warn", "message": warn["message"], "source": warn["source"]})
     return out
 
 
@@ -355,20 +402,29 @@ def rank_check(log_path: str | list[str], profile_env: dict[str, str]) -> dict:
             raise NcclTuneError("NCCL wrote no log file")
         procs = read_processes(paths)
     except NcclTuneError as exc:
-        return {"ok": None, "ranks": 0, "versions": [], "variables": [], "warnings": [],
-                "summary": f"no NCCL log to check: {exc}"}
+        return {
+            "ok": None,
+            "ranks": 0,
+            "versions": [],
+            "variables": [],
+            "warnings": [],
+            "summary": f"no NCCL log to check: {exc}",
+        }
     check = check_profile(procs, profile_env)
     bad = [v for v in check["variables"] if v["status"] in ("missing", "different")]
-    summary = (f"{len(procs)} process(es) logged NCCL; " +
-               ("every profile variable confirmed" if check["ok"] else
-                "; ".join(f"{v['name']} {v['status']} in {len(v['missing']) + len(v['different'])}"
-                          for v in bad)))
-    return {"ok": check["ok"], "ranks": len(procs),
-            "versions": sorted({p.version for p in procs if p.version}),
-            "variables": check["variables"],
-            "warnings": [w["message"] for w in find_warnings(procs, profile_env)
-                         if w["kind"] != "nccl_warn"],
-            "summary": summary}
+    summary = f"{len(procs)} process(es) logged NCCL; " + (
+        "every profile variable confirmed"
+        if check["ok"]
+        else "; ".join(f"{v['name']} {v['status']} in {len(v['missing']) + len(v['different'])}" for v in bad)
+    )
+    return {
+        "ok": check["ok"],
+        "ranks": len(procs),
+        "versions": sorted({p.version for p in procs if p.version}),
+        "variables": check["variables"],
+        "warnings": [w["message"] for w in find_warnings(procs, profile_env) if w["kind"] != "nccl_warn"],
+        "summary": summary,
+    }
 
 
 DEBUG_SUBSYS = "INIT,ENV,TUNING"  # what the check reads: variables, channels, transports, choices
@@ -377,8 +433,7 @@ DEBUG_SUBSYS = "INIT,ENV,TUNING"  # what the check reads: variables, channels, t
 def debug_env(prefix: str) -> dict[str, str]:
     """NCCL_DEBUG=INFO into private per-process files `prefix.<host>.<pid>` (NCCL_DEBUG_FILE's
     %h and %p), for a launch whose NCCL log is checked afterwards with rank_check."""
-    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": DEBUG_SUBSYS,
-            "NCCL_DEBUG_FILE": f"{prefix}.%h.%p"}
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": DEBUG_SUBSYS, "NCCL_DEBUG_FILE": f"{prefix}.%h.%p"}
 
 
 def debug_files(prefix: str) -> list[str]:

@@ -55,8 +55,10 @@ _NTHREAD_RE = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+(\d+)")
 _ITERS_RE = re.compile(r"\biters:\s*(\d+)")
 _WARMUP_RE = re.compile(r"warmup iters:\s*(\d+)")
 _GRAPH_RE = re.compile(r"\bgraph:\s*(\d+)")
-_RANK_RE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+"
-                      r"device\s+(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$")
+_RANK_RE = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+"
+    r"device\s+(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$"
+)
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _FAILURE_RE = re.compile(r"Test (?:NCCL |CUDA )?failure|NCCL failure|CUDA failure|Test timeout")
 _ROW_START_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z][A-Za-z0-9_]*)\b(.*)$")
@@ -68,10 +70,16 @@ _BLANKS_RE = re.compile(r"\s*")
 MAX_LINE = 4096  # characters of a text line that are matched (nccl-tests lines are short)
 JSON_MAX_DEPTH = 8  # a -J file: run -> results -> entry -> block
 _TIMESTAMP_RE = re.compile(r"(?<!\s)\s+\d{4}-\d\d-\d\d\s+\d\d:\d\d:\d\d\s*$")  # one scan per run
-COLUMN_SYNONYMS = {"bytes": "size", "n": "count", "op": "redop", "res": "error",
-                   "cputime": "time", "#wrong": "wrong", "error": "error"}
-OPS_BY_TEST = {"all_reduce": "allreduce", "all_gather": "all_gather",
-               "reduce_scatter": "reduce_scatter"}
+COLUMN_SYNONYMS = {
+    "bytes": "size",
+    "n": "count",
+    "op": "redop",
+    "res": "error",
+    "cputime": "time",
+    "#wrong": "wrong",
+    "error": "error",
+}
+OPS_BY_TEST = {"all_reduce": "allreduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
 
 
 @dataclass
@@ -109,7 +117,7 @@ def _strip_tag(line: str) -> tuple[str, bool]:
     match = _TAG_RE.match(line)
     if not match:
         return line.strip(), False
-    return line[match.end():].strip(), match.group(1) == "stderr"
+    return line[match.end() :].strip(), match.group(1) == "stderr"
 
 
 def _number(token: str) -> float | None:
@@ -127,7 +135,7 @@ def parse_header(text: str, path: str, line: int) -> Layout:
             preamble.append(name)
         else:
             break
-    rest = names[len(preamble):]
+    rest = names[len(preamble) :]
     if preamble[:3] != ["size", "count", "type"] or not rest or rest[0] != "time":
         raise NcclTuneError(f"unrecognised nccl-tests column header: {text.strip()}", path=path, line=line)
     width = rest[1:].index("time") + 1 if "time" in rest[1:] else len(rest)
@@ -147,8 +155,7 @@ def _guess_layout(tokens: list[str]) -> Layout:
         pre.append("root")
         rest -= 1
     block = 8 if rest >= 16 else 4
-    check = "error" if any("e" in t.lower() and _number(t) is not None
-                           for t in tokens[index:]) else "wrong"
+    check = "error" if any("e" in t.lower() and _number(t) is not None for t in tokens[index:]) else "wrong"
     return Layout(tuple(pre), block, check)
 
 
@@ -168,8 +175,12 @@ def _block(values: list[str], layout: Layout) -> dict | None:
         value = _number(check) if check and check != "N/A" else None
         out["wrong"] = int(value) if value is not None else None
     if layout.block >= 8 and len(values) >= 8:
-        out["per_iter"] = {"min_us": _number(values[4]), "max_us": _number(values[5]),
-                           "p99_us": _number(values[6]), "cv_pct": _number(values[7])}
+        out["per_iter"] = {
+            "min_us": _number(values[4]),
+            "max_us": _number(values[5]),
+            "p99_us": _number(values[6]),
+            "cv_pct": _number(values[7]),
+        }
     return out
 
 
@@ -224,8 +235,8 @@ class _TextParser:
         failure = _FAILURE_RE.search(text)
         if self._row_line(number, text):
             if failure and self.pending:  # "...  -1host: Test NCCL failure ...": the row died
-                host = re.sub(r"^-?\d+", "", (text[:failure.start()].split() or [""])[-1])
-                self._flush_pending((host + " " if host else "") + text[failure.start():])
+                host = re.sub(r"^-?\d+", "", (text[: failure.start()].split() or [""])[-1])
+                self._flush_pending((host + " " if host else "") + text[failure.start() :])
             return
         if failure:
             self._failure(text)
@@ -252,8 +263,11 @@ class _TextParser:
         if match:
             self.boundary()
             run = self.run()
-            iters, warmup, graph = (_ITERS_RE.search(text.split("warmup iters")[-1]),
-                                    _WARMUP_RE.search(text), _GRAPH_RE.search(text))
+            iters, warmup, graph = (
+                _ITERS_RE.search(text.split("warmup iters")[-1]),
+                _WARMUP_RE.search(text),
+                _GRAPH_RE.search(text),
+            )
             run.iters = int(iters.group(1)) if iters else None
             run.warmup = int(warmup.group(1)) if warmup else None
             run.graph = bool(int(graph.group(1))) if graph else None
@@ -296,15 +310,18 @@ class _TextParser:
             for token in tokens[npre:]:
                 if _number(token) is None and token != "N/A":
                     if not _LOG_FRAGMENT_RE.match(token):
-                        raise NcclTuneError(f"cannot read this nccl-tests row ('{token}' is not a "
-                                            f"number): {text}", path=self.path, line=number)
+                        raise NcclTuneError(
+                            f"cannot read this nccl-tests row ('{token}' is not a number): {text}",
+                            path=self.path,
+                            line=number,
+                        )
                     break  # a log line glued to the row: its numbers follow on later lines
                 body.append(token)
-            if len(pre) < npre or ("root" in layout.preamble and
-                                   not re.match(r"^-?\d+$", pre[layout.preamble.index("root")])):
+            if len(pre) < npre or (
+                "root" in layout.preamble and not re.match(r"^-?\d+$", pre[layout.preamble.index("root")])
+            ):
                 raise NcclTuneError(f"cannot read this nccl-tests row: {text}", path=self.path, line=number)
-            self.pending = {"line": number, "pre": dict(zip(layout.preamble, pre)), "body": body,
-                            "layout": layout}
+            self.pending = {"line": number, "pre": dict(zip(layout.preamble, pre)), "body": body, "layout": layout}
             if len(body) >= 2 * layout.block:
                 self._flush_pending(None)
             return True
@@ -328,16 +345,23 @@ class _TextParser:
         if row is None:
             return
         layout, body = row["layout"], row["body"]
-        out = _block(body[:layout.block], layout)
-        inplace = _block(body[layout.block:2 * layout.block], layout)
+        out = _block(body[: layout.block], layout)
+        inplace = _block(body[layout.block : 2 * layout.block], layout)
         pre = row["pre"]
-        self.run().rows.append({
-            "line": row["line"], "size": int(pre["size"]), "count": int(pre["count"]),
-            "type": pre["type"], "redop": pre.get("redop"),
-            "root": int(pre["root"]) if pre.get("root") not in (None, "") else None,
-            "out": out, "in": inplace,
-            "failure": failure if out is None else None,
-            "truncated": out is None and failure is None})
+        self.run().rows.append(
+            {
+                "line": row["line"],
+                "size": int(pre["size"]),
+                "count": int(pre["count"]),
+                "type": pre["type"],
+                "redop": pre.get("redop"),
+                "root": int(pre["root"]) if pre.get("root") not in (None, "") else None,
+                "out": out,
+                "in": inplace,
+                "failure": failure if out is None else None,
+                "truncated": out is None and failure is None,
+            }
+        )
 
 
 def _key(row: dict) -> tuple[str, str]:
@@ -375,21 +399,32 @@ def split_interleaved(run: Run, path: str) -> list[Run]:
     if len(streams) == 1:
         return [run]
     lengths = [sum(r["size"] > 0 for r in s) for s in streams]
-    where = (f"line {first_break['line']}" if first_break.get("line")
-             else f"results entry {first_break.get('entry')}")
+    where = f"line {first_break['line']}" if first_break.get("line") else f"results entry {first_break.get('entry')}"
     if min(lengths) * 2 < max(lengths):
-        raise NcclTuneError(f"{'' if first_break.get('line') else where + ': '}"
-                            f"size {first_break['size']} repeats or goes backwards within one run "
-                            f"(rows of {len(streams)} runs interleaved, or out of order) and the rows "
-                            "do not split into interleaved runs of similar length: split the file "
-                            "by hand", path=path, line=first_break.get("line"))
+        raise NcclTuneError(
+            f"{'' if first_break.get('line') else where + ': '}"
+            f"size {first_break['size']} repeats or goes backwards within one run "
+            f"(rows of {len(streams)} runs interleaved, or out of order) and the rows "
+            "do not split into interleaved runs of similar length: split the file "
+            "by hand",
+            path=path,
+            line=first_break.get("line"),
+        )
     copies = max(run.ranks.count(r) for r in run.ranks) if run.ranks else 1
     runs = []
     for index, rows in enumerate(streams):
-        part = Run(run.number, op=run.op, iters=run.iters, warmup=run.warmup, graph=run.graph,
-                   env=dict(run.env), env_plugin=dict(run.env_plugin), rows=rows,
-                   out_of_bounds=run.out_of_bounds,  # a FAILED footer: which part is unknown
-                   failure=run.failure)
+        part = Run(
+            run.number,
+            op=run.op,
+            iters=run.iters,
+            warmup=run.warmup,
+            graph=run.graph,
+            env=dict(run.env),
+            env_plugin=dict(run.env_plugin),
+            rows=rows,
+            out_of_bounds=run.out_of_bounds,  # a FAILED footer: which part is unknown
+            failure=run.failure,
+        )
         if copies == len(streams):  # each process printed its ranks: the i-th copy of each
             seen: dict[int, int] = {}
             for rank, host, gpu in zip(run.ranks, run.hosts, run.gpus):
@@ -398,9 +433,11 @@ def split_interleaved(run: Run, path: str) -> list[Run]:
                     part.hosts.append(host)
                     part.gpus.append(gpu)
                 seen[rank] = seen.get(rank, 0) + 1
-        part.notes.append(f"{where}: size {first_break['size']} repeats or goes backwards "
-                          f"within one run: {len(streams)} outputs interleaved, split into "
-                          f"{len(streams)} runs (this is part {index + 1}, {lengths[index]} rows)")
+        part.notes.append(
+            f"{where}: size {first_break['size']} repeats or goes backwards "
+            f"within one run: {len(streams)} outputs interleaved, split into "
+            f"{len(streams)} runs (this is part {index + 1}, {lengths[index]} rows)"
+        )
         runs.append(part)
     return runs
 
@@ -493,9 +530,20 @@ def infer_op(rows: list[dict]) -> str:
 
 def _type_size(name: str) -> int:
     name = name.lower()
-    for key, size in (("int8", 1), ("uint8", 1), ("char", 1), ("fp8", 1), ("e4m3", 1), ("e5m2", 1),
-                      ("half", 2), ("bfloat16", 2), ("float16", 2), ("double", 8), ("int64", 8),
-                      ("uint64", 8)):
+    for key, size in (
+        ("int8", 1),
+        ("uint8", 1),
+        ("char", 1),
+        ("fp8", 1),
+        ("e4m3", 1),
+        ("e5m2", 1),
+        ("half", 2),
+        ("bfloat16", 2),
+        ("float16", 2),
+        ("double", 8),
+        ("int64", 8),
+        ("uint64", 8),
+    ):
         if key in name:
             return size
     return 4
@@ -519,19 +567,23 @@ def parse_text(text: str, path: str) -> tuple[list[Run], dict]:
     if not runs:
         where = parser.first_unknown
         if where:
-            raise NcclTuneError(f"not nccl-tests output: '{where[1][:60]}' (expected '# nThread ...', a "
-                                "'# size count type ...' header, or result rows)", path=path, line=where[0])
+            raise NcclTuneError(
+                f"not nccl-tests output: '{where[1][:60]}' (expected '# nThread ...', a "
+                "'# size count type ...' header, or result rows)",
+                path=path,
+                line=where[0],
+            )
         raise NcclTuneError("no nccl-tests result rows found", path=path)
     return runs, {"nccl": parser.nccl_version, "nccl_tests": parser.tests_version}
 
 
 # ---------------------------------------------------------------- JSON (-J)
 
+
 def _json_objects(text: str, path: str) -> list[dict]:
     depth = fileio.json_depth(text)  # checked without recursion, before the decoder recurses
     if depth > JSON_MAX_DEPTH:
-        raise NcclTuneError(f"nested {depth} levels deep: nccl-tests JSON nests at most "
-                            f"{JSON_MAX_DEPTH}", path=path)
+        raise NcclTuneError(f"nested {depth} levels deep: nccl-tests JSON nests at most {JSON_MAX_DEPTH}", path=path)
     decoder = json.JSONDecoder()
     objects, index = [], 0
     while True:
@@ -555,10 +607,8 @@ def _json_number(value, what: str, path: str, where: str) -> float | None:
     """A number field of a results entry: None when null or absent, an error otherwise."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise NcclTuneError(f"{where}: '{what}' is {json.dumps(value)}, not a non-negative number",
-                            path=path)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise NcclTuneError(f"{where}: '{what}' is {json.dumps(value)}, not a non-negative number", path=path)
     return float(value)
 
 
@@ -573,17 +623,23 @@ def _json_block(data, path: str, where: str) -> dict | None:
     if time_us is None:
         return None
     wrong = _json_number(data.get("nwrong"), "nwrong", path, where)
-    return {"time_us": time_us, "algbw_gbps": _json_number(data.get("alg_bw"), "alg_bw", path, where),
-            "busbw_gbps": _json_number(data.get("bus_bw"), "bus_bw", path, where),
-            "checked": wrong is not None, "wrong": int(wrong) if wrong is not None else None}
+    return {
+        "time_us": time_us,
+        "algbw_gbps": _json_number(data.get("alg_bw"), "alg_bw", path, where),
+        "busbw_gbps": _json_number(data.get("bus_bw"), "bus_bw", path, where),
+        "checked": wrong is not None,
+        "wrong": int(wrong) if wrong is not None else None,
+    }
 
 
 def _json_field(obj: dict, key: str, kind: type, path: str, what: str = "the run"):
     """obj[key] when it has the type nccl-tests writes (None when absent or null)."""
     value = obj.get(key)
     if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is int):
-        raise NcclTuneError(f"{what}'s '{key}' is {json.dumps(value)[:40]}, not a JSON "
-                            f"{_JSON_KIND[kind]}: not nccl-tests -J output", path=path)
+        raise NcclTuneError(
+            f"{what}'s '{key}' is {json.dumps(value)[:40]}, not a JSON {_JSON_KIND[kind]}: not nccl-tests -J output",
+            path=path,
+        )
     return value
 
 
@@ -605,8 +661,11 @@ def parse_json(text: str, path: str) -> tuple[list[Run], dict]:
         run.iters = config.get("iterations") if isinstance(config.get("iterations"), int) else None
         run.warmup = config.get("warmup_iters") if isinstance(config.get("warmup_iters"), int) else None
         run.graph = bool(config.get("graph")) if config.get("graph") is not None else None
-        devices = (_json_field(obj, "devices", list, path)  # util.cu nests it in config
-                   or _json_field(config, "devices", list, path, "the run's config") or [])
+        devices = (
+            _json_field(obj, "devices", list, path)  # util.cu nests it in config
+            or _json_field(config, "devices", list, path, "the run's config")
+            or []
+        )
         for device in devices:
             if isinstance(device, dict):
                 run.hosts.append(str(device.get("hostname")))
@@ -625,12 +684,16 @@ def parse_json(text: str, path: str) -> tuple[list[Run], dict]:
         run.failure = errors[0] if errors else None
         results = obj.get("results")
         if not isinstance(results, list):
-            raise NcclTuneError(f"'results' is {json.dumps(results)[:40]}, not a list: not nccl-tests "
-                                "-J output", path=path)
+            raise NcclTuneError(
+                f"'results' is {json.dumps(results)[:40]}, not a list: not nccl-tests -J output", path=path
+            )
         for position, result in enumerate(results, start=1):
             where = f"results entry {position}"
-            if not isinstance(result, dict) or not isinstance(result.get("size"), int) \
-                    or isinstance(result.get("size"), bool):
+            if (
+                not isinstance(result, dict)
+                or not isinstance(result.get("size"), int)
+                or isinstance(result.get("size"), bool)
+            ):
                 raise NcclTuneError(f"{where} has no integer 'size'", path=path)
             if result["size"] < 0:
                 raise NcclTuneError(f"{where}: 'size' is {result['size']}, not a byte count", path=path)
@@ -639,22 +702,35 @@ def parse_json(text: str, path: str) -> tuple[list[Run], dict]:
             out = _json_block(result.get("out_of_place"), path, f"{where} out_of_place")
             per_iter = _json_field(result, "out_of_place_per_iter", dict, path, where)
             if out is not None and per_iter is not None:
-                out["per_iter"] = {k: _json_number(per_iter.get(k), k, path, f"{where} out_of_place_per_iter")
-                                   for k in ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us",
-                                             "stdev_us", "cv_pct")}
+                out["per_iter"] = {
+                    k: _json_number(per_iter.get(k), k, path, f"{where} out_of_place_per_iter")
+                    for k in ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us", "stdev_us", "cv_pct")
+                }
                 times = _json_field(per_iter, "times_us", list, path, f"{where} out_of_place_per_iter")
-                out["samples_us"] = None if times is None else [
-                    _json_number(t, "times_us", path, f"{where} out_of_place_per_iter") for t in times]
+                out["samples_us"] = (
+                    None
+                    if times is None
+                    else [_json_number(t, "times_us", path, f"{where} out_of_place_per_iter") for t in times]
+                )
                 if out["samples_us"] is not None and None in out["samples_us"]:
                     raise NcclTuneError(f"{where} out_of_place_per_iter: 'times_us' holds a null", path=path)
             root = str(result.get("root", "")).strip()
-            run.rows.append({"line": None, "entry": position, "size": result["size"],
-                             "count": result.get("count"), "type": result.get("type"),
-                             "redop": result.get("redop"),
-                             "root": int(root) if re.match(r"^-?\d+$", root) else None,
-                             "out": out, "in": _json_block(result.get("in_place"), path, f"{where} in_place"),
-                             "failure": None, "truncated": out is None,
-                             "iters": result.get("actual_iterations")})
+            run.rows.append(
+                {
+                    "line": None,
+                    "entry": position,
+                    "size": result["size"],
+                    "count": result.get("count"),
+                    "type": result.get("type"),
+                    "redop": result.get("redop"),
+                    "root": int(root) if re.match(r"^-?\d+$", root) else None,
+                    "out": out,
+                    "in": _json_block(result.get("in_place"), path, f"{where} in_place"),
+                    "failure": None,
+                    "truncated": out is None,
+                    "iters": result.get("actual_iterations"),
+                }
+            )
         runs += split_interleaved(run, path) if run.rows else [run]
     if not any(r.rows for r in runs):
         raise NcclTuneError("no results in nccl-tests JSON", path=path)

@@ -110,13 +110,17 @@ def _short(version: str) -> str:
 
 def parse_catalogue(data: dict) -> Catalogue:
     """A Catalogue from the JSON object tools/nccl_catalogue.py writes."""
-    changes = tuple(Change(c["id"], tuple(c["names"]), c["since"], c["when"], c["change"],
-                           c["cite"], tuple(c["sources"])) for c in data["changes"])
-    return Catalogue(releases=tuple(data["releases"]),
-                     names={k: (v["first"], v["last"]) for k, v in data["names"].items()},
-                     tuner={k: tuple(v) for k, v in data["tuner_plugin"].items()},
-                     changes=changes,
-                     gaps={k: frozenset(v["in"]) for k, v in data["names"].items() if "in" in v})
+    changes = tuple(
+        Change(c["id"], tuple(c["names"]), c["since"], c["when"], c["change"], c["cite"], tuple(c["sources"]))
+        for c in data["changes"]
+    )
+    return Catalogue(
+        releases=tuple(data["releases"]),
+        names={k: (v["first"], v["last"]) for k, v in data["names"].items()},
+        tuner={k: tuple(v) for k, v in data["tuner_plugin"].items()},
+        changes=changes,
+        gaps={k: frozenset(v["in"]) for k, v in data["names"].items() if "in" in v},
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -144,8 +148,9 @@ class Target:
         return {"version": self.version, "source": self.source}
 
 
-def resolve_target(explicit: str | None,
-                   find: Callable[[], ncclinfo.NcclLibrary | None] = ncclinfo.default_library) -> Target:
+def resolve_target(
+    explicit: str | None, find: Callable[[], ncclinfo.NcclLibrary | None] = ncclinfo.default_library
+) -> Target:
     """`--nccl-version` when given, else the libnccl a pip-installed torch loads.
 
     `explicit` must already be X.Y.Z (the shared click option checks it). `find` is the
@@ -170,11 +175,11 @@ class ReleaseFinding:
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"line": self.line, "variable": self.variable, "severity": self.severity.value,
-                "message": self.message}
+        return {"line": self.line, "variable": self.variable, "severity": self.severity.value, "message": self.message}
 
 
 # ------------------------------------------------------------ which values a change affects
+
 
 def _as_int(value: str) -> int | None:
     match = _INT_RE.match(value)
@@ -200,6 +205,7 @@ def _above(limit: int) -> Callable[[str, dict[str, str]], bool]:
     def test(value: str, env: dict[str, str]) -> bool:
         number = _as_int(value)
         return number is not None and number > limit
+
     return test
 
 
@@ -216,17 +222,23 @@ WHEN: dict[str, Callable[[str, dict[str, str]], bool]] = {
 }
 
 
-def changes_between(measured: str, target: str, name: str, value: str, env: dict[str, str],
-                    catalogue: Catalogue | None = None) -> list[Change]:
+def changes_between(
+    measured: str, target: str, name: str, value: str, env: dict[str, str], catalogue: Catalogue | None = None
+) -> list[Change]:
     """The changes of meaning for `name=value` between two releases (either order)."""
     catalogue = catalogue or load_catalogue()
     low, high = sorted((ncclinfo.parse_version(measured), ncclinfo.parse_version(target)))
-    return [c for c in catalogue.changes
-            if name in c.names and low < c.since_tuple <= high and WHEN[c.when](value, env)]
+    return [
+        c for c in catalogue.changes if name in c.names and low < c.since_tuple <= high and WHEN[c.when](value, env)
+    ]
 
 
-def check(assignments: Iterable[tuple[int | None, str, str]], target: Target,
-          measured: str | None = None, catalogue: Catalogue | None = None) -> list[ReleaseFinding]:
+def check(
+    assignments: Iterable[tuple[int | None, str, str]],
+    target: Target,
+    measured: str | None = None,
+    catalogue: Catalogue | None = None,
+) -> list[ReleaseFinding]:
     """Release findings for (line, name, value) assignments of one profile.
 
     Error: an NCCL_* name some catalogued release reads but the target does not ("it
@@ -246,15 +258,26 @@ def check(assignments: Iterable[tuple[int | None, str, str]], target: Target,
         if catalogue.reads(name, target.version) is False:
             first, last = catalogue.names[name]
             span = f"it reads it from {first} on" if last == catalogue.newest else f"it reads it from {first} to {last}"
-            out.append(ReleaseFinding(line, name, Severity.ERROR,
-                                      f"NCCL {target.version} does not read {name}: it would have no "
-                                      f"effect ({span})"))
+            out.append(
+                ReleaseFinding(
+                    line,
+                    name,
+                    Severity.ERROR,
+                    f"NCCL {target.version} does not read {name}: it would have no effect ({span})",
+                )
+            )
             continue
         if measured and ncclinfo.parse_version(measured):
             for change in changes_between(measured, target.version, name, value, env, catalogue):
-                out.append(ReleaseFinding(line, name, Severity.WARNING,
-                                          f"measured on NCCL {_short(measured)}, targeted at "
-                                          f"{target.version}: {change.change} ({change.cite})"))
+                out.append(
+                    ReleaseFinding(
+                        line,
+                        name,
+                        Severity.WARNING,
+                        f"measured on NCCL {_short(measured)}, targeted at "
+                        f"{target.version}: {change.change} ({change.cite})",
+                    )
+                )
     return out
 
 
@@ -264,16 +287,18 @@ def tuner_header(target: Target, catalogue: Catalogue | None = None) -> str:
         return "tuner plugin interfaces: unknown (no NCCL release to check against)"
     versions = (catalogue or load_catalogue()).tuner_versions(target.version)
     if not versions:
-        return (f"tuner plugin interfaces of NCCL {target.version}: not in the catalogue "
-                "(a release it was not read from)")
+        return (
+            f"tuner plugin interfaces of NCCL {target.version}: not in the catalogue (a release it was not read from)"
+        )
     names = ", ".join(f"v{v}" for v in versions)
-    return (f"NCCL {target.version} loads tuner plugins of interface {names} "
-            f"(ncclTunerPlugin_v{max(versions)} first); the plugin reading this file must "
-            "export one of them")
+    return (
+        f"NCCL {target.version} loads tuner plugins of interface {names} "
+        f"(ncclTunerPlugin_v{max(versions)} first); the plugin reading this file must "
+        "export one of them"
+    )
 
 
-def check_export(env: dict[str, str] | None, measured: str | None,
-                 tgt: Target) -> tuple[str, ...]:
+def check_export(env: dict[str, str] | None, measured: str | None, tgt: Target) -> tuple[str, ...]:
     """The release check of a profile about to be exported: NcclTuneError (nothing
     written) when the target does not read one of its variables, else the warnings."""
     if not env:
@@ -281,6 +306,7 @@ def check_export(env: dict[str, str] | None, measured: str | None,
     found = check([(None, k, v) for k, v in env.items()], tgt, measured)
     errors = [f for f in found if f.severity is Severity.ERROR]
     if errors:
-        raise NcclTuneError(f"not exported: {errors[0].message} (pass --nccl-version for another "
-                            "release, or drop the variable)")
+        raise NcclTuneError(
+            f"not exported: {errors[0].message} (pass --nccl-version for another release, or drop the variable)"
+        )
     return tuple(f"{f.variable}: {f.message}" for f in found)

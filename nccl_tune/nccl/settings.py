@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 ERROR = "error"
 WARNING = "warning"
@@ -44,9 +44,27 @@ LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE", "NONE")
 # Subsystems NCCL_DEBUG_SUBSYS names (2.32.3's strings add ALLOC_HOST and DESTROY); NCCL
 # ignores a name it does not know, so an unknown one is a warning, not an error.
-DEBUG_SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC",
-                "ALLOC_HOST", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS",
-                "DESTROY", "ALL")
+DEBUG_SUBSYS = (
+    "INIT",
+    "COLL",
+    "P2P",
+    "SHM",
+    "NET",
+    "GRAPH",
+    "TUNING",
+    "ENV",
+    "ALLOC",
+    "ALLOC_HOST",
+    "CALL",
+    "PROXY",
+    "NVLS",
+    "BOOTSTRAP",
+    "REG",
+    "PROFILE",
+    "RAS",
+    "DESTROY",
+    "ALL",
+)
 CTA_POLICIES = ("DEFAULT", "EFFICIENCY", "ZERO")
 
 Finding = tuple[str, str]  # (severity, message)
@@ -79,6 +97,7 @@ def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
 
 # ---------------------------------------------------------------- list grammars
 
+
 def _parse_name_list(text: str, names: tuple[str, ...], what: str) -> tuple[bool, list[str]]:
     """Parse ``[^]a,b,c`` against `names` (case-insensitive) -> (excluded, canonical names)."""
     body = text.strip()
@@ -93,8 +112,7 @@ def _parse_name_list(text: str, names: tuple[str, ...], what: str) -> tuple[bool
     for item in items:
         canonical = lookup.get(item.lower())
         if canonical is None:
-            raise SettingError(f"unknown {what} '{item}' (known: {', '.join(names)})"
-                               + did_you_mean(item, names))
+            raise SettingError(f"unknown {what} '{item}' (known: {', '.join(names)})" + did_you_mean(item, names))
         out.append(canonical)
     return exclude, out
 
@@ -127,8 +145,7 @@ def parse_coll_list(value: str, names: tuple[str, ...], what: str) -> dict[str, 
     return result
 
 
-def allowed_for(value: str | None, names: tuple[str, ...], what: str,
-                func: str = "allreduce") -> frozenset[str]:
+def allowed_for(value: str | None, names: tuple[str, ...], what: str, func: str = "allreduce") -> frozenset[str]:
     """The names `value` lets `func` use (all of them when the variable is unset)."""
     if value is None or value == "":
         return frozenset(names)
@@ -161,6 +178,7 @@ def enables_ll128(value: str) -> bool:
 
 # ---------------------------------------------------------------- value checkers
 
+
 def _as_int(value: str) -> int:
     try:
         return int(value.strip(), 0)
@@ -179,9 +197,14 @@ def _check_proto(value: str, version=None) -> list[Finding]:
     _refuse_empty(parse_coll_list(value, PROTOCOLS, "protocol"), "protocol")
     found: list[Finding] = []
     if enables_ll128(value):
-        found.append((WARNING, f"'{value}' enables LL128 explicitly: NCCL then skips its LL128 "
-                               "safety checks and uses it even on PCIe, where it can corrupt data; "
-                               "leave LL128 to NCCL (it enables it itself where it is safe)"))
+        found.append(
+            (
+                WARNING,
+                f"'{value}' enables LL128 explicitly: NCCL then skips its LL128 "
+                "safety checks and uses it even on PCIe, where it can corrupt data; "
+                "leave LL128 to NCCL (it enables it itself where it is safe)",
+            )
+        )
     if ";" in value or ":" in value:
         found += _needs_version(version, (2, 24, 0), "per-collective NCCL_PROTO")
     return found
@@ -211,6 +234,7 @@ def _int_range(low: int, high: int | None, multiple: int = 1) -> Callable:
         if number % multiple:
             raise SettingError(f"{number} is not a multiple of {multiple}")
         return []
+
     return check
 
 
@@ -223,8 +247,7 @@ def _check_channels(value: str, version=None) -> list[Finding]:
     return []
 
 
-def _choices(options: tuple[str, ...], *, case_sensitive: bool = False,
-             integers: range | None = None) -> Callable:
+def _choices(options: tuple[str, ...], *, case_sensitive: bool = False, integers: range | None = None) -> Callable:
     def check(value: str, version=None) -> list[Finding]:
         v = value.strip()
         if integers is not None and re.fullmatch(r"-?\d+", v):
@@ -234,11 +257,18 @@ def _choices(options: tuple[str, ...], *, case_sensitive: bool = False,
         if v in options or (not case_sensitive and v.upper() in {o.upper() for o in options}):
             return []
         if case_sensitive and v.upper() in options:
-            return [(WARNING, f"'{v}' is in the wrong case: NCCL matches '{v.upper()}' "
-                              "case-sensitively and ignores this value")]
-        raise SettingError(f"'{v}' is not one of {', '.join(options)}"
-                           + (f" or {integers.start}-{integers.stop - 1}" if integers else "")
-                           + did_you_mean(v, options))
+            return [
+                (
+                    WARNING,
+                    f"'{v}' is in the wrong case: NCCL matches '{v.upper()}' case-sensitively and ignores this value",
+                )
+            ]
+        raise SettingError(
+            f"'{v}' is not one of {', '.join(options)}"
+            + (f" or {integers.start}-{integers.stop - 1}" if integers else "")
+            + did_you_mean(v, options)
+        )
+
     return check
 
 
@@ -256,8 +286,12 @@ def _check_debug_subsys(value: str, version=None) -> list[Finding]:
     known = set(DEBUG_SUBSYS)
     unknown = [item for item in items if item.upper() not in known]
     if unknown:
-        return [(WARNING, f"unknown debug subsystem {', '.join(unknown)} (NCCL ignores it; "
-                          f"known: {', '.join(DEBUG_SUBSYS)})")]
+        return [
+            (
+                WARNING,
+                f"unknown debug subsystem {', '.join(unknown)} (NCCL ignores it; known: {', '.join(DEBUG_SUBSYS)})",
+            )
+        ]
     return []
 
 
@@ -270,14 +304,25 @@ def _check_path_level(value: str, version=None) -> list[Finding]:
         if not v.isdigit():
             raise SettingError(f"'{v}' is neither a path name nor an integer")
         name = LEGACY_LEVELS[min(int(v), len(LEGACY_LEVELS) - 1)]
-        return [(WARNING, f"legacy integer level {v} means {name} to NCCL; NCCL's documentation "
-                          f"discourages integers since their meaning changed over releases: "
-                          f"write {name}")]
+        return [
+            (
+                WARNING,
+                f"legacy integer level {v} means {name} to NCCL; NCCL's documentation "
+                f"discourages integers since their meaning changed over releases: "
+                f"write {name}",
+            )
+        ]
     if v.upper() in P2P_LEVELS:
-        return [(WARNING, f"'{v}' is in the wrong case: NCCL compares it case-sensitively with "
-                          f"'{v.upper()}', so it ignores this value and picks its own level")]
-    raise SettingError(f"'{v}' is not one of {', '.join(P2P_LEVELS)} (or a legacy integer 0-4)"
-                       + did_you_mean(v, P2P_LEVELS))
+        return [
+            (
+                WARNING,
+                f"'{v}' is in the wrong case: NCCL compares it case-sensitively with "
+                f"'{v.upper()}', so it ignores this value and picks its own level",
+            )
+        ]
+    raise SettingError(
+        f"'{v}' is not one of {', '.join(P2P_LEVELS)} (or a legacy integer 0-4)" + did_you_mean(v, P2P_LEVELS)
+    )
 
 
 def _check_thread_thresholds(value: str, version=None) -> list[Finding]:
@@ -310,86 +355,208 @@ def _check_iface_list(value: str, version=None) -> list[Finding]:
 
 
 _CATALOGUE = [
-    Setting("NCCL_PROTO", "communicator", "unset: NCCL picks per size (LL128 only where safe)",
-            "Protocols NCCL may use: LL, LL128, Simple; ^ excludes; per collective since 2.24.",
-            _check_proto, tunable=True),
-    Setting("NCCL_ALGO", "communicator", "unset: NCCL picks per size and topology",
-            "Algorithms NCCL may use: Ring, Tree, NVLS, NVLSTree, CollNet*, PAT; ^ excludes.",
-            _check_algo, tunable=True),
-    Setting("NCCL_THREAD_THRESHOLDS", "communicator", "unset: NCCL's built-in thresholds",
-            "Per-thread byte thresholds below which NCCL uses fewer threads (space separated).",
-            _check_thread_thresholds),
-    Setting("NCCL_MAX_NCHANNELS", "process", "unset: NCCL's topology search (up to 32 or 64)",
-            "Upper bound on channels (CTAs) per collective; 1..32 before 2.25, 1..64 after.",
-            _check_channels, tunable=True, aliases=("NCCL_MAX_NRINGS",)),
-    Setting("NCCL_MIN_NCHANNELS", "process", "unset: NCCL's topology search",
-            "Lower bound on channels per collective.", _check_channels, tunable=True,
-            aliases=("NCCL_MIN_NRINGS",)),
-    Setting("NCCL_MAX_NRINGS", "process", "unset", "Old name of NCCL_MAX_NCHANNELS.",
-            _check_channels),
-    Setting("NCCL_MIN_NRINGS", "process", "unset", "Old name of NCCL_MIN_NCHANNELS.",
-            _check_channels),
-    Setting("NCCL_MAX_CTAS", "process", "unset: NCCL's choice",
-            "Upper bound on CTAs per collective (2.17+; config field maxCTAs).",
-            _check_channels, tunable=True, since="2.17"),
-    Setting("NCCL_MIN_CTAS", "process", "unset: NCCL's choice",
-            "Lower bound on CTAs per collective (2.17+; config field minCTAs).",
-            _check_channels, tunable=True, since="2.17"),
-    Setting("NCCL_BUFFSIZE", "process", "4194304 (4 MiB)",
-            "Bytes of the per-peer, per-channel buffer of the Simple protocol.",
-            _int_range(1, None), tunable=True),
-    Setting("NCCL_LL_BUFFSIZE", "process", "unset: derived from NCCL_BUFFSIZE",
-            "Bytes of the LL protocol's buffer.", _int_range(1, None)),
-    Setting("NCCL_LL128_BUFFSIZE", "process", "unset: derived from NCCL_BUFFSIZE",
-            "Bytes of the LL128 protocol's buffer.", _int_range(1, None)),
-    Setting("NCCL_NTHREADS", "process", "unset: NCCL picks per algorithm/protocol (256-512)",
-            "CUDA threads per CTA for LL and Simple; a multiple of 32 in [64, 512].",
-            _int_range(64, 512, 32), tunable=True),
+    Setting(
+        "NCCL_PROTO",
+        "communicator",
+        "unset: NCCL picks per size (LL128 only where safe)",
+        "Protocols NCCL may use: LL, LL128, Simple; ^ excludes; per collective since 2.24.",
+        _check_proto,
+        tunable=True,
+    ),
+    Setting(
+        "NCCL_ALGO",
+        "communicator",
+        "unset: NCCL picks per size and topology",
+        "Algorithms NCCL may use: Ring, Tree, NVLS, NVLSTree, CollNet*, PAT; ^ excludes.",
+        _check_algo,
+        tunable=True,
+    ),
+    Setting(
+        "NCCL_THREAD_THRESHOLDS",
+        "communicator",
+        "unset: NCCL's built-in thresholds",
+        "Per-thread byte thresholds below which NCCL uses fewer threads (space separated).",
+        _check_thread_thresholds,
+    ),
+    Setting(
+        "NCCL_MAX_NCHANNELS",
+        "process",
+        "unset: NCCL's topology search (up to 32 or 64)",
+        "Upper bound on channels (CTAs) per collective; 1..32 before 2.25, 1..64 after.",
+        _check_channels,
+        tunable=True,
+        aliases=("NCCL_MAX_NRINGS",),
+    ),
+    Setting(
+        "NCCL_MIN_NCHANNELS",
+        "process",
+        "unset: NCCL's topology search",
+        "Lower bound on channels per collective.",
+        _check_channels,
+        tunable=True,
+        aliases=("NCCL_MIN_NRINGS",),
+    ),
+    Setting("NCCL_MAX_NRINGS", "process", "unset", "Old name of NCCL_MAX_NCHANNELS.", _check_channels),
+    Setting("NCCL_MIN_NRINGS", "process", "unset", "Old name of NCCL_MIN_NCHANNELS.", _check_channels),
+    Setting(
+        "NCCL_MAX_CTAS",
+        "process",
+        "unset: NCCL's choice",
+        "Upper bound on CTAs per collective (2.17+; config field maxCTAs).",
+        _check_channels,
+        tunable=True,
+        since="2.17",
+    ),
+    Setting(
+        "NCCL_MIN_CTAS",
+        "process",
+        "unset: NCCL's choice",
+        "Lower bound on CTAs per collective (2.17+; config field minCTAs).",
+        _check_channels,
+        tunable=True,
+        since="2.17",
+    ),
+    Setting(
+        "NCCL_BUFFSIZE",
+        "process",
+        "4194304 (4 MiB)",
+        "Bytes of the per-peer, per-channel buffer of the Simple protocol.",
+        _int_range(1, None),
+        tunable=True,
+    ),
+    Setting(
+        "NCCL_LL_BUFFSIZE",
+        "process",
+        "unset: derived from NCCL_BUFFSIZE",
+        "Bytes of the LL protocol's buffer.",
+        _int_range(1, None),
+    ),
+    Setting(
+        "NCCL_LL128_BUFFSIZE",
+        "process",
+        "unset: derived from NCCL_BUFFSIZE",
+        "Bytes of the LL128 protocol's buffer.",
+        _int_range(1, None),
+    ),
+    Setting(
+        "NCCL_NTHREADS",
+        "process",
+        "unset: NCCL picks per algorithm/protocol (256-512)",
+        "CUDA threads per CTA for LL and Simple; a multiple of 32 in [64, 512].",
+        _int_range(64, 512, 32),
+        tunable=True,
+    ),
     # NCCL clamps out-of-range thread counts (and replaces a non-multiple of 32 by the
     # maximum) with only an INFO line, so the value written is not the value used: error.
     # Bounds from tuning.cc getNthreads: NTHREADS [2*WARP_SIZE, NCCL_MAX_NTHREADS] = [64, 512],
     # LL128_NTHREADS [NCCL_LL128_MAX_NTHREADS/4, NCCL_LL128_MAX_NTHREADS] = [160, 640].
-    Setting("NCCL_LL128_NTHREADS", "process", "unset: 640",
-            "CUDA threads per CTA for LL128; a multiple of 32 in [160, 640].",
-            _int_range(160, 640, 32)),
-    Setting("NCCL_P2P_LEVEL", "process", "unset: NCCL decides from the topology",
-            "Farthest path over which GPUs talk P2P: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS.",
-            _check_path_level, tunable=True),
-    Setting("NCCL_P2P_DISABLE", "process", "0", "1 disables P2P between GPUs (SHM or net instead).",
-            _bool01, tunable=True),
-    Setting("NCCL_SHM_DISABLE", "process", "0", "1 disables the shared-memory transport.",
-            _bool01),
-    Setting("NCCL_NVLS_ENABLE", "process", "2 (auto: on with NVSwitch)",
-            "NVLink SHARP (NVLS) algorithm: 0 off, 1 on, 2 auto.",
-            _choices((), integers=range(0, 3)), tunable=True),
-    Setting("NCCL_CUMEM_ENABLE", "process", "1 since 2.19",
-            "Allocate NCCL buffers through the cuMem API.", _bool01),
-    Setting("NCCL_GRAPH_REGISTER", "process", "1",
-            "Register user buffers captured in CUDA graphs (zero-copy where possible).", _bool01),
-    Setting("NCCL_CTA_POLICY", "process", "0 (DEFAULT)",
-            "CTA scheduling policy (2.27+): DEFAULT/0, EFFICIENCY/1, ZERO/2.",
-            _choices(CTA_POLICIES, integers=range(0, 3)), since="2.27"),
-    Setting("NCCL_NO_CACHE", "process", "unset",
-            "Parameters to re-read at every use instead of caching (ALL or a list; 2.29.7+).",
-            _check_no_cache, since="2.29.7"),
-    Setting("NCCL_TUNER_PLUGIN", "process", "unset: libnccl-tuner.so if found",
-            "Tuner plugin library name or path.", _check_nonempty),
-    Setting("NCCL_TUNER_CONFIG_FILE", "process", "unset: nccl_tuner.conf",
-            "CSV rules for NCCL's example tuner plugin.", _check_nonempty),
-    Setting("NCCL_DEBUG", "process", "unset (WARN-level messages only on errors)",
-            "Log level: VERSION, WARN, INFO, ABORT, TRACE.", _choices(DEBUG_LEVELS)),
-    Setting("NCCL_DEBUG_SUBSYS", "process", "INIT,BOOTSTRAP,ENV",
-            "Subsystems logged at INFO: comma list, ^ excludes (INIT, TUNING, ENV, ...).",
-            _check_debug_subsys),
-    Setting("NCCL_DEBUG_FILE", "process", "unset: stdout",
-            "File for NCCL's log; %h is the host name and %p the pid.", _check_nonempty),
-    Setting("NCCL_NET_GDR_LEVEL", "process", "unset: NCCL decides (PXB)",
-            "Farthest NIC-GPU path for GPUDirect RDMA: LOC PIX PXB PHB SYS (case-sensitive).",
-            _check_path_level),
-    Setting("NCCL_SOCKET_IFNAME", "process", "unset: any but lo and docker*",
-            "Network interfaces for sockets: prefixes, ^ excludes, = exact.", _check_iface_list),
-    Setting("NCCL_IB_HCA", "process", "unset: all IB/RoCE devices",
-            "InfiniBand HCAs to use: [^][=]mlx5_0[:port],...", _check_iface_list),
+    Setting(
+        "NCCL_LL128_NTHREADS",
+        "process",
+        "unset: 640",
+        "CUDA threads per CTA for LL128; a multiple of 32 in [160, 640].",
+        _int_range(160, 640, 32),
+    ),
+    Setting(
+        "NCCL_P2P_LEVEL",
+        "process",
+        "unset: NCCL decides from the topology",
+        "Farthest path over which GPUs talk P2P: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS.",
+        _check_path_level,
+        tunable=True,
+    ),
+    Setting(
+        "NCCL_P2P_DISABLE", "process", "0", "1 disables P2P between GPUs (SHM or net instead).", _bool01, tunable=True
+    ),
+    Setting("NCCL_SHM_DISABLE", "process", "0", "1 disables the shared-memory transport.", _bool01),
+    Setting(
+        "NCCL_NVLS_ENABLE",
+        "process",
+        "2 (auto: on with NVSwitch)",
+        "NVLink SHARP (NVLS) algorithm: 0 off, 1 on, 2 auto.",
+        _choices((), integers=range(0, 3)),
+        tunable=True,
+    ),
+    Setting("NCCL_CUMEM_ENABLE", "process", "1 since 2.19", "Allocate NCCL buffers through the cuMem API.", _bool01),
+    Setting(
+        "NCCL_GRAPH_REGISTER",
+        "process",
+        "1",
+        "Register user buffers captured in CUDA graphs (zero-copy where possible).",
+        _bool01,
+    ),
+    Setting(
+        "NCCL_CTA_POLICY",
+        "process",
+        "0 (DEFAULT)",
+        "CTA scheduling policy (2.27+): DEFAULT/0, EFFICIENCY/1, ZERO/2.",
+        _choices(CTA_POLICIES, integers=range(0, 3)),
+        since="2.27",
+    ),
+    Setting(
+        "NCCL_NO_CACHE",
+        "process",
+        "unset",
+        "Parameters to re-read at every use instead of caching (ALL or a list; 2.29.7+).",
+        _check_no_cache,
+        since="2.29.7",
+    ),
+    Setting(
+        "NCCL_TUNER_PLUGIN",
+        "process",
+        "unset: libnccl-tuner.so if found",
+        "Tuner plugin library name or path.",
+        _check_nonempty,
+    ),
+    Setting(
+        "NCCL_TUNER_CONFIG_FILE",
+        "process",
+        "unset: nccl_tuner.conf",
+        "CSV rules for NCCL's example tuner plugin.",
+        _check_nonempty,
+    ),
+    Setting(
+        "NCCL_DEBUG",
+        "process",
+        "unset (WARN-level messages only on errors)",
+        "Log level: VERSION, WARN, INFO, ABORT, TRACE.",
+        _choices(DEBUG_LEVELS),
+    ),
+    Setting(
+        "NCCL_DEBUG_SUBSYS",
+        "process",
+        "INIT,BOOTSTRAP,ENV",
+        "Subsystems logged at INFO: comma list, ^ excludes (INIT, TUNING, ENV, ...).",
+        _check_debug_subsys,
+    ),
+    Setting(
+        "NCCL_DEBUG_FILE",
+        "process",
+        "unset: stdout",
+        "File for NCCL's log; %h is the host name and %p the pid.",
+        _check_nonempty,
+    ),
+    Setting(
+        "NCCL_NET_GDR_LEVEL",
+        "process",
+        "unset: NCCL decides (PXB)",
+        "Farthest NIC-GPU path for GPUDirect RDMA: LOC PIX PXB PHB SYS (case-sensitive).",
+        _check_path_level,
+    ),
+    Setting(
+        "NCCL_SOCKET_IFNAME",
+        "process",
+        "unset: any but lo and docker*",
+        "Network interfaces for sockets: prefixes, ^ excludes, = exact.",
+        _check_iface_list,
+    ),
+    Setting(
+        "NCCL_IB_HCA",
+        "process",
+        "unset: all IB/RoCE devices",
+        "InfiniBand HCAs to use: [^][=]mlx5_0[:port],...",
+        _check_iface_list,
+    ),
 ]
 
 CATALOGUE: dict[str, Setting] = {s.name: s for s in _CATALOGUE}
@@ -406,8 +573,7 @@ def scope_of(name: str) -> str:
     return setting.scope if setting else "process"
 
 
-def check_value(name: str, value: str,
-                nccl_version: tuple[int, int, int] | None = None) -> list[Finding]:
+def check_value(name: str, value: str, nccl_version: tuple[int, int, int] | None = None) -> list[Finding]:
     """Validate `value` for the known variable `name`: a list of (severity, message).
 
     An invalid value gives one ERROR finding; warnings cover legal but risky values.
@@ -505,31 +671,45 @@ REREADS: dict[str, Reread] = {
     "NCCL_MIN_CTAS": Reread(REREAD_PARAM, f"{_PARAM_H}; src/init.cc envConfigOverride"),
     "NCCL_NVLS_ENABLE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/transport/nvls.cc ncclNvlsInit"),
     "NCCL_SHM_DISABLE": Reread(REREAD_PARAM, f"{_PARAM_H}; src/transport/shm.cc shmCanConnect"),
-    "NCCL_CUMEM_ENABLE": Reread(REREAD_HOT, f"{_PARAM_H}; src/misc/cudawrap.cc ncclCuMemEnable",
-                                "read at allocations and frees throughout the process: buffers of "
-                                "one process must agree, so it stays process-wide"),
-    "NCCL_GRAPH_REGISTER": Reread(REREAD_HOT, f"{_PARAM_H}; src/enqueue.cc (every enqueue)",
-                                  "read at every enqueue: under NCCL_NO_CACHE each collective would "
-                                  "re-read and log it inside the timed loop"),
-    "NCCL_P2P_LEVEL": Reread(REREAD_STATIC, "src/graph/paths.cc ncclGetUserP2pLevel (static "
-                                            "ncclTopoUserP2pLevel, read once)"),
-    "NCCL_P2P_DISABLE": Reread(REREAD_STATIC, "src/graph/paths.cc ncclGetUserP2pLevel (static "
-                                              "ncclTopoUserP2pLevel, read once)"),
-    "NCCL_NET_GDR_LEVEL": Reread(REREAD_STATIC, "src/graph/paths.cc ncclTopoCheckGdr (global "
-                                                "ncclTopoUserGdrLevel, read once)"),
+    "NCCL_CUMEM_ENABLE": Reread(
+        REREAD_HOT,
+        f"{_PARAM_H}; src/misc/cudawrap.cc ncclCuMemEnable",
+        "read at allocations and frees throughout the process: buffers of "
+        "one process must agree, so it stays process-wide",
+    ),
+    "NCCL_GRAPH_REGISTER": Reread(
+        REREAD_HOT,
+        f"{_PARAM_H}; src/enqueue.cc (every enqueue)",
+        "read at every enqueue: under NCCL_NO_CACHE each collective would re-read and log it inside the timed loop",
+    ),
+    "NCCL_P2P_LEVEL": Reread(
+        REREAD_STATIC, "src/graph/paths.cc ncclGetUserP2pLevel (static ncclTopoUserP2pLevel, read once)"
+    ),
+    "NCCL_P2P_DISABLE": Reread(
+        REREAD_STATIC, "src/graph/paths.cc ncclGetUserP2pLevel (static ncclTopoUserP2pLevel, read once)"
+    ),
+    "NCCL_NET_GDR_LEVEL": Reread(
+        REREAD_STATIC, "src/graph/paths.cc ncclTopoCheckGdr (global ncclTopoUserGdrLevel, read once)"
+    ),
     "NCCL_CTA_POLICY": Reread(REREAD_STATIC, "src/init.cc getEnvCtaPolicyOnce (std::call_once)"),
-    "NCCL_NO_CACHE": Reread(REREAD_STATIC, "2.29.7 src/misc/param.cc ncclGetEnvNoCacheOnce; "
-                                           "2.30 src/param/param.cc ncclParamIsCacheDisabled "
-                                           "(std::call_once)"),
-    "NCCL_TUNER_PLUGIN": Reread(REREAD_STATIC, "src/plugin/tuner.cc ncclTunerPluginLoad (loaded once, "
-                                               "kept while any communicator holds it)"),
+    "NCCL_NO_CACHE": Reread(
+        REREAD_STATIC,
+        "2.29.7 src/misc/param.cc ncclGetEnvNoCacheOnce; "
+        "2.30 src/param/param.cc ncclParamIsCacheDisabled "
+        "(std::call_once)",
+    ),
+    "NCCL_TUNER_PLUGIN": Reread(
+        REREAD_STATIC, "src/plugin/tuner.cc ncclTunerPluginLoad (loaded once, kept while any communicator holds it)"
+    ),
     "NCCL_TUNER_CONFIG_FILE": Reread(REREAD_STATIC, "the tuner plugin's own init (not an NCCL_PARAM)"),
-    "NCCL_DEBUG": Reread(REREAD_STATIC, "src/debug.cc ncclDebugInit (new-style ncclParam; re-read "
-                                        "only through ncclResetDebugInit)"),
+    "NCCL_DEBUG": Reread(
+        REREAD_STATIC, "src/debug.cc ncclDebugInit (new-style ncclParam; re-read only through ncclResetDebugInit)"
+    ),
     "NCCL_DEBUG_SUBSYS": Reread(REREAD_STATIC, "src/debug.cc ncclDebugInit"),
     "NCCL_DEBUG_FILE": Reread(REREAD_STATIC, "src/debug.cc ncclDebugInit"),
-    "NCCL_SOCKET_IFNAME": Reread(REREAD_STATIC, "src/misc/socket.cc ncclFindInterfaces (bootstrap and "
-                                                "socket net init, once)"),
+    "NCCL_SOCKET_IFNAME": Reread(
+        REREAD_STATIC, "src/misc/socket.cc ncclFindInterfaces (bootstrap and socket net init, once)"
+    ),
     "NCCL_IB_HCA": Reread(REREAD_STATIC, "src/transport/net_ib/init.cc ncclIbInit (once)"),
 }
 

@@ -42,8 +42,17 @@ _LEGEND_RE = re.compile(r"^\s*(\S+)\s+=\s+(.+?)\s*$")
 # Multi-word affinity column names, longest first.
 _AFFINITY_NAMES = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
 PCIE_P2P_ENTRIES = ("PIX", "PXB")  # within NCCL's default P2P level on Intel (PXB)
-KINDS = ("nvlink", "pcie", "pcie-shm", "nvswitch", "nvswitch-nvls", "nvlink-mesh",
-         "pcie-switch", "pcie-direct", "pcie-amd-2s")
+KINDS = (
+    "nvlink",
+    "pcie",
+    "pcie-shm",
+    "nvswitch",
+    "nvswitch-nvls",
+    "nvlink-mesh",
+    "pcie-switch",
+    "pcie-direct",
+    "pcie-amd-2s",
+)
 
 
 @dataclass
@@ -87,8 +96,7 @@ class Topology:
             "nics": {n: self.nic_names.get(n) for n in self.nics},
             "links": self.links(),
             "affinity": {g: self.affinity.get(g, {}) for g in self.gpus},
-            "gpu_nic": {g: {n: self.matrix[g][n] for n in self.nics if n in self.matrix[g]}
-                        for g in self.gpus},
+            "gpu_nic": {g: {n: self.matrix[g][n] for n in self.nics if n in self.matrix[g]} for g in self.gpus},
             "warnings": list(self.warnings),
         }
 
@@ -111,7 +119,7 @@ def _split_header(words: list[str]) -> tuple[list[str], list[str]]:
     names: list[str] = []
     while index < len(words):
         for name in _AFFINITY_NAMES:
-            if tuple(words[index:index + len(name)]) == name:
+            if tuple(words[index : index + len(name)]) == name:
                 names.append(" ".join(name))
                 index += len(name)
                 break
@@ -130,7 +138,7 @@ def _row_cells(line: str, width: int) -> tuple[str, list[str], list[str]]:
         extra = [c.strip() for c in rest[width:] if c.strip()]
     else:
         parts = line.split()
-        label, links, extra = parts[0], parts[1:1 + width], parts[1 + width:]
+        label, links, extra = parts[0], parts[1 : 1 + width], parts[1 + width :]
     return label, links, extra
 
 
@@ -163,8 +171,7 @@ def parse_topo(text: str, source: str | None = None) -> Topology:
     lines = _unpipe(text.replace("\r\n", "\n").split("\n"))
     header_at = next((i for i, line in enumerate(lines) if _is_header(line.split())), None)
     if header_at is None:
-        raise NcclTuneError("no nvidia-smi topo -m matrix found (no header line starting "
-                            "with GPU0)", path=where)
+        raise NcclTuneError("no nvidia-smi topo -m matrix found (no header line starting with GPU0)", path=where)
     devices, affinity_columns = _split_header(lines[header_at].split())
     if len(set(devices)) != len(devices):
         raise NcclTuneError("repeated column name in the header", path=where, line=header_at + 1)
@@ -184,28 +191,39 @@ def parse_topo(text: str, source: str | None = None) -> Topology:
         bad_gpu = next(((col, c) for col, c in zip(devices, gpu_cells) if not LINK_RE.match(c)), None)
         if is_gpu and (len(gpu_cells) < n_gpus or bad_gpu):
             if len(gpu_cells) < n_gpus:
-                raise NcclTuneError(f"{label}: expected {len(devices)} link entries, found "
-                                    f"{len(cells)}", path=where, line=number + 1)
-            raise NcclTuneError(f"{label}: unknown link entry '{bad_gpu[1]}' in column {bad_gpu[0]} "
-                                "(expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
-                                path=where, line=number + 1)
+                raise NcclTuneError(
+                    f"{label}: expected {len(devices)} link entries, found {len(cells)}", path=where, line=number + 1
+                )
+            raise NcclTuneError(
+                f"{label}: unknown link entry '{bad_gpu[1]}' in column {bad_gpu[0]} "
+                "(expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
+                path=where,
+                line=number + 1,
+            )
         rest = list(zip(devices[n_gpus:], cells[n_gpus:]))
         bad_rest = next(((col, c) for col, c in rest if not LINK_RE.match(c)), None)
-        damaged = (len(cells) < len(devices) or bad_rest is not None
-                   or len(extra) > len(affinity_columns))
+        damaged = len(cells) < len(devices) or bad_rest is not None or len(extra) > len(affinity_columns)
         if damaged and len(devices) == n_gpus:  # no NIC columns: the cells are not understood
-            raise NcclTuneError(f"{label}: {len(extra)} cells after the links but only "
-                                f"{len(affinity_columns)} affinity columns in the header",
-                                path=where, line=number + 1)
+            raise NcclTuneError(
+                f"{label}: {len(extra)} cells after the links but only "
+                f"{len(affinity_columns)} affinity columns in the header",
+                path=where,
+                line=number + 1,
+            )
         if damaged and not is_gpu and (len(gpu_cells) < n_gpus or bad_gpu):
             warnings.append(f"line {number + 1}: {label}'s row is damaged: row left out")
             end = number + 1
             continue
         if damaged:
-            what = (f"'{bad_rest[1]}' in column {bad_rest[0]}" if bad_rest is not None
-                    else f"{len(cells)} link cells and {len(extra)} after them")
-            warnings.append(f"line {number + 1}: {label}'s NIC and affinity cells are damaged "
-                            f"({what}, cells merged in the paste?): left out, its GPU links read")
+            what = (
+                f"'{bad_rest[1]}' in column {bad_rest[0]}"
+                if bad_rest is not None
+                else f"{len(cells)} link cells and {len(extra)} after them"
+            )
+            warnings.append(
+                f"line {number + 1}: {label}'s NIC and affinity cells are damaged "
+                f"({what}, cells merged in the paste?): left out, its GPU links read"
+            )
             matrix[label] = dict(zip(devices[:n_gpus], gpu_cells))
             affinity[label] = {}
         else:
@@ -217,12 +235,22 @@ def parse_topo(text: str, source: str | None = None) -> Topology:
         raise NcclTuneError(f"no matrix row for {', '.join(missing)}", path=where, line=end + 1)
     for row, cells in matrix.items():
         if row in cells and cells[row] != "X":
-            raise NcclTuneError(f"{row}: the diagonal entry is '{cells[row]}', not X", path=where,
-                                line=header_at + 2 + list(matrix).index(row))
+            raise NcclTuneError(
+                f"{row}: the diagonal entry is '{cells[row]}', not X",
+                path=where,
+                line=header_at + 2 + list(matrix).index(row),
+            )
     legend, nic_names = _parse_legends(lines[end:])
-    return Topology(devices=devices, matrix=matrix, affinity=affinity,
-                    affinity_columns=affinity_columns, nic_names=nic_names, legend=legend,
-                    source=source, warnings=warnings)
+    return Topology(
+        devices=devices,
+        matrix=matrix,
+        affinity=affinity,
+        affinity_columns=affinity_columns,
+        nic_names=nic_names,
+        legend=legend,
+        source=source,
+        warnings=warnings,
+    )
 
 
 def _parse_legends(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -283,14 +311,12 @@ def _nvlink_ring(gpus: list[str], nv: set[frozenset]) -> bool:
     def extend(path: list[str], left: set[str]) -> bool:
         if not left:
             return frozenset((path[-1], first)) in nv
-        return any(extend(path + [g], left - {g}) for g in sorted(left)
-                   if frozenset((path[-1], g)) in nv)
+        return any(extend(path + [g], left - {g}) for g in sorted(left) if frozenset((path[-1], g)) in nv)
 
     return extend([first], set(rest))
 
 
-def nvls_support(compute_caps: list[str] | None = None,
-                 gpu_names: list[str] | None = None) -> bool | None:
+def nvls_support(compute_caps: list[str] | None = None, gpu_names: list[str] | None = None) -> bool | None:
     """Whether NCCL can build NVLS (NVLink SHARP) on GPUs that all reach each other over
     NVLink: compute capability 9.0 or more (Hopper, Blackwell: NVSwitch gen3 multicast) on
     every GPU; from the names when the capabilities are unknown; None when neither tells."""
@@ -310,8 +336,12 @@ def nvls_support(compute_caps: list[str] | None = None,
     return None
 
 
-def classify(topo: Topology, cpu_vendor: str | None = None,
-             gpu_names: list[str] | None = None, compute_caps: list[str] | None = None) -> str:
+def classify(
+    topo: Topology,
+    cpu_vendor: str | None = None,
+    gpu_names: list[str] | None = None,
+    compute_caps: list[str] | None = None,
+) -> str:
     """The cost model's topology kind (a key of costmodel.TOPOLOGIES), by what NCCL builds.
 
     - every GPU pair NV#: `nvswitch-nvls` where NCCL can build NVLS (`nvls_support`:
@@ -329,8 +359,7 @@ def classify(topo: Topology, cpu_vendor: str | None = None,
     """
     gpus = topo.gpus
     if len(gpus) < 2:
-        raise NcclTuneError(f"{len(gpus)} GPU in the topology: no GPU-to-GPU link to classify",
-                            path=topo.source)
+        raise NcclTuneError(f"{len(gpus)} GPU in the topology: no GPU-to-GPU link to classify", path=topo.source)
     pairs = {frozenset(p): topo.matrix[p[0]][p[1]] for p in itertools.combinations(gpus, 2)}
     nv = {p for p, link in pairs.items() if _NVLINK_RE.match(link)}
     other = [link for p, link in pairs.items() if p not in nv]
@@ -355,8 +384,13 @@ def query_gpus(field: str, timeout: float = 30.0) -> list[str] | None:
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe, f"--query-gpu={field}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [exe, f"--query-gpu={field}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     values = [line.strip() for line in done.stdout.splitlines() if line.strip()]
@@ -381,8 +415,7 @@ def run_nvidia_smi_topo(timeout: float = 30.0) -> str | None:
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 and done.stdout.strip() else None
@@ -410,7 +443,6 @@ def detect_kind() -> str | None:
     if text is None:
         return None
     try:
-        return classify(parse_topo(text, source="nvidia-smi topo -m"), local_cpu_vendor(),
-                        gpu_names(), compute_caps())
+        return classify(parse_topo(text, source="nvidia-smi topo -m"), local_cpu_vendor(), gpu_names(), compute_caps())
     except NcclTuneError:
         return None

@@ -31,21 +31,32 @@ core looks for v5 from 2.28.3 and v6 from 2.30.3 (src/plugin/tuner.cc).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 # nccl-tune op names -> the plugin's collective names.
-PLUGIN_COLLECTIVE = {"allreduce": "allreduce", "all_gather": "allgather",
-                     "reduce_scatter": "reducescatter", "broadcast": "broadcast", "reduce": "reduce"}
-ALGORITHM_NAMES = {"Tree": "tree", "Ring": "ring", "CollNetDirect": "collnet_direct",
-                   "CollNetChain": "collnet_chain", "NVLS": "nvls", "NVLSTree": "nvls_tree",
-                   "PAT": "pat"}
+PLUGIN_COLLECTIVE = {
+    "allreduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
+ALGORITHM_NAMES = {
+    "Tree": "tree",
+    "Ring": "ring",
+    "CollNetDirect": "collnet_direct",
+    "CollNetChain": "collnet_chain",
+    "NVLS": "nvls",
+    "NVLSTree": "nvls_tree",
+    "PAT": "pat",
+}
 PROTOCOL_NAMES = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
 MAX_LINE_CHARS = 200  # the plugin's buffer is 256 bytes with the newline and NUL; keep margin
 # The last row of every collective ends at SIZE_MAX (64-bit size_t): strtoull reads it
 # exactly, so no size, however large, falls through to one channel.
-MAX_BYTES = 2 ** 64 - 1
+MAX_BYTES = 2**64 - 1
 MIN_PLUGIN_VERSION = (2, 30, 3)  # first example plugin that reads NCCL core's flat cost table
 V5_CORE_SINCE = (2, 28, 3)  # first NCCL core that loads ncclTunerPlugin_v5
 
@@ -70,14 +81,28 @@ class Rule:
 
     def line(self) -> str:
         """The CSV line (8 fields)."""
-        return ",".join(str(v) for v in (self.collective, self.min_bytes, self.max_bytes,
-                                         self.algorithm, self.protocol, self.channels,
-                                         self.nnodes, self.nranks))
+        return ",".join(
+            str(v)
+            for v in (
+                self.collective,
+                self.min_bytes,
+                self.max_bytes,
+                self.algorithm,
+                self.protocol,
+                self.channels,
+                self.nnodes,
+                self.nranks,
+            )
+        )
 
     def matches(self, collective: str, nbytes: int, nnodes: int, nranks: int) -> bool:
         """The plugin's match test (numPipeOps and regBuff not used by these rules)."""
-        return (self.collective == collective and self.min_bytes <= nbytes <= self.max_bytes
-                and self.nnodes in (-1, nnodes) and self.nranks in (-1, nranks))
+        return (
+            self.collective == collective
+            and self.min_bytes <= nbytes <= self.max_bytes
+            and self.nnodes in (-1, nnodes)
+            and self.nranks in (-1, nranks)
+        )
 
 
 @dataclass(frozen=True)
@@ -138,8 +163,7 @@ def tile(points: Iterable[Point], collective: str, nnodes: int, nranks: int) -> 
     if not pts:
         return []
     # Half-way (geometric mean) to the next point, never past it nor below this one.
-    uppers = [max(a.bytes, min(int(math.sqrt(max(a.bytes, 1) * b.bytes)), b.bytes - 1))
-              for a, b in zip(pts, pts[1:])]
+    uppers = [max(a.bytes, min(int(math.sqrt(max(a.bytes, 1) * b.bytes)), b.bytes - 1)) for a, b in zip(pts, pts[1:])]
     uppers.append(MAX_BYTES)
     rules: list[Rule] = []
     sizes: list[list[int]] = []
@@ -148,10 +172,8 @@ def tile(points: Iterable[Point], collective: str, nnodes: int, nranks: int) -> 
         if point.algorithm is None or point.protocol is None:
             raise ValueError(f"{collective} {point.bytes} B: no algorithm/protocol for a rule")
         if point.channels is None or int(point.channels) < 1:
-            raise ValueError(f"{collective} {point.bytes} B: a rule needs an explicit channel "
-                             "count >= 1")
-        key = (plugin_algorithm(point.algorithm), plugin_protocol(point.protocol),
-               int(point.channels))
+            raise ValueError(f"{collective} {point.bytes} B: a rule needs an explicit channel count >= 1")
+        key = (plugin_algorithm(point.algorithm), plugin_protocol(point.protocol), int(point.channels))
         last = rules[-1] if rules else None
         if last and (last.algorithm, last.protocol, last.channels) == key and last.note == point.origin:
             rules[-1] = Rule(collective, last.min_bytes, hi, *key, nnodes, nranks, point.origin)
@@ -161,21 +183,43 @@ def tile(points: Iterable[Point], collective: str, nnodes: int, nranks: int) -> 
         if point.measured:
             sizes[-1].append(point.bytes)
         lo = hi + 1
-    return [Rule(r.collective, r.min_bytes, r.max_bytes, r.algorithm, r.protocol, r.channels,
-                 r.nnodes, r.nranks, _sizes_note(r.note, s)) for r, s in zip(rules, sizes)]
+    return [
+        Rule(
+            r.collective,
+            r.min_bytes,
+            r.max_bytes,
+            r.algorithm,
+            r.protocol,
+            r.channels,
+            r.nnodes,
+            r.nranks,
+            _sizes_note(r.note, s),
+        )
+        for r, s in zip(rules, sizes)
+    ]
 
 
-def rules_from_points(points: Iterable[tuple[int, str, str, int]], nnodes: int, nranks: int,
-                      collective: str = "allreduce", origin: str = "") -> list[Rule]:
+def rules_from_points(
+    points: Iterable[tuple[int, str, str, int]],
+    nnodes: int,
+    nranks: int,
+    collective: str = "allreduce",
+    origin: str = "",
+) -> list[Rule]:
     """`tile` for plain (bytes, algorithm, protocol, channels) tuples of one origin."""
     return tile([Point(b, a, p, c, origin) for b, a, p, c in points], collective, nnodes, nranks)
 
 
 def gaps(rules: list[Rule], collective: str, nnodes: int, nranks: int) -> list[tuple[int, int]]:
     """Size ranges [lo, hi] of `collective` that no rule matches (they run on one channel)."""
-    spans = sorted((r.min_bytes, r.max_bytes) for r in rules
-                   if r.collective == collective and r.nnodes in (-1, nnodes)
-                   and r.nranks in (-1, nranks) and r.min_bytes <= r.max_bytes)
+    spans = sorted(
+        (r.min_bytes, r.max_bytes)
+        for r in rules
+        if r.collective == collective
+        and r.nnodes in (-1, nnodes)
+        and r.nranks in (-1, nranks)
+        and r.min_bytes <= r.max_bytes
+    )
     out, nxt = [], 0
     for lo, hi in spans:
         if lo > nxt:
@@ -200,8 +244,7 @@ def render(rules: list[Rule], header: list[str]) -> str:
         if len(line.encode()) > MAX_LINE_CHARS:
             raise ValueError(f"rule line too long for the plugin: {line}")
         if rule.note:
-            out.extend(_wrap_comment(f"{rule.collective} {rule.min_bytes}-{rule.max_bytes} B: "
-                                     f"{rule.note}"))
+            out.extend(_wrap_comment(f"{rule.collective} {rule.min_bytes}-{rule.max_bytes} B: {rule.note}"))
         out.append(line)
     return "\n".join(out) + "\n"
 
@@ -212,8 +255,8 @@ def _wrap_comment(text: str) -> list[str]:
     words: list[str] = []
     for word in text.encode("ascii", "replace").decode().split():
         while len(word) > limit - 6:
-            words.append(word[:limit - 6])
-            word = word[limit - 6:]
+            words.append(word[: limit - 6])
+            word = word[limit - 6 :]
         words.append(word)
     lines, current = [], "#"
     for word in words:
@@ -251,8 +294,7 @@ def parse(text: str) -> list[Rule]:
     return rules
 
 
-def first_match(rules: list[Rule], collective: str, nbytes: int, nnodes: int,
-                nranks: int) -> Rule | None:
+def first_match(rules: list[Rule], collective: str, nbytes: int, nnodes: int, nranks: int) -> Rule | None:
     """The rule the plugin applies (first match), or None (then it runs ONE channel)."""
     return next((r for r in rules if r.matches(collective, nbytes, nnodes, nranks)), None)
 
@@ -264,10 +306,14 @@ def version_warnings(version: tuple[int, int, int] | None, where: str) -> list[s
     text = ".".join(map(str, version))
     out = []
     if version < MIN_PLUGIN_VERSION:
-        out.append(f"WARNING: {where} NCCL {text}: the example plugin of NCCL {text} CRASHES "
-                   "on the flat cost table NCCL core passes (fixed in 2.30.3); build the plugin "
-                   "from NCCL >= 2.30.3.")
+        out.append(
+            f"WARNING: {where} NCCL {text}: the example plugin of NCCL {text} CRASHES "
+            "on the flat cost table NCCL core passes (fixed in 2.30.3); build the plugin "
+            "from NCCL >= 2.30.3."
+        )
     if version < V5_CORE_SINCE:
-        out.append(f"WARNING: NCCL {text} loads tuner interfaces v2-v4 only, and the 2.30.3+ "
-                   "example plugin exports v5/v6: it will not be loaded; upgrade NCCL to >= 2.28.3.")
+        out.append(
+            f"WARNING: NCCL {text} loads tuner interfaces v2-v4 only, and the 2.30.3+ "
+            "example plugin exports v5/v6: it will not be loaded; upgrade NCCL to >= 2.28.3."
+        )
     return out

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 SGLANG_RATE_DRAFTS = "drafts"  # (L - 1) / k: SGLang after PR #23530 (2026-04-23)
 SGLANG_RATE_TOTAL = "total"  # L / (k + 1): SGLang from PR #11572 (2025-10-13) to #23530
@@ -47,16 +47,17 @@ SGLANG_CONVENTION_WORDS = {
 CONVENTION_ACCEPT_LEN = "accept length, bonus token included (SGLang accept len, vLLM mean acceptance length)"
 CONVENTION_DRAFTS = "accepted drafts per cycle, bonus token not counted (profiler): accept length = A + 1"
 CONVENTION_VLLM_RATE = "vLLM draft acceptance rate, accepted / drafted: accept length = 1 + R x k"
-CONVENTION_PER_POS = ("per-position acceptance p_i (vLLM spec_decode_num_accepted_tokens_per_pos "
-                      "/ spec_decode_num_drafts)")
+CONVENTION_PER_POS = (
+    "per-position acceptance p_i (vLLM spec_decode_num_accepted_tokens_per_pos / spec_decode_num_drafts)"
+)
 CONVENTION_IID = "iid per-token acceptance probability (none of the engines' averages)"
 # the order in which acceptance figures at the same K are trusted when they disagree and
 # no measured tok/s decides: a per-cycle count first, then the engines' accept lengths
-SOURCE_PRIORITY = ("--accepted-drafts", "--accept-len", "--vllm-acceptance-rate",
-                   "--sglang-accept-rate", "--fit")
+SOURCE_PRIORITY = ("--accepted-drafts", "--accept-len", "--vllm-acceptance-rate", "--sglang-accept-rate", "--fit")
 
 
 # ---------------------------------------------------------------- tokens per cycle
+
 
 def _check_rate(rate: float) -> None:
     if not 0.0 <= rate <= 1.0:  # NaN fails this too
@@ -103,8 +104,9 @@ def iid_rate_from_accept_len(accept_len: float, k: int) -> float:
     if k < 1:
         raise ValueError("k must be >= 1")
     if not 1.0 <= accept_len <= k + 1:
-        raise ValueError(f"an accept length at {k} steps must lie in [1, {k + 1}] (it counts the "
-                         f"bonus token), got {accept_len:g}")
+        raise ValueError(
+            f"an accept length at {k} steps must lie in [1, {k + 1}] (it counts the bonus token), got {accept_len:g}"
+        )
     return _segment_ratio(1.0, k, accept_len - 1.0)
 
 
@@ -117,7 +119,7 @@ def _segment_ratio(start: float, steps: int, total: float) -> float:
     lo, hi = 0.0, 1.0
     for _ in range(100):
         mid = (lo + hi) / 2
-        if start * sum(mid ** m for m in range(1, steps + 1)) < total:
+        if start * sum(mid**m for m in range(1, steps + 1)) < total:
             lo = mid
         else:
             hi = mid
@@ -140,6 +142,7 @@ def simulate_cycles(conditional: Sequence[float], cycles: int, seed: int = 0) ->
 
 
 # ---------------------------------------------------------------- conventions
+
 
 def accept_len_from_sglang_rate(rate: float, k: int, variant: str = SGLANG_RATE_DRAFTS) -> float:
     """SGLang `accept rate` at k steps (topk 1) -> accept length, under `variant`."""
@@ -176,11 +179,15 @@ def accept_len_from_vllm_rate(draft_acceptance_rate: float, k: int) -> float:
 
 def conventions_at(tau: float, k: int) -> dict:
     """tau at k steps in every engine's convention (what each would print)."""
-    return {"k": k, "accept_len": tau, "accepted_drafts": tau - 1.0,
-            "sglang_accept_rate": sglang_accept_rate(tau, k, SGLANG_RATE_DRAFTS) if k else None,
-            "sglang_accept_rate_total": sglang_accept_rate(tau, k, SGLANG_RATE_TOTAL) if k else None,
-            "vllm_mean_acceptance_length": tau,
-            "vllm_draft_acceptance_rate": vllm_draft_acceptance_rate(tau, k) if k else None}
+    return {
+        "k": k,
+        "accept_len": tau,
+        "accepted_drafts": tau - 1.0,
+        "sglang_accept_rate": sglang_accept_rate(tau, k, SGLANG_RATE_DRAFTS) if k else None,
+        "sglang_accept_rate_total": sglang_accept_rate(tau, k, SGLANG_RATE_TOTAL) if k else None,
+        "vllm_mean_acceptance_length": tau,
+        "vllm_draft_acceptance_rate": vllm_draft_acceptance_rate(tau, k) if k else None,
+    }
 
 
 RATE_MATCH_ABS = 0.006  # logs print rates to 2 decimals: half a unit plus float slack
@@ -198,6 +205,7 @@ def infer_sglang_convention(accept_len: float, rate: float, k: int) -> tuple[str
 
 
 # ---------------------------------------------------------------- acceptance model
+
 
 @dataclass(frozen=True)
 class AcceptancePoint:
@@ -229,17 +237,21 @@ def reach_from_points(points: Sequence[tuple[int, float]], max_k: int) -> tuple[
     for k, length in sorted(points):
         steps, gain = k - prev_k, length - prev_tau
         if gain < -1e-9:
-            notes.append(f"accept length {length:g} at k = {k} is below {prev_tau:g} at k = {prev_k}: "
-                         "tokens per cycle cannot fall with more drafts")
+            notes.append(
+                f"accept length {length:g} at k = {k} is below {prev_tau:g} at k = {prev_k}: "
+                "tokens per cycle cannot fall with more drafts"
+            )
         elif gain > steps * prev_p + 1e-9:
-            notes.append(f"accept length {length:g} at k = {k} needs per-position acceptance to rise "
-                         f"after k = {prev_k}: the inputs disagree")
+            notes.append(
+                f"accept length {length:g} at k = {k} needs per-position acceptance to rise "
+                f"after k = {prev_k}: the inputs disagree"
+            )
         ratio = _segment_ratio(prev_p, steps, gain)
-        reach.extend(prev_p * ratio ** m for m in range(1, steps + 1))
+        reach.extend(prev_p * ratio**m for m in range(1, steps + 1))
         prev_k, prev_tau, prev_p = k, prev_tau + sum(reach[-steps:]), reach[-1]
     while len(reach) < max_k:
         reach.append(reach[-1] * ratio if reach else 0.0)
-    return reach[:max(max_k, len(reach))], notes
+    return reach[: max(max_k, len(reach))], notes
 
 
 @dataclass
@@ -276,14 +288,18 @@ class Acceptance:
 
     def to_dict(self) -> dict:
         """JSON-ready form (key `convention` states how the inputs were read)."""
-        return {"description": self.description, "convention": self.convention,
-                "iid_rate": self.rate,
-                "per_position": list(self.reach[:16]) if self.reach is not None else None,
-                "points": [{"k": p.k, "accept_len": p.accept_len, "source": p.source,
-                            "convention": p.convention} for p in self.points],
-                "left_out": [{"k": p.k, "accept_len": p.accept_len, "source": p.source}
-                             for p in self.alternatives],
-                "notes": self.notes}
+        return {
+            "description": self.description,
+            "convention": self.convention,
+            "iid_rate": self.rate,
+            "per_position": list(self.reach[:16]) if self.reach is not None else None,
+            "points": [
+                {"k": p.k, "accept_len": p.accept_len, "source": p.source, "convention": p.convention}
+                for p in self.points
+            ],
+            "left_out": [{"k": p.k, "accept_len": p.accept_len, "source": p.source} for p in self.alternatives],
+            "notes": self.notes,
+        }
 
 
 def from_iid_rate(rate: float) -> Acceptance:
@@ -298,15 +314,18 @@ def from_per_position(reach: Sequence[float]) -> Acceptance:
     for value in reach:
         _check_rate(value)
     if any(b > a + 1e-12 for a, b in zip(reach, reach[1:])):
-        raise ValueError("per-position acceptance (the share of drafts accepted up to each "
-                         "position) cannot rise with the position")
-    return Acceptance("per-position acceptance " + ", ".join(f"{p:g}" for p in reach)
-                      + " (position-dependent tau = 1 + sum p_i)", CONVENTION_PER_POS,
-                      reach=reach, limit_k=len(reach))
+        raise ValueError(
+            "per-position acceptance (the share of drafts accepted up to each position) cannot rise with the position"
+        )
+    return Acceptance(
+        "per-position acceptance " + ", ".join(f"{p:g}" for p in reach) + " (position-dependent tau = 1 + sum p_i)",
+        CONVENTION_PER_POS,
+        reach=reach,
+        limit_k=len(reach),
+    )
 
 
-def from_points(points: Sequence[AcceptancePoint], max_k: int,
-                prefer: dict[int, float] | None = None) -> Acceptance:
+def from_points(points: Sequence[AcceptancePoint], max_k: int, prefer: dict[int, float] | None = None) -> Acceptance:
     """Acceptance from accept lengths at one or more k (one used per k).
 
     Several figures at the same k: those agreeing within 2% are one; when they disagree
@@ -322,27 +341,38 @@ def from_points(points: Sequence[AcceptancePoint], max_k: int,
             group = sorted(group, key=lambda p: abs(p.accept_len - prefer[k]))
             reason = "the measured tok/s at this k supports it"
         else:
-            group = sorted(group, key=lambda p: SOURCE_PRIORITY.index(p.option)
-                           if p.option in SOURCE_PRIORITY else len(SOURCE_PRIORITY))
+            group = sorted(
+                group,
+                key=lambda p: SOURCE_PRIORITY.index(p.option) if p.option in SOURCE_PRIORITY else len(SOURCE_PRIORITY),
+            )
             reason = "no measured tok/s at this k decides; the measured sweep does"
         chosen = group[0]
         used.append(chosen)
         for other in group[1:]:
             if abs(other.accept_len - chosen.accept_len) > 0.02 * chosen.accept_len:
                 left_out.append(other)
-                notes.append(f"at k = {k}: {other.source} (accept length {other.accept_len:.3f}) "
-                             f"disagrees with {chosen.source} ({chosen.accept_len:.3f}); planned "
-                             f"with the latter ({reason})")
+                notes.append(
+                    f"at k = {k}: {other.source} (accept length {other.accept_len:.3f}) "
+                    f"disagrees with {chosen.source} ({chosen.accept_len:.3f}); planned "
+                    f"with the latter ({reason})"
+                )
     reach, shape_notes = reach_from_points([(p.k, p.accept_len) for p in used], max_k)
     if len(used) == 1:
         p = used[0]
         rate = iid_rate_from_accept_len(min(max(p.accept_len, 1.0), p.k + 1), p.k)
-        desc = (f"accept length {p.accept_len:.3f} at {p.k} steps from {p.source} ({p.convention}); "
-                f"one (length, k) pair: iid closed form, per-token acceptance {rate:.3f}")
-        return Acceptance(desc, p.convention, reach=None, rate=rate, points=used,
-                          alternatives=left_out, notes=notes + shape_notes)
-    desc = ("accept lengths " + ", ".join(f"{p.accept_len:.3f}@{p.k} ({p.source})" for p in used)
-            + "; position-dependent: reach decays geometrically between the given k, matching each")
+        desc = (
+            f"accept length {p.accept_len:.3f} at {p.k} steps from {p.source} ({p.convention}); "
+            f"one (length, k) pair: iid closed form, per-token acceptance {rate:.3f}"
+        )
+        return Acceptance(
+            desc, p.convention, reach=None, rate=rate, points=used, alternatives=left_out, notes=notes + shape_notes
+        )
+    desc = (
+        "accept lengths "
+        + ", ".join(f"{p.accept_len:.3f}@{p.k} ({p.source})" for p in used)
+        + "; position-dependent: reach decays geometrically between the given k, matching each"
+    )
     conventions = "; ".join(sorted({p.convention for p in used}))
-    return Acceptance(desc, conventions, reach=tuple(reach), points=used, alternatives=left_out,
-                      notes=notes + shape_notes)
+    return Acceptance(
+        desc, conventions, reach=tuple(reach), points=used, alternatives=left_out, notes=notes + shape_notes
+    )

@@ -17,9 +17,8 @@ import each name from the module that defines it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
-
 
 DEFAULT_REL_ERROR = 0.05  # stated relative error of a predicted tok/s when no interval is given
 
@@ -43,9 +42,15 @@ def cycle_ms(k: int, draft_step_ms: float, verify_ms: float, other_ms: float = 0
     return k * draft_step_ms + verify_ms + other_ms
 
 
-def plan_steps(steps: Sequence[int], tau: Callable[[int], float], draft_step_ms: float,
-               verify: Callable[[int], float], other_ms: float = 0.0,
-               decode_ms: float | None = None, batch: int = 1) -> list[StepPlan]:
+def plan_steps(
+    steps: Sequence[int],
+    tau: Callable[[int], float],
+    draft_step_ms: float,
+    verify: Callable[[int], float],
+    other_ms: float = 0.0,
+    decode_ms: float | None = None,
+    batch: int = 1,
+) -> list[StepPlan]:
     """One StepPlan per k in `steps`.
 
     `verify(n)` is the time of a target forward of n tokens (n = batch x (k + 1)); k = 0 is
@@ -62,16 +67,36 @@ def plan_steps(steps: Sequence[int], tau: Callable[[int], float], draft_step_ms:
             t_cycle = verify(tokens) if decode_ms is None else decode_ms
             if t_cycle <= 0:
                 raise ValueError("plain decoding must take positive time")
-            out.append(StepPlan(0, 1.0, 0.0, t_cycle, 0.0, t_cycle, 1000.0 / t_cycle,
-                                decode_ms is None and bool(extrapolated(tokens))))
+            out.append(
+                StepPlan(
+                    0,
+                    1.0,
+                    0.0,
+                    t_cycle,
+                    0.0,
+                    t_cycle,
+                    1000.0 / t_cycle,
+                    decode_ms is None and bool(extrapolated(tokens)),
+                )
+            )
             continue
         t_verify = verify(tokens)
         t_tau = tau(k)
         t_cycle = cycle_ms(k, draft_step_ms, t_verify, other_ms)
         if t_cycle <= 0:
             raise ValueError("a cycle must take positive time")
-        out.append(StepPlan(k, t_tau, k * draft_step_ms, t_verify, other_ms, t_cycle,
-                            1000.0 * t_tau / t_cycle, bool(extrapolated(tokens))))
+        out.append(
+            StepPlan(
+                k,
+                t_tau,
+                k * draft_step_ms,
+                t_verify,
+                other_ms,
+                t_cycle,
+                1000.0 * t_tau / t_cycle,
+                bool(extrapolated(tokens)),
+            )
+        )
     return out
 
 
@@ -93,25 +118,44 @@ def decision(plans: Sequence[StepPlan]) -> dict:
     best = best_step(plans)
     plain = next((p for p in plans if p.k == 0), None)
     if plain is None:
-        return {"speculate": None, "best_k": best.k, "break_even_decode_ms": 1000.0 / best.tok_s,
-                "words": (f"speculate with k = {best.k} only if plain decoding takes more than "
-                          f"{1000.0 / best.tok_s:.3f} ms per token (below {best.tok_s:.1f} tok/s): "
-                          "plain decoding was not given (--decode-ms decides)")}
+        return {
+            "speculate": None,
+            "best_k": best.k,
+            "break_even_decode_ms": 1000.0 / best.tok_s,
+            "words": (
+                f"speculate with k = {best.k} only if plain decoding takes more than "
+                f"{1000.0 / best.tok_s:.3f} ms per token (below {best.tok_s:.1f} tok/s): "
+                "plain decoding was not given (--decode-ms decides)"
+            ),
+        }
     if best.k == 0:
         spec = [p for p in plans if p.k >= 1]
         runner = ""
         if spec:
             second = best_step(spec)
             runner = f"; the best speculative k = {second.k} gives {second.tok_s / plain.tok_s:.2f}x"
-        return {"speculate": False, "best_k": 0, "break_even_decode_ms": None,
-                "words": f"do not speculate: plain decoding is fastest ({plain.tok_s:.1f} tok/s{runner})"}
-    return {"speculate": True, "best_k": best.k, "break_even_decode_ms": None,
-            "words": (f"speculate with k = {best.k} draft steps: {best.tok_s:.1f} tok/s, "
-                      f"{best.tok_s / plain.tok_s:.2f}x plain decoding")}
+        return {
+            "speculate": False,
+            "best_k": 0,
+            "break_even_decode_ms": None,
+            "words": f"do not speculate: plain decoding is fastest ({plain.tok_s:.1f} tok/s{runner})",
+        }
+    return {
+        "speculate": True,
+        "best_k": best.k,
+        "break_even_decode_ms": None,
+        "words": (
+            f"speculate with k = {best.k} draft steps: {best.tok_s:.1f} tok/s, "
+            f"{best.tok_s / plain.tok_s:.2f}x plain decoding"
+        ),
+    }
 
 
-def candidate_steps(plans: Sequence[StepPlan], rel_error: float = DEFAULT_REL_ERROR,
-                    intervals: dict[int, tuple[float, float]] | None = None) -> list[int]:
+def candidate_steps(
+    plans: Sequence[StepPlan],
+    rel_error: float = DEFAULT_REL_ERROR,
+    intervals: dict[int, tuple[float, float]] | None = None,
+) -> list[int]:
     """Every step count whose predicted tok/s is within the uncertainty of the best plan,
     plain decoding (k = 0) included.
 

@@ -20,8 +20,8 @@ explanations differ most) decides.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 SPAN_POINTS = 41  # explanations tried between the two ends (inclusive)
 
@@ -62,12 +62,16 @@ class CycleSpan:
         """JSON-ready form."""
         k1, c1 = self.point
         lo, hi = self.per_step_range
-        return {"measured_k": k1, "cycle_ms": c1, "per_step_ms": [lo, hi],
-                "fixed_ms": [c1 - hi * k1, c1 - lo * k1], "per_step_floor": self.floor_from}
+        return {
+            "measured_k": k1,
+            "cycle_ms": c1,
+            "per_step_ms": [lo, hi],
+            "fixed_ms": [c1 - hi * k1, c1 - lo * k1],
+            "per_step_floor": self.floor_from,
+        }
 
 
-def implied_cycles(measured: dict[int, float], tau: Callable[[int], float]
-                   ) -> list[tuple[int, float]]:
+def implied_cycles(measured: dict[int, float], tau: Callable[[int], float]) -> list[tuple[int, float]]:
     """(k, 1000 x tau(k) / tok/s) for every measured k >= 1."""
     return sorted((k, 1000.0 * tau(k) / x) for k, x in measured.items() if k >= 1)
 
@@ -80,9 +84,11 @@ def least_squares(points: Sequence[tuple[int, float]]) -> CycleFit:
     b = sum((k - mx) * (c - my) for k, c in points) / sxx
     a = my - b * mx
     ks = ", ".join(str(k) for k, _ in points)
-    note = (f"FITTED (--fit, no verify or draft timings): cycle(k) = {a:.3f} + {b:.3f} x k ms, "
-            f"least squares through the cycles measured at k = {ks} (1000 x tau(K) / measured "
-            "tok/s); linear growth in k is the stated assumption")
+    note = (
+        f"FITTED (--fit, no verify or draft timings): cycle(k) = {a:.3f} + {b:.3f} x k ms, "
+        f"least squares through the cycles measured at k = {ks} (1000 x tau(K) / measured "
+        "tok/s); linear growth in k is the stated assumption"
+    )
     return CycleFit(a, b, tuple(points), note)
 
 
@@ -91,8 +97,11 @@ def span(point: tuple[int, float], decode_ms: float, draft_ms: float | None) -> 
     k1, c1 = point
     steep = max((c1 - decode_ms) / k1, 0.0)
     floor = min(draft_ms or 0.0, steep)
-    how = ("--draft-ms (a step costs at least one draft forward)" if draft_ms
-           else "0 (no draft time given: drafts could cost nothing)")
+    how = (
+        "--draft-ms (a step costs at least one draft forward)"
+        if draft_ms
+        else "0 (no draft time given: drafts could cost nothing)"
+    )
     return CycleSpan(point, (floor, steep), decode_ms, how)
 
 
@@ -100,11 +109,13 @@ def span_note(s: CycleSpan, measure_k: int | None) -> str:
     """One line: what one point cannot tell, and which measurement would."""
     k1, c1 = s.point
     lo, hi = s.per_step_range
-    text = (f"ONE measured point (k = {k1}, cycle {c1:.3f} ms) cannot separate a fixed per-cycle "
-            f"cost from a per-step cost: planned over every split from all per-step "
-            f"({s.decode_ms:.3f} + {hi:.3f} x k ms: no fixed cost beyond a plain decode step) to "
-            f"all fixed ({c1 - lo * k1:.3f} + {lo:.3f} x k ms; per-step floor {s.floor_from}); "
-            "the candidates are what any split allows")
+    text = (
+        f"ONE measured point (k = {k1}, cycle {c1:.3f} ms) cannot separate a fixed per-cycle "
+        f"cost from a per-step cost: planned over every split from all per-step "
+        f"({s.decode_ms:.3f} + {hi:.3f} x k ms: no fixed cost beyond a plain decode step) to "
+        f"all fixed ({c1 - lo * k1:.3f} + {lo:.3f} x k ms; per-step floor {s.floor_from}); "
+        "the candidates are what any split allows"
+    )
     if measure_k is not None:
         text += f"; measure tok/s at k = {measure_k} to decide (the splits differ most there)"
     return text

@@ -13,18 +13,25 @@ from dataclasses import dataclass, field
 from nccl_tune.spec import accept as sa
 
 MAX_STEPS = 64  # more draft steps than this is not a plan (SGLang sweeps 1..10)
-ACCEPTANCE_OPTIONS = ("--accept-len L@K", "--accepted-drafts A@K", "--accept-rate A",
-                      "--accept-per-pos P1,P2,...", "--sglang-accept-rate R@K",
-                      "--vllm-acceptance-rate R@K")
+ACCEPTANCE_OPTIONS = (
+    "--accept-len L@K",
+    "--accepted-drafts A@K",
+    "--accept-rate A",
+    "--accept-per-pos P1,P2,...",
+    "--sglang-accept-rate R@K",
+    "--vllm-acceptance-rate R@K",
+)
 
 
-def parse_steps(text: str, option: str = "--steps", allow_zero: bool = False,
-                noun: str = "step count", maximum: int = MAX_STEPS) -> list[int]:
+def parse_steps(
+    text: str, option: str = "--steps", allow_zero: bool = False, noun: str = "step count", maximum: int = MAX_STEPS
+) -> list[int]:
     """'1-10', '2,4,6' or '1-3,8' -> sorted distinct step counts.
 
     ValueError naming `option`. Bounds are checked before a range is expanded, so
     '1-99999999999999' is refused at once instead of built.
     """
+
     def bad(why: str) -> ValueError:
         return ValueError(f"{option} '{text}': {why}")
 
@@ -42,8 +49,11 @@ def parse_steps(text: str, option: str = "--steps", allow_zero: bool = False,
         if lo < (0 if allow_zero else 1):
             raise bad(f"{noun}s start at " + ("0" if allow_zero else "1"))
         if hi > maximum:
-            raise bad(f"more than {maximum} draft steps is not a plan" if noun == "step count"
-                      else f"{noun}s above {maximum} are not planned")
+            raise bad(
+                f"more than {maximum} draft steps is not a plan"
+                if noun == "step count"
+                else f"{noun}s above {maximum} are not planned"
+            )
         if lo > hi:
             raise bad(f"range '{part}' runs backwards")
         out.update(range(lo, hi + 1))
@@ -76,8 +86,7 @@ def split_interval(text: str, what: str) -> tuple[str, list[float]]:
     return ",".join(plain) + sep + at_text, halves
 
 
-def scalar(text: str | None, option: str, minimum: float = 0.0, strict: bool = False
-           ) -> tuple[float | None, float]:
+def scalar(text: str | None, option: str, minimum: float = 0.0, strict: bool = False) -> tuple[float | None, float]:
     """'11.26' or '11.26+-0.1' -> (value, half-width); None -> (None, 0). ValueError naming it."""
     if text is None:
         return None, 0.0
@@ -138,8 +147,10 @@ def verify_points(text: str, option: str = "--verify-ms") -> tuple[list[tuple[in
     """'V' (flat) or 'V1,V2,...@T1,T2,...' -> ((tokens, ms) points, flat); ValueError naming it."""
     values, at = parse_at(text, option)
     if at is None and len(values) != 1:
-        raise ValueError(f"{option} '{text}': several values need @T1,T2,... (the tokens per "
-                         "forward, k+1 at batch 1, each was measured at)")
+        raise ValueError(
+            f"{option} '{text}': several values need @T1,T2,... (the tokens per "
+            "forward, k+1 at batch 1, each was measured at)"
+        )
     points = list(zip(at or [1], values))
     if any(t <= 0 for t, _ in points) or any(not m > 0 for _, m in points):
         raise ValueError(f"{option} '{text}': token counts and verify times must be positive")
@@ -155,8 +166,10 @@ def _rate(value: float, option: str, text: str) -> None:
 
 def _length(value: float, k: int, option: str, text: str) -> None:
     if not 1.0 <= value <= k + 1 + 1e-9:
-        raise ValueError(f"{option} '{text}': an accept length at {k} steps must lie in [1, {k + 1}] "
-                         f"(it counts the bonus token), got {value:.4g}")
+        raise ValueError(
+            f"{option} '{text}': an accept length at {k} steps must lie in [1, {k + 1}] "
+            f"(it counts the bonus token), got {value:.4g}"
+        )
 
 
 @dataclass
@@ -204,8 +217,7 @@ class Timings:
 
     def halves(self) -> dict:
         """The planner's `halves` (nccl_tune.spec.planner.PlanRequest)."""
-        return {**dict(self.half_widths), "verify": dict(self.verify_halves),
-                "decode_points": dict(self.decode_halves)}
+        return {**dict(self.half_widths), "verify": dict(self.verify_halves), "decode_points": dict(self.decode_halves)}
 
 
 @dataclass(frozen=True)
@@ -222,10 +234,15 @@ def _many(value) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def parse_acceptance(accept_len=(), accepted_drafts=(), accept_rate: float | None = None,
-                     accept_per_pos: str | None = None, sglang_accept_rate=(),
-                     vllm_acceptance_rate=(), sglang_convention: str = sa.SGLANG_RATE_AUTO
-                     ) -> AcceptanceInput:
+def parse_acceptance(
+    accept_len=(),
+    accepted_drafts=(),
+    accept_rate: float | None = None,
+    accept_per_pos: str | None = None,
+    sglang_accept_rate=(),
+    vllm_acceptance_rate=(),
+    sglang_convention: str = sa.SGLANG_RATE_AUTO,
+) -> AcceptanceInput:
     """The acceptance options -> AcceptanceInput; ValueError naming the option.
 
     L@K figures (accept length, accepted drafts, SGLang and vLLM rates) may be given at
@@ -242,9 +259,11 @@ def parse_acceptance(accept_len=(), accepted_drafts=(), accept_rate: float | Non
     pointwise = bool(lengths or drafts or sglang or vllm)
     alone = [x for x in (accept_rate, accept_per_pos) if x is not None]
     if len(alone) + bool(pointwise) > 1:
-        raise ValueError("give --accept-rate, or --accept-per-pos, or L@K figures (--accept-len, "
-                         "--accepted-drafts, --sglang-accept-rate, --vllm-acceptance-rate), not "
-                         "several of these")
+        raise ValueError(
+            "give --accept-rate, or --accept-per-pos, or L@K figures (--accept-len, "
+            "--accepted-drafts, --sglang-accept-rate, --vllm-acceptance-rate), not "
+            "several of these"
+        )
     if accept_rate is not None:
         _rate(accept_rate, "--accept-rate", str(accept_rate))
         out.rate = float(accept_rate)
@@ -263,36 +282,55 @@ def parse_acceptance(accept_len=(), accepted_drafts=(), accept_rate: float | Non
         out.per_pos = reach
         return out
     for text in lengths:
-        value, k = value_at(text, "--accept-len", "1.62@5 (accept length 1.62, bonus token "
-                            "included, with 5 draft steps)")
+        value, k = value_at(
+            text, "--accept-len", "1.62@5 (accept length 1.62, bonus token included, with 5 draft steps)"
+        )
         _length(value, k, "--accept-len", text)
-        out.points.append(sa.AcceptancePoint(k, value, f"--accept-len {text}", sa.CONVENTION_ACCEPT_LEN,
-                                             half_of(text, "--accept-len")))
+        out.points.append(
+            sa.AcceptancePoint(
+                k, value, f"--accept-len {text}", sa.CONVENTION_ACCEPT_LEN, half_of(text, "--accept-len")
+            )
+        )
     for text in drafts:
-        value, k = value_at(text, "--accepted-drafts", "0.95@5 (0.95 drafts accepted per cycle, "
-                            "bonus token not counted, with 5 draft steps)")
+        value, k = value_at(
+            text,
+            "--accepted-drafts",
+            "0.95@5 (0.95 drafts accepted per cycle, bonus token not counted, with 5 draft steps)",
+        )
         if not 0.0 <= value <= k:
-            raise ValueError(f"--accepted-drafts '{text}': accepted drafts at {k} steps must lie "
-                             f"in [0, {k}], got {value:g}")
-        out.points.append(sa.AcceptancePoint(k, value + 1.0, f"--accepted-drafts {text}",
-                                             sa.CONVENTION_DRAFTS, half_of(text, "--accepted-drafts")))
+            raise ValueError(
+                f"--accepted-drafts '{text}': accepted drafts at {k} steps must lie in [0, {k}], got {value:g}"
+            )
+        out.points.append(
+            sa.AcceptancePoint(
+                k, value + 1.0, f"--accepted-drafts {text}", sa.CONVENTION_DRAFTS, half_of(text, "--accepted-drafts")
+            )
+        )
     for text in vllm:
-        value, k = value_at(text, "--vllm-acceptance-rate", "0.6@4 (vLLM's draft acceptance "
-                            "rate 0.6 with 4 speculative tokens)")
+        value, k = value_at(
+            text, "--vllm-acceptance-rate", "0.6@4 (vLLM's draft acceptance rate 0.6 with 4 speculative tokens)"
+        )
         _rate(value, "--vllm-acceptance-rate", text)
-        out.points.append(sa.AcceptancePoint(k, sa.accept_len_from_vllm_rate(value, k),
-                                             f"--vllm-acceptance-rate {text}", sa.CONVENTION_VLLM_RATE,
-                                             k * half_of(text, "--vllm-acceptance-rate")))
+        out.points.append(
+            sa.AcceptancePoint(
+                k,
+                sa.accept_len_from_vllm_rate(value, k),
+                f"--vllm-acceptance-rate {text}",
+                sa.CONVENTION_VLLM_RATE,
+                k * half_of(text, "--vllm-acceptance-rate"),
+            )
+        )
     _sglang_rates(out, sglang, lengths, sglang_convention)
     return out
 
 
-def _sglang_rates(out: AcceptanceInput, rates: tuple[str, ...], lengths: tuple[str, ...],
-                  convention: str) -> None:
+def _sglang_rates(out: AcceptanceInput, rates: tuple[str, ...], lengths: tuple[str, ...], convention: str) -> None:
     option = "--sglang-accept-rate"
     if convention not in (sa.SGLANG_RATE_AUTO, *sa.SGLANG_CONVENTION_WORDS):
-        raise ValueError(f"unknown SGLang accept-rate convention '{convention}' (known: auto, "
-                         f"{', '.join(sa.SGLANG_CONVENTION_WORDS)})")
+        raise ValueError(
+            f"unknown SGLang accept-rate convention '{convention}' (known: auto, "
+            f"{', '.join(sa.SGLANG_CONVENTION_WORDS)})"
+        )
     parsed = []
     for text in rates:
         value, k = value_at(text, option, "0.27@5 (SGLang's accept rate 0.27 with 5 draft steps)")
@@ -305,21 +343,32 @@ def _sglang_rates(out: AcceptanceInput, rates: tuple[str, ...], lengths: tuple[s
         if pair is None:
             continue
         variant, predicted = sa.infer_sglang_convention(pair.accept_len, value, k)
-        words = "; ".join(f"{sa.SGLANG_CONVENTION_WORDS[v].split(',')[0]} = {p:.3f}"
-                          for v, p in predicted.items())
+        words = "; ".join(f"{sa.SGLANG_CONVENTION_WORDS[v].split(',')[0]} = {p:.3f}" for v, p in predicted.items())
         if variant is None:
-            out.checks.append({"input": f"{option} {text}", "predicted": None, "measured": value,
-                               "agrees": False, "note": f"with {pair.source}: {words}; the rate "
-                               "matches neither SGLang convention (or both): not used"})
+            out.checks.append(
+                {
+                    "input": f"{option} {text}",
+                    "predicted": None,
+                    "measured": value,
+                    "agrees": False,
+                    "note": f"with {pair.source}: {words}; the rate "
+                    "matches neither SGLang convention (or both): not used",
+                }
+            )
             continue
         inferred.add(variant)
-        out.checks.append({"input": f"{option} {text}", "predicted": predicted[variant],
-                           "measured": value, "agrees": True,
-                           "note": f"convention inferred from {pair.source}: "
-                                   f"{sa.SGLANG_CONVENTION_WORDS[variant]} ({words})"})
+        out.checks.append(
+            {
+                "input": f"{option} {text}",
+                "predicted": predicted[variant],
+                "measured": value,
+                "agrees": True,
+                "note": f"convention inferred from {pair.source}: {sa.SGLANG_CONVENTION_WORDS[variant]} ({words})",
+            }
+        )
         if convention != sa.SGLANG_RATE_AUTO and convention != variant:
             out.checks[-1]["agrees"] = False
-            out.checks[-1]["note"] += (f"; contradicts --sglang-rate-convention {convention}")
+            out.checks[-1]["note"] += f"; contradicts --sglang-rate-convention {convention}"
     for text, value, k in parsed:
         if k in length_at:
             continue  # used to infer the convention, not a second figure at this K
@@ -330,14 +379,21 @@ def _sglang_rates(out: AcceptanceInput, rates: tuple[str, ...], lengths: tuple[s
             variant = next(iter(inferred))
             how = "inferred from the accept length at another K"
         else:
-            raise ValueError(f"{option} '{text}': SGLang's accept rate changed meaning between "
-                             "releases (L/(k+1) from PR #11572, (L-1)/k from PR #23530): give "
-                             "--accept-len at the same K (the decode log prints both), or "
-                             "--sglang-rate-convention drafts|total")
+            raise ValueError(
+                f"{option} '{text}': SGLang's accept rate changed meaning between "
+                "releases (L/(k+1) from PR #11572, (L-1)/k from PR #23530): give "
+                "--accept-len at the same K (the decode log prints both), or "
+                "--sglang-rate-convention drafts|total"
+            )
         length = sa.accept_len_from_sglang_rate(value, k, variant)
         _length(length, k, option, text)
         scale = k if variant == sa.SGLANG_RATE_DRAFTS else k + 1
-        out.points.append(sa.AcceptancePoint(
-            k, length, f"{option} {text}",
-            f"SGLang accept rate, {sa.SGLANG_CONVENTION_WORDS[variant]} ({how})",
-            scale * half_of(text, option)))
+        out.points.append(
+            sa.AcceptancePoint(
+                k,
+                length,
+                f"{option} {text}",
+                f"SGLang accept rate, {sa.SGLANG_CONVENTION_WORDS[variant]} ({how})",
+                scale * half_of(text, option),
+            )
+        )

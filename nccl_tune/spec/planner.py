@@ -25,24 +25,33 @@ the plan ranks k >= 1 and says how slow plain decoding must be for the best k to
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
 
 from nccl_tune.spec import accept as sa
-from nccl_tune.spec import cyclefit
-from nccl_tune.spec import reconcile
-from nccl_tune.spec import saturation
+from nccl_tune.spec import cyclefit, reconcile, saturation
 from nccl_tune.spec import verify as sv
-from nccl_tune.spec.cycle import (DEFAULT_REL_ERROR, StepPlan, best_step, candidate_steps, decision,
-                                  plan_steps, validate_command)
+from nccl_tune.spec.cycle import (
+    DEFAULT_REL_ERROR,
+    StepPlan,
+    best_step,
+    candidate_steps,
+    decision,
+    plan_steps,
+    validate_command,
+)
 from nccl_tune.spec.options import AcceptanceInput
 
-OTHER_NOTE = ("--other-ms is charged to speculative cycles only (draft re-extend, tree and "
-              "acceptance work); plain decoding is priced by its own decode time")
-BATCH_NOTE = ("at batch B a draft step is taken to cost --draft-ms x (a target forward of B "
-              "sequences) / (one of 1): the draft runs on the same hardware, its time grows with "
-              "the batch as the target's does (ASSUMED); --other-ms the same as at batch 1; tok/s "
-              "is per sequence")
+OTHER_NOTE = (
+    "--other-ms is charged to speculative cycles only (draft re-extend, tree and "
+    "acceptance work); plain decoding is priced by its own decode time"
+)
+BATCH_NOTE = (
+    "at batch B a draft step is taken to cost --draft-ms x (a target forward of B "
+    "sequences) / (one of 1): the draft runs on the same hardware, its time grows with "
+    "the batch as the target's does (ASSUMED); --other-ms the same as at batch 1; tok/s "
+    "is per sequence"
+)
 
 
 @dataclass
@@ -80,10 +89,12 @@ class PlanRequest:
 
     def uncertain(self) -> bool:
         """True when some input was given with an interval."""
-        return (any(v for k, v in self.halves.items() if k not in ("verify", "decode_points"))
-                or any(self.halves.get("verify", {}).values())
-                or any(self.halves.get("decode_points", {}).values())
-                or any(p.half for p in self.acceptance.points))
+        return (
+            any(v for k, v in self.halves.items() if k not in ("verify", "decode_points"))
+            or any(self.halves.get("verify", {}).values())
+            or any(self.halves.get("decode_points", {}).values())
+            or any(p.half for p in self.acceptance.points)
+        )
 
 
 @dataclass
@@ -112,22 +123,31 @@ class BatchPlan:
     def to_dict(self) -> dict:
         """JSON-ready form."""
         plain = self.plain
-        out = {"batch": self.batch, "best_k": self.best.k, "best_tok_s": self.best.tok_s,
-               "best_extrapolated": self.best.extrapolated, "candidates": self.candidates,
-               "speculate": self.decision["speculate"], "decision": self.decision["words"],
-               "break_even_decode_ms": self.decision["break_even_decode_ms"],
-               "plain_tok_s": plain.tok_s if plain else None,
-               "speedup": self.best.tok_s / plain.tok_s if plain else None,
-               "plans": [asdict(p) for p in self.plans], "left_out_steps": self.left_out,
-               "validate_command": self.validate,
-               "tok_s_intervals": ({str(k): list(v) for k, v in self.intervals.items()}
-                                   if self.intervals else None),
-               "uncertainty": ("the range one measured point allows (every split of the cycle "
-                               "into fixed and per-step cost)" if self.span else
-                               "the inputs' intervals (95% of 400 draws, uniform within each "
-                               "+-H; inputs without one taken as exact)" if self.intervals
-                               else "stated relative error"),
-               "one_point_span": self.span}
+        out = {
+            "batch": self.batch,
+            "best_k": self.best.k,
+            "best_tok_s": self.best.tok_s,
+            "best_extrapolated": self.best.extrapolated,
+            "candidates": self.candidates,
+            "speculate": self.decision["speculate"],
+            "decision": self.decision["words"],
+            "break_even_decode_ms": self.decision["break_even_decode_ms"],
+            "plain_tok_s": plain.tok_s if plain else None,
+            "speedup": self.best.tok_s / plain.tok_s if plain else None,
+            "plans": [asdict(p) for p in self.plans],
+            "left_out_steps": self.left_out,
+            "validate_command": self.validate,
+            "tok_s_intervals": ({str(k): list(v) for k, v in self.intervals.items()} if self.intervals else None),
+            "uncertainty": (
+                "the range one measured point allows (every split of the cycle into fixed and per-step cost)"
+                if self.span
+                else "the inputs' intervals (95% of 400 draws, uniform within each "
+                "+-H; inputs without one taken as exact)"
+                if self.intervals
+                else "stated relative error"
+            ),
+            "one_point_span": self.span,
+        }
         return out
 
 
@@ -147,16 +167,39 @@ class PlanResult:
     def to_dict(self) -> dict:
         """The stable JSON: the first batch size's keys at the top, every one under batches."""
         first = self.batches[0].to_dict()
-        out = {key: first[key] for key in (
-            "best_k", "candidates", "speculate", "decision", "break_even_decode_ms", "plain_tok_s",
-            "plans", "best_tok_s", "speedup", "best_extrapolated", "left_out_steps",
-            "validate_command", "tok_s_intervals", "uncertainty", "one_point_span")}
-        out.update({"verify_model": self.verify_model, "acceptance": self.acceptance.to_dict(),
-                    "consistency": self.consistency, "fit": self.fit, "notes": self.notes,
-                    "rel_error": self.rel_error, "tolerance": self.tolerance,
-                    "decides": "the measured sweep decides: run the validate command",
-                    "conventions": sa.conventions_at(self.batches[0].best.tau,
-                                                     self.batches[0].best.k)})
+        out = {
+            key: first[key]
+            for key in (
+                "best_k",
+                "candidates",
+                "speculate",
+                "decision",
+                "break_even_decode_ms",
+                "plain_tok_s",
+                "plans",
+                "best_tok_s",
+                "speedup",
+                "best_extrapolated",
+                "left_out_steps",
+                "validate_command",
+                "tok_s_intervals",
+                "uncertainty",
+                "one_point_span",
+            )
+        }
+        out.update(
+            {
+                "verify_model": self.verify_model,
+                "acceptance": self.acceptance.to_dict(),
+                "consistency": self.consistency,
+                "fit": self.fit,
+                "notes": self.notes,
+                "rel_error": self.rel_error,
+                "tolerance": self.tolerance,
+                "decides": "the measured sweep decides: run the validate command",
+                "conventions": sa.conventions_at(self.batches[0].best.tau, self.batches[0].best.k),
+            }
+        )
         if len(self.batches) > 1:
             out["batches"] = [b.to_dict() for b in self.batches]
         return out
@@ -175,8 +218,13 @@ def _points(req: PlanRequest, decode: float | None) -> tuple[dict[int, float], l
     return points, sources
 
 
-def _build_curve(req: PlanRequest, points: dict[int, float], sources: list[str],
-                 extra: list[tuple[int, float]] = (), extra_note: str = "") -> sv.VerifyCurve:
+def _build_curve(
+    req: PlanRequest,
+    points: dict[int, float],
+    sources: list[str],
+    extra: list[tuple[int, float]] = (),
+    extra_note: str = "",
+) -> sv.VerifyCurve:
     for t, m in extra:
         points.setdefault(t, m)
     if extra:
@@ -191,26 +239,44 @@ def _build_curve(req: PlanRequest, points: dict[int, float], sources: list[str],
     if kind == sv.MOE and not (req.experts and req.topk):
         raise PlanError("--verify-model moe needs --moe-experts E and --moe-topk K")
     try:
-        return sv.fit_curve(kind, sorted(points.items()), experts=req.experts, topk=req.topk,
-                            comm=req.comm, comm_note=req.comm_note, sources=sources)
+        return sv.fit_curve(
+            kind,
+            sorted(points.items()),
+            experts=req.experts,
+            topk=req.topk,
+            comm=req.comm,
+            comm_note=req.comm_note,
+            sources=sources,
+        )
     except ValueError as exc:
         raise PlanError(str(exc)) from None
 
 
 def _flat_compute_curve(req: PlanRequest, decode: float | None) -> sv.VerifyCurve:
     if decode is None:
-        raise PlanError("without --verify-ms the verify is modelled from plain decoding's time: "
-                        "give --decode-ms (or --baseline-tok-s)")
+        raise PlanError(
+            "without --verify-ms the verify is modelled from plain decoding's time: "
+            "give --decode-ms (or --baseline-tok-s)"
+        )
     comm = req.comm or (lambda n: 0.0)
     slope = req.compute_per_token_ms
-    return sv.VerifyCurve(sv.DENSE, ((1, decode),), fixed_ms=decode - comm(1) - slope,
-                          slope_ms=slope, comm=comm, comm_note=req.comm_note, covers_all=True,
-                          sources=["plain decoding's compute, flat in tokens" if not slope else
-                                   f"plain decoding's compute + {slope:g} ms per extra token"])
+    return sv.VerifyCurve(
+        sv.DENSE,
+        ((1, decode),),
+        fixed_ms=decode - comm(1) - slope,
+        slope_ms=slope,
+        comm=comm,
+        comm_note=req.comm_note,
+        covers_all=True,
+        sources=[
+            "plain decoding's compute, flat in tokens"
+            if not slope
+            else f"plain decoding's compute + {slope:g} ms per extra token"
+        ],
+    )
 
 
-def _verify_curve(req: PlanRequest, decode: float | None, extra=(), extra_note: str = ""
-                  ) -> sv.VerifyCurve:
+def _verify_curve(req: PlanRequest, decode: float | None, extra=(), extra_note: str = "") -> sv.VerifyCurve:
     """The verify curve with its saturation term (its note says how the constant was found)."""
     if not req.verify_points and req.compute_per_token_ms is not None:
         curve = _flat_compute_curve(req, decode)
@@ -257,8 +323,10 @@ def _check(req: PlanRequest, measured: dict, timings: bool) -> None:
     if len(measured) != len(req.measured):
         raise PlanError("--measured-tok-s: give one figure per step count")
     if not timings and not req.fit:
-        raise PlanError("give the verify time (--verify-ms V@T, T = k + 1 tokens), or tok/s "
-                        "measured at two step counts with --measured-tok-s X@K and --fit")
+        raise PlanError(
+            "give the verify time (--verify-ms V@T, T = k + 1 tokens), or tok/s "
+            "measured at two step counts with --measured-tok-s X@K and --fit"
+        )
     if timings and req.draft_ms is None:
         raise PlanError("--verify-ms needs --draft-ms (one draft step's time; 0 if negligible)")
     if not timings and (max(req.batches) > 1 or req.decode_points):
@@ -283,19 +351,29 @@ def plan(req: PlanRequest) -> PlanResult:
     if req.acceptance.given:
         acc = _build(req.acceptance, max_k, implied_tau)
     elif req.fit and timings and implied_tau:
-        fitted = [sa.AcceptancePoint(k, min(max(t, 1.0), k + 1.0), f"--fit --measured-tok-s "
-                                     f"{measured[k]:g}@{k}", "accept length implied by the measured "
-                                     "tok/s and the timings (FITTED)") for k, t in implied_tau.items()]
+        fitted = [
+            sa.AcceptancePoint(
+                k,
+                min(max(t, 1.0), k + 1.0),
+                f"--fit --measured-tok-s {measured[k]:g}@{k}",
+                "accept length implied by the measured tok/s and the timings (FITTED)",
+            )
+            for k, t in implied_tau.items()
+        ]
         acc = sa.from_points(fitted, max_k)
-        fit_info = {"fitted": "acceptance", "from": [p.source for p in fitted],
-                    "accept_len": {str(p.k): p.accept_len for p in fitted}}
+        fit_info = {
+            "fitted": "acceptance",
+            "from": [p.source for p in fitted],
+            "accept_len": {str(p.k): p.accept_len for p in fitted},
+        }
     else:
-        raise PlanError("give the acceptance: --accept-len L@K, --accepted-drafts A@K, "
-                        "--accept-per-pos, --accept-rate, --sglang-accept-rate or "
-                        "--vllm-acceptance-rate")
+        raise PlanError(
+            "give the acceptance: --accept-len L@K, --accepted-drafts A@K, "
+            "--accept-per-pos, --accept-rate, --sglang-accept-rate or "
+            "--vllm-acceptance-rate"
+        )
     if acc.max_k is not None and max(req.steps) > acc.max_k:
-        raise PlanError(f"--accept-per-pos gives {acc.max_k} positions; --steps goes to "
-                        f"{max(req.steps)}")
+        raise PlanError(f"--accept-per-pos gives {acc.max_k} positions; --steps goes to {max(req.steps)}")
     consistency = list(req.acceptance.checks) + reconcile.acceptance_rows(acc)
     fits, span = [None], None
     if not timings:
@@ -307,20 +385,24 @@ def plan(req: PlanRequest) -> PlanResult:
     if req.fit and fit_info is None:
         notes.append("--fit: nothing was fitted (give --measured-tok-s X@K at some K >= 1)")
     if decode is None:
-        notes.append("plain decoding was not given: the plan ranks k >= 1; whether speculation "
-                     "beats plain decoding depends on its time (--decode-ms decides; the decision "
-                     "line says the break-even)")
+        notes.append(
+            "plain decoding was not given: the plan ranks k >= 1; whether speculation "
+            "beats plain decoding depends on its time (--decode-ms decides; the decision "
+            "line says the break-even)"
+        )
     if timings and max(req.batches) > 1:
         notes.append(BATCH_NOTE)
     intervals = _intervals(req) if req.uncertain() and span is None else {}
-    batches = [_plan_batch(b, req, acc, curve, decode, fits, span, intervals.get(b))
-               for b in req.batches]
-    verify_model = (curve.to_dict() if curve is not None else
-                    {"kind": "cycle-fit", "description": fit_info["note"], "points": None})
-    verify_model["plain_decoding"] = (f"{decode:.4g} ms per token from {decode_how}" if decode
-                                      else "not given (--decode-ms)")
-    return PlanResult(batches, verify_model, acc, consistency, notes + acc.notes, fit_info,
-                      req.rel_error, req.tolerance)
+    batches = [_plan_batch(b, req, acc, curve, decode, fits, span, intervals.get(b)) for b in req.batches]
+    verify_model = (
+        curve.to_dict() if curve is not None else {"kind": "cycle-fit", "description": fit_info["note"], "points": None}
+    )
+    verify_model["plain_decoding"] = (
+        f"{decode:.4g} ms per token from {decode_how}" if decode else "not given (--decode-ms)"
+    )
+    return PlanResult(
+        batches, verify_model, acc, consistency, notes + acc.notes, fit_info, req.rel_error, req.tolerance
+    )
 
 
 def _build(inputs: AcceptanceInput, max_k: int, prefer: dict[int, float]) -> sa.Acceptance:
@@ -340,9 +422,12 @@ def _fit_verify(req, measured, acc, decode, curve, notes):
     if not extra:
         return curve, None
     curve = _verify_curve(req, decode, extra, "verify times implied by --measured-tok-s (FITTED, --fit)")
-    info = {"fitted": "verify curve", "implied_points": [list(p) for p in extra],
-            "note": "FITTED: the verify curve includes the verify times the measured tok/s imply "
-                    "with the given acceptance, draft and other times"}
+    info = {
+        "fitted": "verify curve",
+        "implied_points": [list(p) for p in extra],
+        "note": "FITTED: the verify curve includes the verify times the measured tok/s imply "
+        "with the given acceptance, draft and other times",
+    }
     notes.append(info["note"])
     return curve, info
 
@@ -354,19 +439,38 @@ def _cycle_fits(measured, acc, decode, draft_ms):
         raise PlanError("--fit without timings needs --measured-tok-s X@K at some K >= 1")
     if len(pts) >= 2:
         fit = cyclefit.least_squares(pts)
-        return [fit], None, {"fitted": "cycle growth", "cycle_ms_fixed": fit.fixed_ms,
-                             "cycle_ms_per_step": fit.per_step_ms,
-                             "points": [list(p) for p in pts], "note": fit.note}
+        return (
+            [fit],
+            None,
+            {
+                "fitted": "cycle growth",
+                "cycle_ms_fixed": fit.fixed_ms,
+                "cycle_ms_per_step": fit.per_step_ms,
+                "points": [list(p) for p in pts],
+                "note": fit.note,
+            },
+        )
     if decode is None:
-        raise PlanError(f"one measured tok/s (k = {pts[0][0]}) cannot separate a fixed per-cycle cost "
-                        "from a per-step cost: give plain decoding's time (--decode-ms; it bounds "
-                        "the fixed cost) or tok/s measured at a second step count")
+        raise PlanError(
+            f"one measured tok/s (k = {pts[0][0]}) cannot separate a fixed per-cycle cost "
+            "from a per-step cost: give plain decoding's time (--decode-ms; it bounds "
+            "the fixed cost) or tok/s measured at a second step count"
+        )
     span = cyclefit.span(pts[0], decode, draft_ms)
     fits = span.fits()
     mid = fits[len(fits) // 2]
-    return fits, span, {"fitted": "cycle growth (one point: a range)", "cycle_ms_fixed": mid.fixed_ms,
-                        "cycle_ms_per_step": mid.per_step_ms, "points": [list(pts[0])],
-                        "span": span.to_dict(), "note": cyclefit.span_note(span, None)}
+    return (
+        fits,
+        span,
+        {
+            "fitted": "cycle growth (one point: a range)",
+            "cycle_ms_fixed": mid.fixed_ms,
+            "cycle_ms_per_step": mid.per_step_ms,
+            "points": [list(pts[0])],
+            "span": span.to_dict(),
+            "note": cyclefit.span_note(span, None),
+        },
+    )
 
 
 def _plain(batch: int, req: PlanRequest, curve, decode) -> tuple[StepPlan | None, bool]:
@@ -409,8 +513,7 @@ def _spec_plans(batch, req, acc, curve, steps) -> list[StepPlan]:
     draft = req.draft_ms
     if batch > 1:  # BATCH_NOTE: the draft step grows with the batch as the target's forward does
         draft = req.draft_ms * curve.at(batch, batch) / curve.at(1, 1)
-    return plan_steps(steps, acc.tau, draft, _AtBatch(curve, batch, req.saving), req.other_ms,
-                      None, batch)
+    return plan_steps(steps, acc.tau, draft, _AtBatch(curve, batch, req.saving), req.other_ms, None, batch)
 
 
 def _validate(plans, cands, profile) -> str:
@@ -428,8 +531,10 @@ def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> B
         else:
             steps.append(k)
     if not steps:
-        raise PlanError(f"the verify points cover none of --steps at batch {batch} (k + 1 tokens "
-                        "per sequence): measure those, give a verify model, or --extrapolate")
+        raise PlanError(
+            f"the verify points cover none of --steps at batch {batch} (k + 1 tokens "
+            "per sequence): measure those, give a verify model, or --extrapolate"
+        )
     if curve is not None:
         plain, plain_out = _plain(batch, req, curve, decode)
     else:  # a cycle fit (batch 1 only): plain decoding at its own time, when given
@@ -443,23 +548,30 @@ def _plan_batch(batch, req, acc, curve, decode, fits, span, intervals=None) -> B
         if intervals and not all(p.k in intervals for p in plans):
             intervals = None  # some draw could not be planned at some k: the stated error then
         cands = candidate_steps(plans, req.rel_error, intervals)
-        return BatchPlan(batch, plans, best_step(plans), cands, left_out,
-                         _validate(plans, cands, req.profile), intervals)
+        return BatchPlan(
+            batch, plans, best_step(plans), cands, left_out, _validate(plans, cands, req.profile), intervals
+        )
     ks = [k for k, _ in fits[0].points]
     per_fit = [head + [_fitted(k, acc, fit, not min(ks) <= k <= max(ks)) for k in steps] for fit in fits]
     plans = per_fit[len(per_fit) // 2]
     cands = sorted({k for p in per_fit for k in candidate_steps(p, req.rel_error)})
     span_info = None
     if span is not None:
-        ranges = {p.k: (min(q[i].tok_s for q in per_fit), max(q[i].tok_s for q in per_fit))
-                  for i, p in enumerate(plans)}
+        ranges = {
+            p.k: (min(q[i].tok_s for q in per_fit), max(q[i].tok_s for q in per_fit)) for i, p in enumerate(plans)
+        }
         measure = _measure_next(plans, cands, ranges, span.point[0], req.rel_error)
-        span_info = {**span.to_dict(), "best_k_all_per_step": best_step(per_fit[0]).k,
-                     "best_k_all_fixed": best_step(per_fit[-1]).k, "measure_k": measure,
-                     "note": cyclefit.span_note(span, measure)}
+        span_info = {
+            **span.to_dict(),
+            "best_k_all_per_step": best_step(per_fit[0]).k,
+            "best_k_all_fixed": best_step(per_fit[-1]).k,
+            "measure_k": measure,
+            "note": cyclefit.span_note(span, measure),
+        }
         intervals = ranges
-    return BatchPlan(batch, plans, best_step(plans), cands, left_out,
-                     _validate(plans, cands, req.profile), intervals, span_info)
+    return BatchPlan(
+        batch, plans, best_step(plans), cands, left_out, _validate(plans, cands, req.profile), intervals, span_info
+    )
 
 
 def _measure_next(plans, cands, ranges, measured_k, rel_error) -> int | None:
@@ -480,8 +592,9 @@ def _measure_next(plans, cands, ranges, measured_k, rel_error) -> int | None:
 def _fitted(k, acc, fit, extrapolated) -> StepPlan:
     c = fit(k)
     if c <= 0:
-        raise PlanError(f"the fitted cycle time at k = {k} is not positive: the measured points "
-                        "disagree with each other")
+        raise PlanError(
+            f"the fitted cycle time at k = {k} is not positive: the measured points disagree with each other"
+        )
     return StepPlan(k, acc.tau(k), None, None, 0.0, c, 1000.0 * acc.tau(k) / c, extrapolated)
 
 
@@ -492,19 +605,25 @@ def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, d
 
     def jitter(value, half, floor=0.0):
         return value if value is None or not half else max(floor, value + rng.uniform(-half, half))
+
     samples: dict[int, dict[int, list[float]]] = {}
     for _ in range(draws):
-        points = [replace(p, accept_len=min(max(jitter(p.accept_len, p.half), 1.0), p.k + 1.0),
-                          half=0.0) for p in req.acceptance.points]
+        points = [
+            replace(p, accept_len=min(max(jitter(p.accept_len, p.half), 1.0), p.k + 1.0), half=0.0)
+            for p in req.acceptance.points
+        ]
         verify = [(t, jitter(m, h.get("verify", {}).get(t, 0.0), 1e-6)) for t, m in req.verify_points]
-        batch_times = [(b, jitter(m, h.get("decode_points", {}).get(b, 0.0), 1e-6))
-                       for b, m in req.decode_points]
-        draw = replace(req, halves={}, acceptance=replace(req.acceptance, points=points,
-                                                          checks=[], notes=[]),
-                       decode_ms=jitter(req.decode_ms, h.get("decode_ms", 0.0), 1e-6),
-                       draft_ms=jitter(req.draft_ms, h.get("draft_ms", 0.0)),
-                       other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)), verify_points=verify,
-                       decode_points=batch_times)
+        batch_times = [(b, jitter(m, h.get("decode_points", {}).get(b, 0.0), 1e-6)) for b, m in req.decode_points]
+        draw = replace(
+            req,
+            halves={},
+            acceptance=replace(req.acceptance, points=points, checks=[], notes=[]),
+            decode_ms=jitter(req.decode_ms, h.get("decode_ms", 0.0), 1e-6),
+            draft_ms=jitter(req.draft_ms, h.get("draft_ms", 0.0)),
+            other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)),
+            verify_points=verify,
+            decode_points=batch_times,
+        )
         try:
             result = plan(draw)
         except (PlanError, ValueError):
@@ -523,8 +642,9 @@ def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, d
     return out
 
 
-def plan_from_loop(records: dict[int, dict], steps: list[int] | None = None,
-                   rel_error: float = DEFAULT_REL_ERROR) -> PlanResult:
+def plan_from_loop(
+    records: dict[int, dict], steps: list[int] | None = None, rel_error: float = DEFAULT_REL_ERROR
+) -> PlanResult:
     """The planner on a decode loop's own measurements (the built-in loop's JSON records
     by step count; validate and bench/spec_sweep.py use it).
 
@@ -545,12 +665,24 @@ def plan_from_loop(records: dict[int, dict], steps: list[int] | None = None,
         reach = sorted(deepest["accept_per_pos"], reverse=True)  # shares; ties keep it monotone
         acc = AcceptanceInput(per_pos=tuple(reach))
     else:
-        acc = AcceptanceInput(points=[sa.AcceptancePoint(k, r["accept_len"], f"--accept-len "
-                                                         f"{r['accept_len']:.3f}@{k}",
-                                                         sa.CONVENTION_ACCEPT_LEN)
-                                      for k, r in sorted(spec.items())])
+        acc = AcceptanceInput(
+            points=[
+                sa.AcceptancePoint(
+                    k, r["accept_len"], f"--accept-len {r['accept_len']:.3f}@{k}", sa.CONVENTION_ACCEPT_LEN
+                )
+                for k, r in sorted(spec.items())
+            ]
+        )
     measured = [(k, r["tok_s"]) for k, r in sorted(records.items()) if r.get("tok_s")]
-    req = PlanRequest(sorted(steps or spec), acc, records[0]["step_ms"],
-                      [(k + 1, r["verify_ms"]) for k, r in sorted(spec.items())], False, draft,
-                      other, measured=measured, rel_error=rel_error)
+    req = PlanRequest(
+        sorted(steps or spec),
+        acc,
+        records[0]["step_ms"],
+        [(k + 1, r["verify_ms"]) for k, r in sorted(spec.items())],
+        False,
+        draft,
+        other,
+        measured=measured,
+        rel_error=rel_error,
+    )
     return plan(req)

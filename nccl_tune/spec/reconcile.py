@@ -16,10 +16,16 @@ def acceptance_rows(acc: sa.Acceptance) -> list[dict]:
     rows = []
     for other in acc.alternatives:
         used = acc.at(other.k)
-        rows.append({"input": other.source, "predicted": used.accept_len if used else None,
-                     "measured": other.accept_len, "agrees": False,
-                     "note": f"accept length at k = {other.k}: {used.source} gives "
-                             f"{used.accept_len:.3f}, this gives {other.accept_len:.3f}"})
+        rows.append(
+            {
+                "input": other.source,
+                "predicted": used.accept_len if used else None,
+                "measured": other.accept_len,
+                "agrees": False,
+                "note": f"accept length at k = {other.k}: {used.source} gives "
+                f"{used.accept_len:.3f}, this gives {other.accept_len:.3f}",
+            }
+        )
     return rows
 
 
@@ -47,8 +53,14 @@ def measured_rows(req, measured, acc, curve, decode, cycle_fit) -> list[dict]:
             rows.append(row)
             continue
         if curve is not None and not curve.usable(k + 1):
-            rows.append({**row, "predicted": None, "agrees": None,
-                         "note": f"verify time at {k + 1} tokens not measured (--extrapolate)"})
+            rows.append(
+                {
+                    **row,
+                    "predicted": None,
+                    "agrees": None,
+                    "note": f"verify time at {k + 1} tokens not measured (--extrapolate)",
+                }
+            )
             continue
         tau, cycle, verify = cycle_parts(k, acc, curve, req, cycle_fit)
         pred = 1000.0 * tau / cycle
@@ -66,23 +78,37 @@ def would_have_to(k, x, tau, cycle, verify, acc, curve, req) -> list[dict]:
     need_tau = x * cycle / 1000.0
     given = acc.at(k)
     source = given.source if given else f"{acc.convention} (extended from other k)"
-    length = {"input": f"accept length at k = {k} (bonus token included)", "value": need_tau,
-              "given": tau, "from": source}
+    length = {
+        "input": f"accept length at k = {k} (bonus token included)",
+        "value": need_tau,
+        "given": tau,
+        "from": source,
+    }
     if given and given.option == "--accepted-drafts":
         length["as_given"] = f"--accepted-drafts {need_tau - 1:.3f}@{k}"
-    agreeing = [p.source for p in acc.alternatives + acc.points
-                if p.k == k and abs(p.accept_len - need_tau) <= req.tolerance * need_tau]
+    agreeing = [
+        p.source
+        for p in acc.alternatives + acc.points
+        if p.k == k and abs(p.accept_len - need_tau) <= req.tolerance * need_tau
+    ]
     if agreeing:
         length["agrees_with"] = agreeing
     out = [length]
     if verify is not None:
         need_v = 1000.0 * tau / x - k * req.draft_ms - req.other_ms
         measured_here = (k + 1) in dict(req.verify_points)
-        out.append({"input": f"verify time at {k + 1} tokens", "value": need_v, "given": verify,
-                    "from": "--verify-ms" if measured_here else curve.kind + " curve"})
+        out.append(
+            {
+                "input": f"verify time at {k + 1} tokens",
+                "value": need_v,
+                "given": verify,
+                "from": "--verify-ms" if measured_here else curve.kind + " curve",
+            }
+        )
         if given and not measured_here:
             out.reverse()  # the acceptance was measured here, the verify time was not
     else:
-        out.append({"input": f"cycle time at k = {k}", "value": 1000.0 * tau / x, "given": cycle,
-                    "from": "cycle growth fit"})
+        out.append(
+            {"input": f"cycle time at k = {k}", "value": 1000.0 * tau / x, "given": cycle, "from": "cycle growth fit"}
+        )
     return out

@@ -34,11 +34,13 @@ constant is fitted (`fit_tokens`).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 DEFAULT_TOKENS = 295.0
-DEFAULT_SOURCE = ("the H100 SXM5 ridge point with bf16 weights: 989 TFLOP/s dense BF16 / 3.35 "
-                  "TB/s (NVIDIA H100 datasheet); --saturation-tokens sets your GPU's")
+DEFAULT_SOURCE = (
+    "the H100 SXM5 ridge point with bf16 weights: 989 TFLOP/s dense BF16 / 3.35 "
+    "TB/s (NVIDIA H100 datasheet); --saturation-tokens sets your GPU's"
+)
 GRID = tuple(10 ** (i / 100) for i in range(601))  # 1 .. 1e6 tokens, 2.3% apart
 # a knee is claimed only when it explains the times much better than a per-sequence cost
 # alone: its rms log misfit under KNEE_GAIN times the other's, which misses by over MIN_MISS
@@ -53,8 +55,7 @@ def term_ms(t1: float, tokens: float, n_sat: float) -> float:
 
 def _per_seq(points, base, t1, n_sat) -> float:
     """Least squares per-sequence ms (>= 0) where the memory-bound term sets the time."""
-    rows = [(b - 1, ms - base(b)) for b, ms in points
-            if b > 1 and (n_sat is None or term_ms(t1, b, n_sat) < ms)]
+    rows = [(b - 1, ms - base(b)) for b, ms in points if b > 1 and (n_sat is None or term_ms(t1, b, n_sat) < ms)]
     sxx = sum(x * x for x, _ in rows)
     return max(0.0, sum(x * y for x, y in rows) / sxx) if sxx else 0.0
 
@@ -70,8 +71,9 @@ def _miss(points, base, t1, per_seq, n_sat) -> float:
     return math.sqrt(sum(errs) / len(errs))
 
 
-def fit(points: Sequence[tuple[int, float]], base: Callable[[float], float], t1: float
-        ) -> tuple[float, float | None, str]:
+def fit(
+    points: Sequence[tuple[int, float]], base: Callable[[float], float], t1: float
+) -> tuple[float, float | None, str]:
     """(per-sequence ms, n_sat or None, note) from plain decoding's step time at batch
     sizes (batch, ms): a plain step at batch B is a forward of B tokens over B sequences.
 
@@ -93,11 +95,23 @@ def fit(points: Sequence[tuple[int, float]], base: Callable[[float], float], t1:
     scored = [(_miss(pts, base, t1, s, n), -n, n, s) for n, s in knees]
     best = min(scored) if scored else None
     if best is None or miss <= MIN_MISS or best[0] > KNEE_GAIN * miss:
-        return flat, None, (f"from plain decoding's times at batch {where}: {flat:.3f} ms per "
-                            f"sequence beyond the first (rms misfit {100 * miss:.1f}%); no "
-                            f"compute-bound knee below {pts[-1][0]} tokens")
+        return (
+            flat,
+            None,
+            (
+                f"from plain decoding's times at batch {where}: {flat:.3f} ms per "
+                f"sequence beyond the first (rms misfit {100 * miss:.1f}%); no "
+                f"compute-bound knee below {pts[-1][0]} tokens"
+            ),
+        )
     _, _, n_sat, per_seq = best
-    return per_seq, n_sat, (f"FITTED to plain decoding's times at batch {where}: {per_seq:.3f} ms "
-                            f"per sequence beyond the first, compute-bound (t1 x n / n_sat) from "
-                            f"n_sat = {n_sat:.3g} tokens (rms misfit {100 * best[0]:.1f}%, "
-                            f"{100 * miss:.1f}% without the knee)")
+    return (
+        per_seq,
+        n_sat,
+        (
+            f"FITTED to plain decoding's times at batch {where}: {per_seq:.3f} ms "
+            f"per sequence beyond the first, compute-bound (t1 x n / n_sat) from "
+            f"n_sat = {n_sat:.3g} tokens (rms misfit {100 * best[0]:.1f}%, "
+            f"{100 * miss:.1f}% without the knee)"
+        ),
+    )

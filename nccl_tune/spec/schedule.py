@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 VLLM_RULES = "vllm/v1/spec_decode/dynamic/utils.py"
 KEY = "num_speculative_tokens_per_batch_size"
@@ -89,8 +89,7 @@ def vllm_rules():
         loader_spec.loader.exec_module(module)
         module.validate_and_normalize_dynamic_sd_schedule  # noqa: B018 - present, or fall back
     except (OSError, ImportError, AttributeError, SyntaxError) as exc:
-        return None, (f"the project's copy of vLLM's rules ({path} could not be loaded alone: "
-                      f"{type(exc).__name__})")
+        return None, (f"the project's copy of vLLM's rules ({path} could not be loaded alone: {type(exc).__name__})")
     return module, f"vLLM's validate_and_normalize_dynamic_sd_schedule ({path})"
 
 
@@ -125,8 +124,7 @@ def read_base(text: str) -> dict:
             with open(text, encoding="utf-8") as handle:
                 source = handle.read()
         except OSError as exc:
-            raise ValueError(f"{option} '{text}': neither a JSON object nor a readable file "
-                             f"({exc.strerror})") from None
+            raise ValueError(f"{option} '{text}': neither a JSON object nor a readable file ({exc.strerror})") from None
     try:
         base = json.loads(source)
     except ValueError as exc:
@@ -134,8 +132,10 @@ def read_base(text: str) -> dict:
     if not isinstance(base, dict):
         raise ValueError(f"{option} '{text}': expected a JSON object")
     if not (base.get("method") or base.get("model")):
-        raise ValueError(f"{option}: give the speculative method and draft model (e.g. "
-                         '{"method": "eagle3", "model": "DRAFT"}); the schedule only sets the k\'s')
+        raise ValueError(
+            f"{option}: give the speculative method and draft model (e.g. "
+            '{"method": "eagle3", "model": "DRAFT"}); the schedule only sets the k\'s'
+        )
     return base
 
 
@@ -145,8 +145,10 @@ def config(base: dict, schedule: list[list[int]]) -> dict:
     vLLM needs num_speculative_tokens > 0; run without --speculative-config)."""
     largest = max(k for _, _, k in schedule)
     if largest == 0:
-        raise ValueError("do not speculate at any planned batch size: no speculative config to "
-                         "write (run vLLM without --speculative-config)")
+        raise ValueError(
+            "do not speculate at any planned batch size: no speculative config to "
+            "write (run vLLM without --speculative-config)"
+        )
     out = {key: value for key, value in base.items() if key not in (KEY, "num_speculative_tokens")}
     out["num_speculative_tokens"] = largest
     out[KEY] = [list(entry) for entry in schedule]
@@ -159,14 +161,21 @@ def from_batches(batches) -> tuple[list[list[int]], list[str]]:
     notes = []
     unpriced = [b.batch for b in batches if b.plain is None]
     if unpriced:
-        notes.append("plain decoding was not priced at batch " + ", ".join(map(str, unpriced))
-                     + ": k = 0 was not considered there (--decode-ms D1,D2@B1,B2 prices it)")
+        notes.append(
+            "plain decoding was not priced at batch "
+            + ", ".join(map(str, unpriced))
+            + ": k = 0 was not considered there (--decode-ms D1,D2@B1,B2 prices it)"
+        )
     extrapolated = [b.batch for b in batches if b.best.extrapolated]
     if extrapolated:
-        notes.append("the best k at batch " + ", ".join(map(str, extrapolated)) + " rests on "
-                     "EXTRAPOLATED verify times; measure it with validate --concurrency")
-    notes.append("between planned batch sizes the smaller one's k holds; beyond the largest, "
-                 "its k (vLLM carries the last range on)")
+        notes.append(
+            "the best k at batch " + ", ".join(map(str, extrapolated)) + " rests on "
+            "EXTRAPOLATED verify times; measure it with validate --concurrency"
+        )
+    notes.append(
+        "between planned batch sizes the smaller one's k holds; beyond the largest, "
+        "its k (vLLM carries the last range on)"
+    )
     return ranges([(b.batch, b.best.k) for b in batches]), notes
 
 
@@ -193,7 +202,7 @@ def k_at(schedule: list, batch: int, num_speculative_tokens: int) -> int:
     copy): the range holding `batch`, else the last range that starts below it (gaps and
     the tail carry the previous k), clamped to num_speculative_tokens."""
     k = None
-    for start, end, value in check(schedule):
+    for start, _end, value in check(schedule):
         if start <= batch:
             k = value
     return min(k, num_speculative_tokens)

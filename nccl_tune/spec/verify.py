@@ -18,8 +18,8 @@ largest fitted token count a model's value is marked `extrapolated` too (model-b
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 INTERP, MOE, DENSE = "interp", "moe", "dense"
 
@@ -36,8 +36,7 @@ def expected_experts(tokens: float, experts: int, topk: int) -> float:
     return experts * (1.0 - (1.0 - topk / experts) ** tokens)
 
 
-def simulate_distinct_experts(tokens: int, experts: int, topk: int, trials: int,
-                              seed: int = 0) -> float:
+def simulate_distinct_experts(tokens: int, experts: int, topk: int, trials: int, seed: int = 0) -> float:
     """Mean distinct experts over `trials` draws of top-K routing (K distinct experts per
     token, uniformly at random): a check of expected_experts."""
     import random
@@ -134,44 +133,65 @@ class VerifyCurve:
         if self.per_seq_ms:
             text += f"; + {self.per_seq_ms:.3f} ms per sequence beyond the first"
         if self.sat_tokens:
-            text += (f"; saturation: at least {self.sat_t1_ms:.3f} ms x n / {self.sat_tokens:.3g} "
-                     f"(compute-bound beyond {self.sat_tokens:.3g} tokens: {self.sat_note})")
+            text += (
+                f"; saturation: at least {self.sat_t1_ms:.3f} ms x n / {self.sat_tokens:.3g} "
+                f"(compute-bound beyond {self.sat_tokens:.3g} tokens: {self.sat_note})"
+            )
         return text
 
     def _describe_base(self) -> str:
         pts = ", ".join(f"{m:g} ms @ {t}" for t, m in self.points)
         src = f" ({'; '.join(self.sources)})" if self.sources else ""
-        comm = (f"; comm(n) {self.comm_note}" if self.comm_note else
-                "; comm(n) not separated (inside the fitted costs; --layers models it)")
+        comm = (
+            f"; comm(n) {self.comm_note}"
+            if self.comm_note
+            else "; comm(n) not separated (inside the fitted costs; --layers models it)"
+        )
         if self.flat:
-            return (f"flat: {self.points[0][1]:g} ms at any token count (dense-like; give "
-                    f"V1,V2@T1,T2 for a verify that rises with tokens){src}")
+            return (
+                f"flat: {self.points[0][1]:g} ms at any token count (dense-like; give "
+                f"V1,V2@T1,T2 for a verify that rises with tokens){src}"
+            )
         if self.kind == INTERP:
-            beyond = ("linear beyond them (--extrapolate, marked *)" if self.linear_beyond
-                      else "step counts beyond them are left out (--extrapolate, or a model)")
+            beyond = (
+                "linear beyond them (--extrapolate, marked *)"
+                if self.linear_beyond
+                else "step counts beyond them are left out (--extrapolate, or a model)"
+            )
             return f"measured points {pts} tokens, linear between them; {beyond}{src}"
-        fit = f"fitted to {pts} tokens" + (f", rms misfit {self.residual_ms:.3f} ms"
-                                           if self.residual_ms is not None and len(self.points) > 2 else "")
+        fit = f"fitted to {pts} tokens" + (
+            f", rms misfit {self.residual_ms:.3f} ms" if self.residual_ms is not None and len(self.points) > 2 else ""
+        )
         if self.kind == MOE:
-            return (f"MoE: {self.fixed_ms:.3f} ms + {self.slope_ms:.4f} ms x distinct experts "
-                    f"E(1-(1-K/E)^n) with E = {self.experts}, K = {self.topk} (uniform routing "
-                    f"assumed); {fit}{src}{comm}; rows beyond {self.points[-1][0]} tokens "
-                    "are model extrapolation (marked *)")
-        return (f"dense: {self.fixed_ms:.3f} ms + {self.slope_ms:.4f} ms x tokens; "
-                f"{fit}{src}{comm}; rows beyond {self.points[-1][0]} tokens are model "
-                "extrapolation (marked *)")
+            return (
+                f"MoE: {self.fixed_ms:.3f} ms + {self.slope_ms:.4f} ms x distinct experts "
+                f"E(1-(1-K/E)^n) with E = {self.experts}, K = {self.topk} (uniform routing "
+                f"assumed); {fit}{src}{comm}; rows beyond {self.points[-1][0]} tokens "
+                "are model extrapolation (marked *)"
+            )
+        return (
+            f"dense: {self.fixed_ms:.3f} ms + {self.slope_ms:.4f} ms x tokens; "
+            f"{fit}{src}{comm}; rows beyond {self.points[-1][0]} tokens are model "
+            "extrapolation (marked *)"
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"kind": self.kind, "description": self.describe(),
-                "points": [list(p) for p in self.points], "fixed_ms": self.fixed_ms
-                if self.kind != INTERP else None,
-                "slope_ms": self.slope_ms if self.kind != INTERP else None,
-                "slope_per": {MOE: "distinct expert", DENSE: "token"}.get(self.kind),
-                "experts": self.experts, "topk": self.topk, "comm": self.comm_note,
-                "rms_misfit_ms": self.residual_ms, "per_sequence_ms": self.per_seq_ms,
-                "saturation_tokens": self.sat_tokens,
-                "saturation": self.sat_note}
+        return {
+            "kind": self.kind,
+            "description": self.describe(),
+            "points": [list(p) for p in self.points],
+            "fixed_ms": self.fixed_ms if self.kind != INTERP else None,
+            "slope_ms": self.slope_ms if self.kind != INTERP else None,
+            "slope_per": {MOE: "distinct expert", DENSE: "token"}.get(self.kind),
+            "experts": self.experts,
+            "topk": self.topk,
+            "comm": self.comm_note,
+            "rms_misfit_ms": self.residual_ms,
+            "per_sequence_ms": self.per_seq_ms,
+            "saturation_tokens": self.sat_tokens,
+            "saturation": self.sat_note,
+        }
 
 
 def _distinct(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
@@ -183,18 +203,25 @@ def _distinct(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], .
     return tuple(pairs)
 
 
-def measured_curve(points: Sequence[tuple[int, float]], linear_beyond: bool = False,
-                   sources: list[str] | None = None) -> VerifyCurve:
+def measured_curve(
+    points: Sequence[tuple[int, float]], linear_beyond: bool = False, sources: list[str] | None = None
+) -> VerifyCurve:
     """Measured points, interpolated (never silently extrapolated)."""
     if not points:
         raise ValueError("give at least one verify time")
-    return VerifyCurve(INTERP, _distinct(points), linear_beyond=linear_beyond,
-                       sources=list(sources or []))
+    return VerifyCurve(INTERP, _distinct(points), linear_beyond=linear_beyond, sources=list(sources or []))
 
 
-def fit_curve(kind: str, points: Sequence[tuple[int, float]], *, experts: int | None = None,
-              topk: int | None = None, comm: Callable[[int], float] | None = None,
-              comm_note: str | None = None, sources: list[str] | None = None) -> VerifyCurve:
+def fit_curve(
+    kind: str,
+    points: Sequence[tuple[int, float]],
+    *,
+    experts: int | None = None,
+    topk: int | None = None,
+    comm: Callable[[int], float] | None = None,
+    comm_note: str | None = None,
+    sources: list[str] | None = None,
+) -> VerifyCurve:
     """Least-squares fixed + slope x shape(n) to the points minus comm(n) (moe or dense).
 
     One point: no slope can be fitted; ValueError. The fitted slope is kept >= 0 (a
@@ -202,10 +229,13 @@ def fit_curve(kind: str, points: Sequence[tuple[int, float]], *, experts: int | 
     """
     pts = _distinct(points)
     if len(pts) < 2:
-        raise ValueError(f"a {kind} verify model needs the verify time at two token counts at "
-                         "least (e.g. --decode-ms for 1 token and --verify-ms V@T)")
-    curve = VerifyCurve(kind, pts, experts=experts, topk=topk, comm=comm or _no_comm,
-                        comm_note=comm_note, sources=list(sources or []))
+        raise ValueError(
+            f"a {kind} verify model needs the verify time at two token counts at "
+            "least (e.g. --decode-ms for 1 token and --verify-ms V@T)"
+        )
+    curve = VerifyCurve(
+        kind, pts, experts=experts, topk=topk, comm=comm or _no_comm, comm_note=comm_note, sources=list(sources or [])
+    )
     xs = [curve.shape(t) for t, _ in pts]
     ys = [m - curve.comm(t) for t, m in pts]
     n = len(pts)
@@ -217,17 +247,24 @@ def fit_curve(kind: str, points: Sequence[tuple[int, float]], *, experts: int | 
     curve.fixed_ms = my - slope * mx
     curve.residual_ms = (sum((curve(t) - m) ** 2 for t, m in pts) / n) ** 0.5
     if curve.fixed_ms + curve.comm(pts[0][0]) <= 0:
-        raise ValueError("the fitted verify model has no positive fixed cost: check the verify "
-                         "times against comm(n)")
+        raise ValueError("the fitted verify model has no positive fixed cost: check the verify times against comm(n)")
     return curve
 
 
-def modelled_comm(layers: int, hidden: int, dtype: str, nranks: int, topology: str,
-                  env: dict[str, str] | None = None, per_layer: int = 2,
-                  extra: int = 1) -> tuple[Callable[[int], float], str]:
+def modelled_comm(
+    layers: int,
+    hidden: int,
+    dtype: str,
+    nranks: int,
+    topology: str,
+    env: dict[str, str] | None = None,
+    per_layer: int = 2,
+    extra: int = 1,
+) -> tuple[Callable[[int], float], str]:
     """comm(n) in ms from nccl_tune.model.costmodel (MODELLED, not measured) and its description:
     layers x per_layer + extra allreduces of n x hidden x dtype bytes (nccl_tune.model.per_token)."""
-    from nccl_tune.model import costmodel, per_token as model
+    from nccl_tune.model import costmodel
+    from nccl_tune.model import per_token as model
 
     collectives = model.collectives_per_forward(layers, per_layer, extra)
     cache: dict[int, float] = {}
@@ -240,13 +277,24 @@ def modelled_comm(layers: int, hidden: int, dtype: str, nranks: int, topology: s
 
     comm(1)  # refuse a bad topology or dtype now, not mid-plan
     where = "under the given NCCL settings" if env else "under NCCL's defaults"
-    return comm, (f"MODELLED by nccl_tune.model.costmodel ({topology}, {nranks} ranks, {where}): "
-                  f"{collectives} allreduces of n x {hidden} x {model.dtype_bytes(dtype)} B")
+    return comm, (
+        f"MODELLED by nccl_tune.model.costmodel ({topology}, {nranks} ranks, {where}): "
+        f"{collectives} allreduces of n x {hidden} x {model.dtype_bytes(dtype)} B"
+    )
 
 
-def comm_ranges(comm: Callable[[int], float], layers: int, hidden: int, dtype: str, nranks: int,
-                topology: str, env: dict[str, str] | None, tokens, per_layer: int = 2,
-                extra: int = 1) -> dict:
+def comm_ranges(
+    comm: Callable[[int], float],
+    layers: int,
+    hidden: int,
+    dtype: str,
+    nranks: int,
+    topology: str,
+    env: dict[str, str] | None,
+    tokens,
+    per_layer: int = 2,
+    extra: int = 1,
+) -> dict:
     """What `modelled_comm`'s comm(n) rests on at each token count in `tokens`: per
     allreduce the model's time, NCCL's choice, whether it is calibrated and its range, as
     `model predict` gives them (nccl_tune.model.calibrate.predict_rows, ranges from the
@@ -257,11 +305,22 @@ def comm_ranges(comm: Callable[[int], float], layers: int, hidden: int, dtype: s
 
     collectives = model.collectives_per_forward(layers, per_layer, extra)
     tokens = sorted(set(tokens))
-    rows = calibrate.predict_rows(topology, nranks, [model.message_bytes(n, hidden, dtype)
-                                                     for n in tokens], dict(env or {}), None,
-                                  None, references.load())
-    out = [{"tokens": n, **row, "comm_ms": comm(n),
-            "comm_range_ms": ([collectives * v / 1000.0 for v in row["range_us"]]
-                              if row["range_us"] else None)} for n, row in zip(tokens, rows)]
-    return {"collectives": collectives, "calibrated": all(r["calibrated"] for r in out),
-            "rows": out}
+    rows = calibrate.predict_rows(
+        topology,
+        nranks,
+        [model.message_bytes(n, hidden, dtype) for n in tokens],
+        dict(env or {}),
+        None,
+        None,
+        references.load(),
+    )
+    out = [
+        {
+            "tokens": n,
+            **row,
+            "comm_ms": comm(n),
+            "comm_range_ms": ([collectives * v / 1000.0 for v in row["range_us"]] if row["range_us"] else None),
+        }
+        for n, row in zip(tokens, rows)
+    ]
+    return {"collectives": collectives, "calibrated": all(r["calibrated"] for r in out), "rows": out}

@@ -63,8 +63,26 @@ def server_args(model: str, ngram: bool = False) -> list[str]:
     CPU kernels needed), no grammar backend, a small KV cache, /metrics on, and a decode
     line every 4 steps so short runs still log their throughput; with `ngram`, NGRAM
     speculative decoding (validate's --steps replaces its draft-token count)."""
-    return ["--model-path", model, "--device", "cpu", "--tp", "2",
-            "--disable-overlap-schedule", "--attention-backend", "torch_native",
-            "--sampling-backend", "pytorch", "--grammar-backend", "none",
-            "--max-total-tokens", "4096", "--mem-fraction-static", "0.3" if ngram else "0.05",
-            "--enable-metrics", "--decode-log-interval", "4", *(NGRAM if ngram else ())]
+    return [
+        "--model-path",
+        model,
+        "--device",
+        "cpu",
+        "--tp",
+        "2",
+        "--disable-overlap-schedule",
+        "--attention-backend",
+        "torch_native",
+        "--sampling-backend",
+        "pytorch",
+        "--grammar-backend",
+        "none",
+        "--max-total-tokens",
+        "4096",
+        "--mem-fraction-static",
+        "0.3" if ngram else "0.05",
+        "--enable-metrics",
+        "--decode-log-interval",
+        "4",
+        *(NGRAM if ngram else ()),
+    ]

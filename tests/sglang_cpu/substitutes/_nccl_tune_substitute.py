@@ -22,8 +22,7 @@ def announce(package: str, what: str) -> None:
     if package in _announced:
         return
     _announced.add(package)
-    print(f"{MARKER}: {package} ({what}) from {HERE}, pid {os.getpid()}", file=sys.stderr,
-          flush=True)
+    print(f"{MARKER}: {package} ({what}) from {HERE}, pid {os.getpid()}", file=sys.stderr, flush=True)
 
 
 class NotImplementedBySubstitute(NotImplementedError):
@@ -38,14 +37,15 @@ class Missing:
     def __init__(self, qualname: str):
         self._qualname = qualname
 
-    def __getattr__(self, name: str) -> "Missing":
+    def __getattr__(self, name: str) -> Missing:
         if name.startswith("__"):
             raise AttributeError(name)
         return Missing(f"{self._qualname}.{name}")
 
     def __call__(self, *args, **kwargs):
         raise NotImplementedBySubstitute(
-            f"{self._qualname} is not implemented by nccl-tune's test-only substitute ({HERE})")
+            f"{self._qualname} is not implemented by nccl-tune's test-only substitute ({HERE})"
+        )
 
     def __repr__(self) -> str:
         return f"<not implemented by the test-only substitute: {self._qualname}>"

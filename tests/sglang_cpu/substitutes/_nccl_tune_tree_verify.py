@@ -35,8 +35,9 @@ from torch.nn.functional import scaled_dot_product_attention
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend"
 NAME = "torch_native_tree_verify"
-WHAT = ("tree-mask attention for speculative TARGET_VERIFY batches of SGLang's torch_native "
-        "backend, not SGLang's kernels")
+WHAT = (
+    "tree-mask attention for speculative TARGET_VERIFY batches of SGLang's torch_native backend, not SGLang's kernels"
+)
 
 
 def split_mask(mask: torch.Tensor, prefix_lens: list[int], n: int) -> list[torch.Tensor]:
@@ -48,11 +49,13 @@ def split_mask(mask: torch.Tensor, prefix_lens: list[int], n: int) -> list[torch
         return list(flat.view(bs, n, n).unbind(0))
     full = sum(n * (p + n) for p in prefix_lens)
     if flat.numel() < full:
-        raise ValueError(f"verify mask has {flat.numel()} entries: neither draft-only "
-                         f"({bs * n * n}) nor full ({full}) for {bs} requests of {n} drafts")
+        raise ValueError(
+            f"verify mask has {flat.numel()} entries: neither draft-only "
+            f"({bs * n * n}) nor full ({full}) for {bs} requests of {n} drafts"
+        )
     out, start = [], 0
     for p in prefix_lens:  # a longer one is SGLang's padding for CUDA graphs: ignored
-        rows = flat[start:start + n * (p + n)].view(n, p + n)
+        rows = flat[start : start + n * (p + n)].view(n, p + n)
         if not bool(rows[:, :p].all()):
             raise ValueError("full verify mask hides part of the committed prefix")
         out.append(rows[:, p:])
@@ -60,10 +63,18 @@ def split_mask(mask: torch.Tensor, prefix_lens: list[int], n: int) -> list[torch
     return out
 
 
-def tree_verify_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          req_to_token: torch.Tensor, req_pool_indices: list[int],
-                          prefix_lens: list[int], draft_masks: list[torch.Tensor], n: int,
-                          scaling: float | None, enable_gqa: bool) -> torch.Tensor:
+def tree_verify_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: list[int],
+    prefix_lens: list[int],
+    draft_masks: list[torch.Tensor],
+    n: int,
+    scaling: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
     """Attention of bs * n draft queries ([tokens, heads, dim]) over their request's
     committed prefix and their tree ancestors (and themselves): the [tokens, heads,
     v_dim] output. k_cache / v_cache are [slots, kv_heads, dim]; request b's keys are at
@@ -71,15 +82,17 @@ def tree_verify_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     out = query.new_empty((query.shape[0], query.shape[1], v_cache.shape[-1]))
     eye = torch.eye(n, dtype=torch.bool, device=query.device)
     for b, (row, prefix) in enumerate(zip(req_pool_indices, prefix_lens)):
-        slots = req_to_token[row, :prefix + n].to(torch.int64)
-        q = query[b * n:(b + 1) * n].movedim(0, 1)  # [heads, n, dim]
+        slots = req_to_token[row, : prefix + n].to(torch.int64)
+        q = query[b * n : (b + 1) * n].movedim(0, 1)  # [heads, n, dim]
         k = k_cache[slots].movedim(0, 1).to(q.dtype)  # [kv_heads, prefix + n, dim]
         v = v_cache[slots].movedim(0, 1).to(q.dtype)
-        visible = torch.cat((torch.ones((n, prefix), dtype=torch.bool, device=q.device),
-                             draft_masks[b] | eye), dim=1)  # [n, prefix + n]
-        o = scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
-                                         attn_mask=visible, scale=scaling, enable_gqa=enable_gqa)
-        out[b * n:(b + 1) * n] = o.squeeze(0).movedim(1, 0)
+        visible = torch.cat(
+            (torch.ones((n, prefix), dtype=torch.bool, device=q.device), draft_masks[b] | eye), dim=1
+        )  # [n, prefix + n]
+        o = scaled_dot_product_attention(
+            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=visible, scale=scaling, enable_gqa=enable_gqa
+        )
+        out[b * n : (b + 1) * n] = o.squeeze(0).movedim(1, 0)
     return out
 
 
@@ -88,12 +101,16 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
     K/V at out_cache_loc (as the backend's own extend does), then tree_verify_attention."""
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-    if layer.is_cross_attention or getattr(layer, "sliding_window_size", None) not in (None, -1) \
-            or forward_batch.encoder_lens is not None:
+    if (
+        layer.is_cross_attention
+        or getattr(layer, "sliding_window_size", None) not in (None, -1)
+        or forward_batch.encoder_lens is not None
+    ):
         raise NotImplementedError(f"{NAME} (test-only) verifies plain causal self-attention only")
     if save_kv_cache and k is not None and v is not None:
         backend.token_to_kv_pool.set_kv_buffer(
-            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
+            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v
+        )
     spec = forward_batch.spec_info
     n = int(spec.draft_token_num)
     prefix_lens = [int(x) for x in forward_batch.seq_lens.tolist()]
@@ -101,10 +118,17 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
     masks = split_mask(spec.custom_mask, prefix_lens, n)
     q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
     o = tree_verify_attention(
-        q_, backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
+        q_,
+        backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
         backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
-        backend.req_to_token_pool.req_to_token, rows, prefix_lens, masks, n,
-        layer.scaling, layer.tp_q_head_num != layer.tp_k_head_num)
+        backend.req_to_token_pool.req_to_token,
+        rows,
+        prefix_lens,
+        masks,
+        n,
+        layer.scaling,
+        layer.tp_q_head_num != layer.tp_k_head_num,
+    )
     announce(NAME, WHAT)  # once per process, at its first verify batch
     return o.reshape(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 

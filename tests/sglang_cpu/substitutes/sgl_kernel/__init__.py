@@ -17,17 +17,21 @@ from __future__ import annotations
 import ctypes
 
 import torch
-
 from _nccl_tune_substitute import announce, missing
 
 announce("sgl_kernel", "pure-torch helpers for SGLang's CPU path, not SGLang's kernels")
 __version__ = "0.0.0+nccl-tune.test.substitute"
 
 # What this substitute implements (the tests and the report list them from here).
-IMPLEMENTED = ("copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu",
-               "assign_extend_cache_locs_cpu", "fill_accept_out_cache_loc_cpu",
-               "fill_bonus_tokens_cpu", "verify_tree_greedy_cpu",
-               "speculative.reconstruct_indices_from_tree_mask")
+IMPLEMENTED = (
+    "copy_all_layer_kv_cache_cpu",
+    "assign_req_to_token_pool_cpu",
+    "assign_extend_cache_locs_cpu",
+    "fill_accept_out_cache_loc_cpu",
+    "fill_bonus_tokens_cpu",
+    "verify_tree_greedy_cpu",
+    "speculative.reconstruct_indices_from_tree_mask",
+)
 
 
 def _bytes_at(address: int, nbytes: int) -> torch.Tensor:
@@ -36,8 +40,9 @@ def _bytes_at(address: int, nbytes: int) -> torch.Tensor:
     return torch.frombuffer(buffer, dtype=torch.uint8)
 
 
-def copy_all_layer_kv_cache_cpu(data_ptrs: torch.Tensor, strides: torch.Tensor,
-                                tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
+def copy_all_layer_kv_cache_cpu(
+    data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor, src_loc: torch.Tensor
+) -> None:
     """For every KV buffer i (base address data_ptrs[i], slot size strides[i] bytes):
     copy slot src_loc[j] to slot tgt_loc[j] for every j, all sources read before any
     write (the Triton kernel's "safe for in-place copy";
@@ -52,9 +57,14 @@ def copy_all_layer_kv_cache_cpu(data_ptrs: torch.Tensor, strides: torch.Tensor,
         rows[tgt] = rows[src].clone()
 
 
-def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                                 start_offset: torch.Tensor, end_offset: torch.Tensor,
-                                 out_cache_loc: torch.Tensor, pool_len: int) -> None:
+def assign_req_to_token_pool_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
     """req_to_token[req_pool_indices[i], start_offset[i]:end_offset[i]] = the next
     end - start entries of out_cache_loc, request by request in order
     (sglang/srt/mem_cache/allocation.py, assign_req_to_token_pool)."""
@@ -63,13 +73,18 @@ def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: t
     for row, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
         length = end - start
         if length > 0:
-            req_to_token[row, start:end] = out_cache_loc[done:done + length].to(req_to_token.dtype)
+            req_to_token[row, start:end] = out_cache_loc[done : done + length].to(req_to_token.dtype)
             done += length
 
 
-def assign_extend_cache_locs_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                                 start_offset: torch.Tensor, end_offset: torch.Tensor,
-                                 out_cache_loc: torch.Tensor, pool_len: int) -> None:
+def assign_extend_cache_locs_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
     """The reverse of assign_req_to_token_pool_cpu: the next end - start entries of
     out_cache_loc = req_to_token[req_pool_indices[i], start_offset[i]:end_offset[i]],
     request by request in order (sglang/kernels/ops/speculative/cache_locs.py,
@@ -79,22 +94,24 @@ def assign_extend_cache_locs_cpu(req_pool_indices: torch.Tensor, req_to_token: t
     for row, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
         length = end - start
         if length > 0:
-            out_cache_loc[done:done + length] = req_to_token[row, start:end].to(out_cache_loc.dtype)
+            out_cache_loc[done : done + length] = req_to_token[row, start:end].to(out_cache_loc.dtype)
             done += length
 
 
-def fill_accept_out_cache_loc_cpu(accept_index: torch.Tensor, out_cache_loc: torch.Tensor,
-                                  accept_out_cache_loc: torch.Tensor) -> None:
+def fill_accept_out_cache_loc_cpu(
+    accept_index: torch.Tensor, out_cache_loc: torch.Tensor, accept_out_cache_loc: torch.Tensor
+) -> None:
     """accept_out_cache_loc packs out_cache_loc[i] for every accepted index i of the flat
     accept_index (-1: not accepted), in order (sglang/kernels/ops/speculative/eagle.py,
     fill_accept_out_cache_loc)."""
     flat = accept_index.reshape(-1).to(torch.int64)
     kept = flat[flat != -1]
-    accept_out_cache_loc[:kept.numel()] = out_cache_loc[kept].to(accept_out_cache_loc.dtype)
+    accept_out_cache_loc[: kept.numel()] = out_cache_loc[kept].to(accept_out_cache_loc.dtype)
 
 
-def fill_bonus_tokens_cpu(accept_tokens: torch.Tensor, accept_lens: torch.Tensor,
-                          bonus_tokens: torch.Tensor, accept_stride: int) -> None:
+def fill_bonus_tokens_cpu(
+    accept_tokens: torch.Tensor, accept_lens: torch.Tensor, bonus_tokens: torch.Tensor, accept_stride: int
+) -> None:
     """bonus_tokens[b] = the last accepted token of request b: the flat accept_tokens at
     accept_stride * b + accept_lens[b] - 1 (accept_lens counts the bonus token;
     sglang/kernels/ops/speculative/eagle.py, fill_bonus_tokens)."""
@@ -104,10 +121,16 @@ def fill_bonus_tokens_cpu(accept_tokens: torch.Tensor, accept_lens: torch.Tensor
     bonus_tokens.copy_(accept_tokens.reshape(-1)[index].to(bonus_tokens.dtype))
 
 
-def verify_tree_greedy_cpu(predicts: torch.Tensor, accept_index: torch.Tensor,
-                           accept_token_num: torch.Tensor, candidates: torch.Tensor,
-                           retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
-                           retrive_next_sibling: torch.Tensor, target_predict: torch.Tensor) -> None:
+def verify_tree_greedy_cpu(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    target_predict: torch.Tensor,
+) -> None:
     """Greedy verification of a draft tree, per request b (sglang/kernels/ops/speculative/
     spec_tree.py, verify_tree_greedy_kernel_triton): start at the root, then at each
     level walk the children (first child, then its siblings) and accept the first whose

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import torch
-
 from _nccl_tune_substitute import missing
 
 
-def reconstruct_indices_from_tree_mask(tree_mask: torch.Tensor, verified_seq_len: torch.Tensor,
-                                       positions: torch.Tensor, retrieve_index: torch.Tensor,
-                                       retrieve_next_token: torch.Tensor,
-                                       retrieve_next_sibling: torch.Tensor, batch_size: int,
-                                       draft_token_num: int) -> None:
+def reconstruct_indices_from_tree_mask(
+    tree_mask: torch.Tensor,
+    verified_seq_len: torch.Tensor,
+    positions: torch.Tensor,
+    retrieve_index: torch.Tensor,
+    retrieve_next_token: torch.Tensor,
+    retrieve_next_sibling: torch.Tensor,
+    batch_size: int,
+    draft_token_num: int,
+) -> None:
     """NGRAM's verify metadata from its draft tree's ancestor mask, in place, per request b
     with n = draft_token_num (the contract written out in sglang/kernels/ops/speculative/
     reconstruct_tree.py): tree_mask[b, i, j] with j < i marks j an ancestor of i;
@@ -22,7 +26,7 @@ def reconstruct_indices_from_tree_mask(tree_mask: torch.Tensor, verified_seq_len
     n = draft_token_num
     if batch_size == 0:
         return
-    mask = tree_mask.reshape(-1)[:batch_size * n * n].reshape(batch_size, n, n).to(torch.bool)
+    mask = tree_mask.reshape(-1)[: batch_size * n * n].reshape(batch_size, n, n).to(torch.bool)
     node = torch.arange(n)
     ancestors = mask & (node[None, :] < node[:, None])[None]  # [b, i, j]: j < i
     depth = ancestors.sum(dim=2)
@@ -38,7 +42,8 @@ def reconstruct_indices_from_tree_mask(tree_mask: torch.Tensor, verified_seq_len
     sibling = torch.where(same, node[None, :, None], never).amin(dim=1)  # [b, t]
     has_parent = parent >= 0
     retrieve_next_sibling.view(batch_size, n).copy_(
-        torch.where(has_parent & (sibling < n), sibling, torch.full((), -1)))
+        torch.where(has_parent & (sibling < n), sibling, torch.full((), -1))
+    )
 
 
 def __getattr__(name: str):
