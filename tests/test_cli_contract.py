@@ -291,7 +291,7 @@ def test_interrupt_exits_130_not_aborted(cli_runner, monkeypatch, tmp_path):
     def interrupted(argv):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "_stream", interrupted)
+    monkeypatch.setattr(bench, "stream", interrupted)
     result = cli_runner.invoke(cli, ["bench", "--sizes", "1K", "--nproc", "2"])
     assert result.exit_code == 130, result.output
     assert "Aborted!" not in result.output

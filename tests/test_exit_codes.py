@@ -110,7 +110,7 @@ def test_run_failure_wrong_everywhere_is_a_failure():
 
 
 def test_validate_run_failure_rule():
-    from nccl_tune.commands.validate import run_failure
+    from integration.validate_request import run_failure
 
     rows = [{"config": "baseline", "status": "failed"}, {"config": "profile", "status": "ok"}]
     assert "baseline" in run_failure(rows)
@@ -184,7 +184,7 @@ def no_torchrun(monkeypatch):
     def launched(argv):
         raise AssertionError(f"torchrun was started: {argv}")
 
-    monkeypatch.setattr(bench, "_stream", launched)
+    monkeypatch.setattr(bench, "stream", launched)
 
 
 @pytest.mark.parametrize(
@@ -196,11 +196,11 @@ def no_torchrun(monkeypatch):
         (["--mode", "graph"], "--mode graph needs"),
     ],
 )
-def test_bench_refuses_before_torchrun(cli_runner, no_torchrun, tmp_path, args, words):
+def test_bench_refuses_before_torchrun(cli_runner, no_torchrun, tmp_path, monkeypatch, args, words):
     if CUDA and args[0] in ("--verify-effective", "--mode"):
         pytest.skip("these run on a CUDA machine")
-    with cli_runner.isolated_filesystem(temp_dir=tmp_path):
-        result = cli_runner.invoke(cli, ["bench", *args])
+    monkeypatch.chdir(tmp_path)  # missing.json: a relative path that is not there
+    result = cli_runner.invoke(cli, ["bench", *args])
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert result.output.count(words) == 1, result.output  # said once, not once per rank
 

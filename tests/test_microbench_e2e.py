@@ -308,7 +308,7 @@ def test_bench_rejects_bad_options_before_launching():
 
 
 def test_bench_dry_run_argv():
-    from nccl_tune.commands.bench import torchrun_argv
+    from nccl_tune.measure.bench_launch import torchrun_argv
 
     argv = torchrun_argv(8, 1, None, ["--tokens", "1,2"])
     assert argv[1:] == [
@@ -325,7 +325,7 @@ def test_bench_dry_run_argv():
 
 
 def test_failure_summary_names_silent_ranks():
-    from nccl_tune.commands.bench import failure_summary
+    from nccl_tune.measure.bench_launch import failure_summary
 
     lines = [
         "microbench.allreduce: rank 0: lost contact with the other ranks (x)\n",
@@ -453,7 +453,7 @@ def test_bench_refuses_a_missing_plan_once_before_torchrun(tmp_path):
 
 
 def test_refused_reason_needs_every_rank_to_exit_2():
-    from nccl_tune.commands.bench import refused_reason
+    from nccl_tune.measure.bench_launch import refused_reason
 
     said = ["microbench.allreduce: rank 1: error: bad plan\n", "microbench.allreduce: rank 0: error: bad plan\n"]
     report = [
@@ -470,7 +470,7 @@ def test_refused_reason_needs_every_rank_to_exit_2():
 
 
 def test_bench_multinode_argv_and_checks():
-    from nccl_tune.commands.bench import torchrun_argv
+    from nccl_tune.measure.bench_launch import torchrun_argv
 
     assert torchrun_argv(8, 2, None, ["--sizes", "1K"], 1, "node0:29500")[3:] == [
         "--nproc-per-node=8",

@@ -213,7 +213,7 @@ def test_sglang_engine_with_standin_server(cli_runner, tmp_path):
 
 
 def test_sglang_missing_is_one_line_exit_2(cli_runner, profile_file, monkeypatch):
-    from nccl_tune.commands import validate as command
+    from integration import validate_request as command
 
     real_find_spec = importlib.util.find_spec  # the patch below must not call itself
     monkeypatch.setattr(
@@ -576,13 +576,13 @@ def test_a_failed_launch_keeps_the_ranks_last_error_line(cli_runner, profile_fil
 def test_a_real_failed_launch_reports_the_rank_error(cli_runner, profile_file, tmp_path, monkeypatch):
     import torch
 
-    from nccl_tune.commands import validate as command
+    from integration import validate_request as checks
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine where --device cuda fails")
     # validate refuses --device cuda up front without GPUs; pretend one is visible so the
     # launch happens and fails on the ranks, as a real runtime failure does
-    monkeypatch.setattr(command, "_gpu_count", lambda: 1)
+    monkeypatch.setattr(checks, "gpu_count", lambda: 1)
     out = tmp_path / "o.jsonl"
     res = cli_runner.invoke(
         cli,

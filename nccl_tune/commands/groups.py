@@ -20,7 +20,7 @@ from nccl_tune import vocab
 from nccl_tune.model.per_token import DTYPE_BYTES, Workload
 from nccl_tune.spec import accept as sa
 from nccl_tune.spec import options as so
-from nccl_tune.spec.options import SpecInputs, Timings
+from nccl_tune.spec.options import SpecInputs
 
 ACCEPT_LEN_HELP = (
     "Accept length L@K counting the bonus token (SGLang's `accept len`, vLLM's mean "
@@ -130,43 +130,6 @@ def parse_acceptance(kwargs: dict) -> so.AcceptanceInput:
     )
 
 
-def parse_decode(text: str | None) -> tuple[float | None, tuple[tuple[int, float], ...], dict]:
-    """'D', 'D+-H' or 'D1,D2@B1,B2' (each may carry +-H) -> (batch-1 time, ((batch, ms),
-    ...) at other batch sizes, {batch: +-H}); ValueError naming --decode-ms."""
-    if text is None:
-        return None, (), {}
-    if "@" not in text:
-        value, half = so.scalar(text, "--decode-ms", 0.0, True)
-        return value, (), {1: half}
-    values, at = so.parse_at(text, "--decode-ms")
-    _, halves = so.split_interval(text, "--decode-ms")
-    if any(not v > 0 for v in values) or any(b < 1 for b in at) or len(set(at)) != len(at):
-        raise ValueError(f"--decode-ms '{text}': times must be positive, batch sizes distinct and >= 1")
-    by_batch = dict(zip(at, values))
-    half = dict(zip(at, halves))
-    return by_batch.pop(1, None), tuple(sorted(by_batch.items())), half
-
-
-def parse_timings(decode_ms, verify_ms, draft_ms, other_ms) -> Timings:
-    """The timing options -> Timings; ValueError naming the option."""
-    decode, points, decode_halves = parse_decode(decode_ms)
-    verify, flat = so.verify_points(verify_ms) if verify_ms else ([], False)
-    verify_halves = so.verify_halves(verify_ms) if verify_ms else {}
-    draft, draft_half = so.scalar(draft_ms, "--draft-ms")
-    other, other_half = so.scalar(other_ms if other_ms is not None else "0", "--other-ms")
-    return Timings(
-        decode,
-        points,
-        tuple(verify),
-        flat,
-        draft,
-        other,
-        (("decode_ms", decode_halves.get(1, 0.0)), ("draft_ms", draft_half), ("other_ms", other_half)),
-        tuple(sorted(verify_halves.items())),
-        tuple(sorted((b, h) for b, h in decode_halves.items() if b != 1 and h)),
-    )
-
-
 def speculative_options(command):
     """Acceptance forms and timings (decode, verify, draft, other ms) -> `spec: SpecInputs`."""
 
@@ -174,7 +137,7 @@ def speculative_options(command):
     def run(*args, **kwargs):
         acceptance = parse_acceptance(kwargs)
         times = [kwargs.pop(key) for key in TIMING_KEYS]
-        kwargs["spec"] = SpecInputs(acceptance, usage(parse_timings, *times))
+        kwargs["spec"] = SpecInputs(acceptance, usage(so.parse_timings, *times))
         return command(*args, **kwargs)
 
     return _stack(

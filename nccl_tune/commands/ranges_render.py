@@ -8,6 +8,8 @@ question that splits a kind's machines.
 
 from __future__ import annotations
 
+from tabulate import tabulate
+
 
 def range_text(range_us) -> str:
     """'9.7-38.6' (us, one decimal), or '-' without a range."""
@@ -40,3 +42,50 @@ def range_notes(rows: list[dict]) -> list[str]:
     if not out:
         out.append("range: no published measurement to range these figures: they are the model's alone")
     return out
+
+
+def comm_lines(comm_model: dict | None) -> list[str]:
+    """comm(n) as `model predict` prints a modelled time: per token count the model's time
+    per allreduce, calibrated or not, its range, and comm(n) with its range; then what the
+    ranges rest on (nccl_tune.spec.verify.comm_ranges)."""
+    if not comm_model:
+        return []
+    rows = comm_model["rows"]
+    how = "calibrated" if comm_model["calibrated"] else "uncalibrated: no fit of your machine"
+    table = [
+        [
+            r["tokens"],
+            r["bytes"],
+            f"{r['time_us']:.2f}",
+            r["algo"],
+            r["proto"],
+            "yes" if r["calibrated"] else "no",
+            range_text(r["range_us"]),
+            f"{r['comm_ms']:.3f}",
+            "-" if not r["comm_range_ms"] else f"{r['comm_range_ms'][0]:.3f}-{r['comm_range_ms'][1]:.3f}",
+        ]
+        for r in rows
+    ]
+    return [
+        (
+            f"comm(n), MODELLED ({how}): {comm_model['collectives']} allreduces per forward of "
+            "n tokens at the model's time per allreduce"
+        ),
+        tabulate(
+            table,
+            headers=[
+                "tokens",
+                "bytes",
+                "model us",
+                "algo",
+                "proto",
+                "calibrated",
+                "range us",
+                "comm ms",
+                "comm range ms",
+            ],
+            tablefmt="simple",
+            disable_numparse=True,
+        ),
+        *range_notes(rows),
+    ]

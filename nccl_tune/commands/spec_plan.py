@@ -14,6 +14,7 @@ from nccl_tune.commands import engine_option
 from nccl_tune.commands.groups import speculative_options, usage, workload_options
 from nccl_tune.live import envcheck
 from nccl_tune.spec import options as so
+from nccl_tune.spec import plan_context as ctx
 
 
 def engines_kinds() -> list[str]:
@@ -21,66 +22,6 @@ def engines_kinds() -> list[str]:
     from nccl_tune.model import costmodel
 
     return list(costmodel.TOPOLOGIES)
-
-
-ASSUMED_KIND = "pcie-shm"  # the machine comm(n) and the engine's path assume without --topology
-
-
-def _profile_env(profile_path) -> dict | None:
-    """The NCCL profile's variables (its engine switches apply to the engine's path)."""
-    if not profile_path:
-        return None
-    from nccl_tune.live.profile import load_profile, resolve_profile
-
-    return dict(load_profile(str(resolve_profile(profile_path))).env)
-
-
-def _engine(engine: str, topology: str | None, workload, steps, arch, env) -> tuple[list[str], dict]:
-    """The engine's path for each verify allreduce, read as recommend and validate read it
-    (nccl_tune.model.engines.report: the installed engine, else the cited rules): note
-    lines and the report's JSON."""
-    from nccl_tune.model import engines
-    from nccl_tune.model import per_token as model
-
-    kind = topology or ASSUMED_KIND
-    sizes = [model.message_bytes(k + 1, workload.hidden, workload.dtype) for k in [0, *steps]]
-    report = engines.report(engine, kind, workload.tp, sizes, cc=engine_option.resolve_arch(arch, engine), env=env)
-    lines = list(report.lines)
-    if engine != "none":
-        if topology is None:
-            lines.insert(0, f"engine {engine}: machine kind {kind} ASSUMED (pass --topology for yours)")
-        lines.append(f"(sizes: verify of k+1 tokens at hidden {workload.hidden}, {workload.dtype})")
-    return lines, {"name": engine, **report.to_dict()}
-
-
-def _comm(workload, topology, env):
-    """comm(n) MODELLED for --layers (nccl_tune.spec.verify.modelled_comm), or (None, None)."""
-    if not workload.layers:
-        return None, None
-    from nccl_tune.spec import verify as spec_verify
-
-    return usage(
-        spec_verify.modelled_comm,
-        workload.layers,
-        workload.hidden,
-        workload.dtype,
-        workload.tp,
-        topology or ASSUMED_KIND,
-        env,
-    )
-
-
-def _comm_model(comm, result, workload, topology, env) -> dict | None:
-    """comm(n)'s per-allreduce time, range and calibration at the token counts the plan
-    priced (None when the verify model does not use comm(n))."""
-    if comm is None or not result.verify_model.get("comm"):
-        return None
-    from nccl_tune.spec import verify as spec_verify
-
-    tokens = {b.batch * (p.k + 1) for b in result.batches for p in b.plans if p.k > 0}
-    return spec_verify.comm_ranges(
-        comm, workload.layers, workload.hidden, workload.dtype, workload.tp, topology or ASSUMED_KIND, env, tokens
-    )
 
 
 @click.command("spec-plan")
@@ -234,8 +175,8 @@ def spec_plan(
             "draft model; the schedule only sets the step counts)"
         )
     base = usage(schedule.read_base, config_base) if config_base else None
-    env = _profile_env(profile_path) if workload.layers or engine != "none" else None
-    comm, comm_note = _comm(workload, topology, env)
+    env = ctx.profile_env(profile_path) if workload.layers or engine != "none" else None
+    comm, comm_note = usage(ctx.modelled_comm, workload, topology, env)
     t = spec.timings
     req = PlanRequest(
         step_list,
@@ -266,8 +207,9 @@ def spec_plan(
     except PlanError as exc:
         raise click.UsageError(str(exc)) from None
     exported = usage(schedule.export, export_path, base, result.batches) if export_path else None
-    comm_model = _comm_model(comm, result, workload, topology, env)
-    engine_notes, engine_report = _engine(engine, topology, workload, step_list, arch, env)
+    comm_model = ctx.comm_model(comm, result, workload, topology, env)
+    cc = engine_option.resolve_arch(arch, engine)
+    engine_notes, engine_report = ctx.engine_path(engine, topology, workload, step_list, cc, env)
     if as_json:
         from nccl_tune.cli import emit_json
 
@@ -278,7 +220,8 @@ def spec_plan(
         out["export_vllm"] = exported
         emit_json(out)
         return
-    from nccl_tune.commands.spec_render import comm_lines, export_lines, render
+    from nccl_tune.commands.ranges_render import comm_lines
+    from nccl_tune.commands.spec_render import export_lines, render
 
     click.echo(render(result))
     for line in comm_lines(comm_model):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from nccl_tune.commands.ranges_render import range_notes, range_text
-
 HEADERS = ["k", "tau", "draft ms", "verify ms", "cycle ms", "tok/s", "vs plain", "note"]
 
 
@@ -151,53 +149,6 @@ def export_lines(info: dict | None) -> list[str]:
         f"num_speculative_tokens_per_batch_size {cfg['num_speculative_tokens_per_batch_size']} "
         f"(checked by {info['checked_by']})"
     ] + [f"note: {n}" for n in info["notes"]]
-
-
-def comm_lines(comm_model: dict | None) -> list[str]:
-    """comm(n) as `model predict` prints a modelled time: per token count the model's time
-    per allreduce, calibrated or not, its range, and comm(n) with its range; then what the
-    ranges rest on (nccl_tune.spec.verify.comm_ranges)."""
-    if not comm_model:
-        return []
-    rows = comm_model["rows"]
-    how = "calibrated" if comm_model["calibrated"] else "uncalibrated: no fit of your machine"
-    table = [
-        [
-            r["tokens"],
-            r["bytes"],
-            f"{r['time_us']:.2f}",
-            r["algo"],
-            r["proto"],
-            "yes" if r["calibrated"] else "no",
-            range_text(r["range_us"]),
-            f"{r['comm_ms']:.3f}",
-            "-" if not r["comm_range_ms"] else f"{r['comm_range_ms'][0]:.3f}-{r['comm_range_ms'][1]:.3f}",
-        ]
-        for r in rows
-    ]
-    return [
-        (
-            f"comm(n), MODELLED ({how}): {comm_model['collectives']} allreduces per forward of "
-            "n tokens at the model's time per allreduce"
-        ),
-        tabulate(
-            table,
-            headers=[
-                "tokens",
-                "bytes",
-                "model us",
-                "algo",
-                "proto",
-                "calibrated",
-                "range us",
-                "comm ms",
-                "comm range ms",
-            ],
-            tablefmt="simple",
-            disable_numparse=True,
-        ),
-        *range_notes(rows),
-    ]
 
 
 def compare_table(comp, baseline_label: str, rec_label: str | None) -> str:

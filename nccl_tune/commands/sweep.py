@@ -11,6 +11,7 @@ import click
 from microbench.options import DTYPE_ALIASES, DTYPES
 from nccl_tune import vocab
 from nccl_tune.commands import sweep_render
+from nccl_tune.commands.sweep_console import Console
 from nccl_tune.errors import Interrupted, RunFailed
 from nccl_tune.live import envcheck
 from nccl_tune.measure import grid as gridlib
@@ -202,7 +203,7 @@ def sweep(as_json, **options):
         else:
             sweep_render.print_plan(plan)
         return
-    console = sweep_render.Console(plan, as_json)
+    console = Console(plan, as_json)
     try:
         summary = run_sweep(plan, on_start=console.start, on_cell=console.cell, on_warning=console.warning)
     finally:

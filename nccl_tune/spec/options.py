@@ -397,3 +397,40 @@ def _sglang_rates(out: AcceptanceInput, rates: tuple[str, ...], lengths: tuple[s
                 scale * half_of(text, option),
             )
         )
+
+
+def parse_decode(text: str | None) -> tuple[float | None, tuple[tuple[int, float], ...], dict]:
+    """'D', 'D+-H' or 'D1,D2@B1,B2' (each may carry +-H) -> (batch-1 time, ((batch, ms),
+    ...) at other batch sizes, {batch: +-H}); ValueError naming --decode-ms."""
+    if text is None:
+        return None, (), {}
+    if "@" not in text:
+        value, half = scalar(text, "--decode-ms", 0.0, True)
+        return value, (), {1: half}
+    values, at = parse_at(text, "--decode-ms")
+    _, halves = split_interval(text, "--decode-ms")
+    if any(not v > 0 for v in values) or any(b < 1 for b in at) or len(set(at)) != len(at):
+        raise ValueError(f"--decode-ms '{text}': times must be positive, batch sizes distinct and >= 1")
+    by_batch = dict(zip(at, values))
+    half = dict(zip(at, halves))
+    return by_batch.pop(1, None), tuple(sorted(by_batch.items())), half
+
+
+def parse_timings(decode_ms, verify_ms, draft_ms, other_ms) -> Timings:
+    """The timing options -> Timings; ValueError naming the option."""
+    decode, points, decode_halves = parse_decode(decode_ms)
+    verify, flat = verify_points(verify_ms) if verify_ms else ([], False)
+    verify_half = verify_halves(verify_ms) if verify_ms else {}
+    draft, draft_half = scalar(draft_ms, "--draft-ms")
+    other, other_half = scalar(other_ms if other_ms is not None else "0", "--other-ms")
+    return Timings(
+        decode,
+        points,
+        tuple(verify),
+        flat,
+        draft,
+        other,
+        (("decode_ms", decode_halves.get(1, 0.0)), ("draft_ms", draft_half), ("other_ms", other_half)),
+        tuple(sorted(verify_half.items())),
+        tuple(sorted((b, h) for b, h in decode_halves.items() if b != 1 and h)),
+    )
