@@ -118,9 +118,15 @@ def test_fallback_when_vllm_is_not_importable():
 
 
 def test_sglang_falls_back_and_says_why():
-    report = engines.report("sglang", "nvswitch", 8, [14336], sglang_importable=lambda: False)
+    def missing():
+        raise EngineUnavailable("SGLang is not importable in this Python")
+
+    report = engines.report("sglang", "nvswitch", 8, [14336], read_sglang=missing)
     assert report.basis == "cited rules"
-    assert report.lines[0].startswith("engine sglang: SGLang is not importable in this Python;")
+    assert report.lines[0] == (
+        "engine sglang: not read from an installed SGLang (SGLang is not importable in this Python); "
+        f"the answer below is the cited rules ({engines.SOURCES['sglang']})"
+    )
 
 
 def _tables(**kw) -> VllmTables:

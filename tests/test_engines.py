@@ -36,7 +36,13 @@ def test_none_always_nccl_and_unknown_engine():
         engines.allreduce_path("trt", "nvswitch", 8, 14336)
 
 
-def test_recommend_says_nccl_settings_do_not_change_bypassed_allreduces(cli_runner):
+def test_recommend_says_nccl_settings_do_not_change_bypassed_allreduces(cli_runner, monkeypatch):
+    from nccl_tune.model import installed_engine, installed_sglang
+
+    def missing(root=None):
+        raise installed_engine.EngineUnavailable("SGLang is not importable in this Python")
+
+    monkeypatch.setattr(installed_sglang, "read_sglang", missing)  # the cited rules, wherever SGLang is
     result = cli_runner.invoke(cli, ["recommend", "--layers", "61", "--topology", "nvswitch", "--engine", "sglang"])
     assert result.exit_code == 0, result.output
     assert "NCCL settings do not change those allreduces" in result.output
@@ -46,7 +52,7 @@ def test_recommend_says_nccl_settings_do_not_change_bypassed_allreduces(cli_runn
             cli, ["recommend", "--layers", "61", "--topology", "pcie-amd-2s", "--engine", "sglang", "--json"]
         ).stdout
     )
-    # SGLang is read by the cited rules (test_engine_paths covers vLLM, read from vLLM itself)
+    # SGLang read by the cited rules (test_installed_sglang covers SGLang read from its source)
     assert out["engine"]["name"] == "sglang" and "go through NCCL" in out["engine"]["notes"][1]
 
 

@@ -63,7 +63,8 @@ class _ArgvCommand(click.Command):
     default="none",
     show_default=True,
     help="Serving engine: which path carries each decode allreduce, "
-    "read from the installed engine (cited rules otherwise).",
+    "read from the installed engine (cited rules otherwise). SGLang's source is read "
+    "from this Python's sglang, or from the package folder in NCCL_TUNE_SGLANG_ROOT.",
 )
 @engine_option.arch_option
 @click.option(

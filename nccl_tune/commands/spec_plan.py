@@ -111,7 +111,9 @@ def engines_kinds() -> list[str]:
     show_default=True,
     help="Serving engine: say whether its allreduces bypass NCCL, "
     "read from the installed engine (cited rules otherwise; "
-    "decided with --topology, --tp and --arch).",
+    "decided with --topology, --tp and --arch). SGLang's source is read from this "
+    "Python's sglang, or from the package folder in NCCL_TUNE_SGLANG_ROOT "
+    "(e.g. .venv-sglang/lib/python3.11/site-packages/sglang).",
 )
 @engine_option.arch_option
 @click.option(

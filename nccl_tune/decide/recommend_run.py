@@ -263,6 +263,7 @@ def run(req: RecommendRequest, warn: Callable[[str], None] | None = None) -> Rec
         analysis.world_size or w.tp or 8,
         [req.nbytes, *req.extra_sizes],
         cc=req.cc,
+        dtype=w.dtype,
     )
     analysis.notes.extend(engine_report.lines)
     comp = _compare(req, analysis) if req.steps else None

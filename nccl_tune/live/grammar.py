@@ -88,6 +88,7 @@ class Allowed:
 
 _VLLM_ENVS = "vllm/envs.py (vLLM 0.32.0)"
 _SGLANG = "SGLang main @0003215"
+_SGLANG_0523 = "SGLang 0.5.23"
 _BOOL01 = r"[01]"
 
 # The names a profile may set besides NCCL_*: what the engines read to choose their
@@ -159,6 +160,22 @@ ALLOWED: tuple[Allowed, ...] = (
         "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
         "the workspace of SGLang's custom allreduce v2, which bounds the sizes it takes away from NCCL",
         f"{_SGLANG} python/sglang/srt/environ.py (EnvInt)",
+        r"[0-9]+",
+    ),
+    Allowed(
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+        "SGLang's FlashInfer PCIe-IPC allreduce (opt-in, off by default) for PCIe-only GPUs: on, "
+        "bf16 decode allreduces at TP 2/4/8 leave NCCL",
+        f"{_SGLANG_0523} python/sglang/srt/environ.py (EnvBool(False)); "
+        "srt/distributed/device_communicators/pcie_ipc_ar.py eligible_group",
+        r"(?i:true|false|yes|no|y|n)|[01]",
+    ),
+    Allowed(
+        "SGLANG_PCIE_IPC_MAX_NUMEL",
+        "the elements bound of SGLang's PCIe-IPC allreduce (0: the decode width), which bounds the sizes it "
+        "takes away from NCCL",
+        f"{_SGLANG_0523} python/sglang/srt/environ.py (EnvInt(0)); "
+        "srt/distributed/device_communicators/pcie_ipc_ar.py _ensure_workspace",
         r"[0-9]+",
     ),
 )

@@ -162,16 +162,30 @@ class EngineReport:
         }
 
 
-def switch_overrides(env: dict[str, str] | None) -> dict[str, bool]:
-    """The engine switches a profile sets (VLLM_ALLREDUCE_USE_*=0/1 and the like): vLLM reads
-    these as integers, non-zero meaning on (vllm/envs.py); anything else is left out."""
-    from nccl_tune.model import installed_engine
+def switch_overrides(env: dict[str, str] | None) -> dict[str, bool | int]:
+    """The engine switches a profile sets, read as each engine reads them: vLLM's
+    (VLLM_ALLREDUCE_USE_*=0/1 and the like) as integers, non-zero meaning on (vllm/envs.py);
+    SGLang's as srt/environ.py's EnvBool (true/1/yes/y, false/0/no/n, any case) and EnvInt
+    parse them. A value the engine would refuse is left out (SGLang then keeps its default)."""
+    from nccl_tune.model import installed_engine, installed_sglang
 
-    out = {}
+    out: dict[str, bool | int] = {}
     for name, value in (env or {}).items():
         if name in installed_engine.SWITCHES and value.strip().lstrip("-").isdigit():
             out[name] = int(value) != 0
+        elif name in installed_sglang.SWITCHES:
+            parsed = installed_sglang.parse_switch(name, value)
+            if parsed is not None:
+                out[name] = parsed
     return out
+
+
+VERDICT = {
+    True: "NCCL carries every one of these decode allreduces: NCCL settings apply",
+    False: "NCCL carries none of these decode allreduces: NCCL settings cannot change "
+    "decode unless the engine's own paths are switched off (A/B below)",
+    None: "NCCL carries some of these decode allreduces, not all (per size below)",
+}
 
 
 def _fallback(engine: str, kind: str, nranks: int, sizes, why: str) -> EngineReport:
@@ -179,15 +193,6 @@ def _fallback(engine: str, kind: str, nranks: int, sizes, why: str) -> EngineRep
     return EngineReport(
         engine, "cited rules", None, SOURCES[engine], why, lines=(head, *notes(engine, kind, nranks, sizes))
     )
-
-
-def _sglang_importable() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("sglang") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def report(
@@ -198,13 +203,15 @@ def report(
     cc: str | None = None,
     env: dict[str, str] | None = None,
     read_vllm=None,
-    sglang_importable=_sglang_importable,
+    read_sglang=None,
+    dtype: str = "bf16",
 ) -> EngineReport:
-    """The engine's path for each decode allreduce size at `nranks` GPUs of compute
-    capability `cc` on a `kind` machine, read from the installed engine when importable.
+    """The engine's path for each decode allreduce size (of `dtype` elements) at `nranks`
+    GPUs of compute capability `cc` on a `kind` machine, read from the installed engine.
 
     `env`: the profile's variables (its engine switches apply). `read_vllm` and
-    `sglang_importable` are the readers (parameters so tests inject them).
+    `read_sglang` are the readers (parameters so tests inject them); SGLang is found by
+    installed_sglang.locate (NCCL_TUNE_SGLANG_ROOT, else this Python's sglang).
     """
     from nccl_tune.model import installed_engine, kinds
 
@@ -212,12 +219,13 @@ def report(
     if engine == "none":
         return EngineReport("none", "none", None, None, None)
     if engine == "sglang":
-        why = (
-            "reading SGLang's own tables is not implemented"
-            if sglang_importable()
-            else "SGLang is not importable in this Python"
-        )
-        return _fallback(engine, kind, nranks, sizes, why)
+        from nccl_tune.model import installed_sglang
+
+        try:
+            tables = (read_sglang or installed_sglang.read_sglang)()
+        except installed_engine.EngineUnavailable as exc:
+            return _fallback(engine, kind, nranks, sizes, f"not read from an installed SGLang ({exc})")
+        return _sglang_report(tables, kind, nranks, sizes, cc, switch_overrides(env), dtype)
     try:
         tables = (read_vllm or installed_engine.read_vllm)()
     except installed_engine.EngineUnavailable as exc:
@@ -236,13 +244,7 @@ def report(
         f"engine vLLM {tables.version}, read from {tables.root}: TP {nranks}, compute "
         f"capability {cc or 'unknown'}, {kind}" + (f", profile switches {overrides}" if overrides else "")
     ]
-    verdict = {
-        True: "NCCL carries every one of these decode allreduces: NCCL settings apply",
-        False: "NCCL carries none of these decode allreduces: NCCL settings cannot change "
-        "decode unless the engine's own paths are switched off (A/B below)",
-        None: "NCCL carries some of these decode allreduces, not all (per size below)",
-    }
-    lines.append(f"  {verdict[EngineReport('vllm', 'installed', None, None, None, paths).nccl_changes_decode]}")
+    lines.append(f"  {VERDICT[EngineReport('vllm', 'installed', None, None, None, paths).nccl_changes_decode]}")
     if cc is None:
         lines.append(
             "  compute capability unknown (give --arch, or run where nvidia-smi sees the "
@@ -267,3 +269,70 @@ def report(
             "these sizes first"
         )
     return EngineReport("vllm", "installed", tables.version, tables.root, None, paths, tuple(lines))
+
+
+def _path_lines(p, what: str) -> list[str]:
+    """One size's line (and its doubt) in report's notes."""
+    if p.nccl:
+        passed = "; ".join(
+            x for x in p.skipped if not any(w in x for w in ("ROCm", "opt-in", "off by default", "NCCL too"))
+        )
+        line = f"  {p.nbytes} B: {what}: NCCL settings apply ({passed or p.reason})"
+    else:
+        line = (
+            f"  {p.nbytes} B: {what}, not NCCL ({p.reason}): NCCL settings do not change "
+            f"it; to A/B against NCCL: {', '.join(p.to_nccl)}"
+        )
+    return [line, f"    uncertain: {p.uncertain}"] if p.uncertain else [line]
+
+
+def _sglang_report(tables, kind: str, nranks: int, sizes, cc: str | None, overrides: dict, dtype: str) -> EngineReport:
+    """report() for an SGLang read by installed_sglang.read_sglang."""
+    from nccl_tune.model import installed_engine, kinds
+    from nccl_tune.model import installed_sglang as sgl
+
+    topo = kinds.TOPOLOGIES.get(kind)
+    machine = installed_engine.Machine(
+        tp=nranks,
+        cc=cc or "unknown",
+        fully_connected=kind in FULL_NVLINK_KINDS,
+        multicast=bool(topo and topo.has_nvls),
+        flashinfer=False,
+        p2p=True if kind in P2P_KINDS or kind in FULL_NVLINK_KINDS else None,
+    )
+    paths = tuple(sgl.sglang_path(tables, machine, b, dtype, overrides) for b in sizes)
+    carried = EngineReport("sglang", "installed", None, None, None, paths).nccl_changes_decode
+    lines = [
+        f"engine {tables.describe()}: TP {nranks}, compute capability {cc or 'unknown'}, {kind}, {dtype}"
+        + (f", profile switches {overrides}" if overrides else ""),
+        f"  {VERDICT[carried]}",
+    ]
+    for p in paths:
+        lines += _path_lines(p, sgl.PATHS[p.path][1])
+    pcie = tables.pcie_ipc
+    sizes_text = "/".join(map(str, pcie.world_sizes)) if pcie else ""
+    if pcie is not None and overrides.get(sgl.PCIE_SWITCH, tables.switches.get(sgl.PCIE_SWITCH)):
+        lines.append(
+            f"  {sgl.PCIE_SWITCH} is on: SGLang's bf16 decode allreduces at TP {sizes_text} that its custom "
+            f"allreduce does not take leave NCCL for FlashInfer's PCIe-IPC kernels ({sgl.PCIE_IPC}): NCCL "
+            "tuning no longer changes them"
+        )
+    elif pcie is not None and topo is not None and topo.link == "pci":
+        lines.append(
+            f"  {sgl.PCIE_SWITCH}=1 (off by default, {sgl.ENVIRON}) sends bf16 decode allreduces at TP "
+            f"{sizes_text} on PCIe-only GPUs through FlashInfer's PCIe-IPC kernels ({sgl.PCIE_IPC}) instead "
+            "of NCCL: with it on, NCCL settings no longer change them"
+        )
+    symm = tables.symm_max.get(int(cc.split(".")[0]) if cc and cc.split(".")[0].isdigit() else -1, {})
+    if tables.symm_flag and nranks in symm:
+        lines.append(
+            f"  {tables.symm_flag} (off by default): when enabled, bf16 allreduces that no earlier path takes, "
+            f"below {symm[nranks]} B (TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES, {sgl.UTILS}), leave NCCL"
+        )
+    if topo is None or topo.link != "pci":
+        lines.append(
+            "  not read: FlashInfer allreduce fusion (--flashinfer-allreduce-fusion-backend; SGLang turns it on "
+            "for supported models on SM90/SM10X), which GroupCoordinator.all_reduce tries before this dispatch"
+        )
+    lines.append(f"  read: {tables.files['dispatch']} (order: {', '.join(tables.order)}); {tables.files['custom']}")
+    return EngineReport("sglang", "installed", tables.version, tables.root, None, paths, tuple(lines))

@@ -291,6 +291,7 @@ class Machine:
     multicast: bool  # NVSwitch multicast (torch symmetric memory, FlashInfer MNNVL)
     flashinfer: bool  # flashinfer installed on the server
     rocm: bool = False
+    p2p: bool | None = True  # two GPUs without NVLink: P2P works (None: the engine's check decides)
 
 
 @dataclass(frozen=True)

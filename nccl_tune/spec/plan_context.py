@@ -28,7 +28,7 @@ def engine_path(
 
     kind = topology or ASSUMED_KIND
     sizes = [model.message_bytes(k + 1, workload.hidden, workload.dtype) for k in [0, *steps]]
-    report = engines.report(engine, kind, workload.tp, sizes, cc=cc, env=env)
+    report = engines.report(engine, kind, workload.tp, sizes, cc=cc, env=env, dtype=workload.dtype)
     lines = list(report.lines)
     if engine != "none":
         if topology is None:
