@@ -124,8 +124,9 @@ def notes(engine: str, kind: str, nranks: int, sizes) -> list[str]:
 # ------------------------------------------------------------ read from the installed engine
 #
 # `report` answers from the installed engine where it can (nccl_tune.model.installed_engine
-# reads vLLM's own tables, switches and dispatch order) and falls back on the cited rules
-# above only when the engine is not importable, saying so.
+# reads vLLM's own tables, switches and dispatch order; nccl_tune.model.installed_sglang
+# reads SGLang's from its source) and falls back on the cited rules above only when the
+# engine is not found or cannot be read, saying so.
 
 
 @dataclass(frozen=True)

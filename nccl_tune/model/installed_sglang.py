@@ -46,6 +46,7 @@ ROOT_ENV = "NCCL_TUNE_SGLANG_ROOT"  # an SGLang package folder (.../site-package
 DISPATCH = "srt/distributed/parallel_state.py"
 CUSTOM = "srt/distributed/device_communicators/custom_all_reduce.py"
 CUSTOM_V2 = "srt/distributed/device_communicators/custom_all_reduce_v2.py"
+V2_CONFIGS = "srt/distributed/device_communicators/configs/custom_all_reduce_v2.py"
 PCIE_IPC = "srt/distributed/device_communicators/pcie_ipc_ar.py"
 UTILS = "srt/distributed/device_communicators/all_reduce_utils.py"
 ENVIRON = "srt/environ.py"
@@ -498,7 +499,7 @@ def sglang_path(
     elif pid == "ca" and m.tp == 2 and not m.fully_connected and m.p2p is not True:
         uncertain = "two GPUs without NVLink: SGLang's P2P check decides (nvidia-smi topo -p2p r)"
     elif pid == "ca" and "v2" in why and m.tp not in t.custom_world_sizes:
-        uncertain = f"v2's world sizes per GPU generation ({CUSTOM_V2.replace('custom_all', 'configs/custom_all')}) are not read"
+        uncertain = f"v2's world sizes and tuned thresholds per GPU generation ({V2_CONFIGS}) are not read"
     elif pid == "pcie_ipc":
         uncertain = "needs FlashInfer with comm.PcieIpcAllReduceWorkspace on the server; its supports() is not read"
     elif t.unknown:
