@@ -63,7 +63,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import NcclTuneError, WriteFailed
 
 MiB = 1024 * 1024
 
@@ -319,8 +319,8 @@ def replacing(path) -> Iterator[str]:
     over `path` (symbolic links followed, so a linked file is replaced, not the link).
 
     On any failure inside the block or while renaming, the temporary file is removed and
-    `path` is left as it was: NcclTuneError naming the file for an OSError (a full disk,
-    a quota), the original exception otherwise (Ctrl-C stays Ctrl-C).
+    `path` is left as it was: WriteFailed (exit 1) naming the file for an OSError (a full
+    disk, a quota), the original exception otherwise (Ctrl-C stays Ctrl-C).
     """
     shown = str(path)
     target = os.path.realpath(os.path.expanduser(shown))
@@ -328,7 +328,7 @@ def replacing(path) -> Iterator[str]:
     try:
         fd, temp = tempfile.mkstemp(prefix=".nccl-tune-", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=shown) from None
+        raise WriteFailed(f"cannot write: {exc.strerror}", path=shown) from None
     os.close(fd)
     try:
         yield temp
@@ -342,7 +342,7 @@ def replacing(path) -> Iterator[str]:
         os.replace(temp, target)
     except OSError as exc:
         _unlink(temp)
-        raise NcclTuneError(f"cannot write: {exc.strerror or exc}", path=shown) from None
+        raise WriteFailed(f"cannot write: {exc.strerror or exc}", path=shown) from None
     except BaseException:
         _unlink(temp)
         raise
@@ -359,7 +359,7 @@ def _unlink(path: str) -> None:
 def write_atomic(path, text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically: readers see the old file or the new one,
     never half of one, and a failure (ENOSPC, EDQUOT, EFBIG, Ctrl-C) leaves the old file
-    intact and nothing else behind. NcclTuneError naming the file on an OSError."""
+    intact and nothing else behind. WriteFailed (exit 1) naming the file on an OSError."""
     data = text.encode("utf-8")
     with replacing(path) as temp:
         with open(temp, "wb") as handle:
@@ -451,7 +451,7 @@ class ResultsLock:
 
     def append(self, data: bytes) -> None:
         """Append `data` (whole lines) with one write; on failure the file is cut back to
-        where it was, so no torn line is left behind (NcclTuneError naming the file)."""
+        where it was, so no torn line is left behind (WriteFailed naming the file: exit 1)."""
         assert self.fd is not None, "append on a released ResultsLock"
         if not self.regular:
             _write_all(self.fd, data)
@@ -466,7 +466,7 @@ class ResultsLock:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, start)
-            raise NcclTuneError(f"cannot append: {exc.strerror or exc}", path=self.path) from None
+            raise WriteFailed(f"cannot append: {exc.strerror or exc}", path=self.path) from None
 
     def release(self) -> None:
         """Unlock and close; remove the file when this lock created it and it is still empty."""
