@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from nccl_tune import stats, store
+from nccl_tune import fileio, stats, store
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.spec import schedule as sched
 
@@ -55,18 +55,12 @@ class ScheduleRun:
 
 
 def read_schedule(path: str) -> dict:
-    """The speculative config file, its schedule checked by vLLM's rules; NcclTuneError
-    naming the file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read: {exc.strerror}", path=path) from None
-    except ValueError as exc:
-        raise NcclTuneError(f"not JSON: {exc}", path=path) from None
+    """The speculative config file, read by the input policy (nccl_tune.fileio), its
+    schedule checked by vLLM's rules; NcclTuneError naming the file."""
+    config = fileio.load_json(path, what="speculative config")
     if not isinstance(config, dict) or not (config.get("method") or config.get("model")):
         raise NcclTuneError("not a speculative config: no method or draft model", path=path)
-    if not isinstance(config.get("num_speculative_tokens"), int) or config["num_speculative_tokens"] < 1:
+    if not fileio.is_int(config.get("num_speculative_tokens")) or config["num_speculative_tokens"] < 1:
         raise NcclTuneError("num_speculative_tokens must be a positive integer", path=path)
     try:
         sched.validate(config.get(sched.KEY))

@@ -93,7 +93,7 @@ def prepare(params: dict, steps: list[int], profile, arch: str | None, workload)
     engine, results_path, model_file = params["engine"], params["results_path"], params["model_file"]
     server_args = split_args(params["server_args"], "--server-args")
     check_engine(engine, server_args, command is not None)
-    if results_path and not os.path.isfile(results_path):
+    if results_path and (not os.path.exists(results_path) or os.path.isdir(results_path)):  # a pipe is read
         raise NcclTuneError("cannot read: no such file", path=results_path)
     topology = params["topology"]
     if model_file:

@@ -7,7 +7,8 @@ the CLI group (nccl_tune.cli) maps each kind to its code and nothing else picks 
 - 0: done;
 - 1 (EXIT_RUN_FAILED): the run went ahead but its outcome is a failure: every measurement
   failed, or the baseline did, so nothing can be compared (`RunFailed`; the results file
-  keeps what was written), or a file that was asked for was not written (`NotWritten`);
+  keeps what was written), or a file that was asked for was not written (`NotWritten`;
+  `WriteFailed` when the write itself failed: a full disk, a quota);
 - 2 (EXIT_BAD_INPUT): bad input or usage (`NcclTuneError`, click's usage errors), refused
   before anything runs;
 - 127 / 126: `exec` could not start its command: not found / not executable
@@ -96,3 +97,12 @@ class NcclTuneError(ToolError):
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
         return where + self.message
+
+
+class WriteFailed(NcclTuneError, NotWritten):
+    """A file the run was writing could not be written (a full disk, a quota, an I/O
+    error): one line naming the file like NcclTuneError, but exit 1, because the command
+    ran and the file that was asked for is what failed (fileio leaves the old file as it
+    was and no partial one behind)."""
+
+    exit_code = EXIT_RUN_FAILED

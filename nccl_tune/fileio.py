@@ -34,11 +34,13 @@ writes unlocked rather than not at all. `check_not_busy` asks the same question 
 for a command whose writer is a process it has yet to start (bench, before torchrun). Within one process every append goes through the held lock; an append
 without a held lock takes the lock for that one line. Readers take no lock: a record is
 one `write` of one line, and a reader that sees a torn last line skips it with a warning.
+/dev/null, the one device a results output may be, takes appends without a lock or fsync.
 
 Inputs (`read_text`, `load_json`, `iter_lines`): strict UTF-8, a size cap per format, a
 line-length cap, JSON nesting checked without recursion (before the parser sees it) and
 NaN / Infinity / out-of-range numbers refused. Each problem is one NcclTuneError naming
-the file (and line): exit 2, before anything runs, in well under a second.
+the file (and line): exit 2, before anything runs, in well under a second. A named pipe
+is read once a process writes to it; with no writer after PIPE_WAIT_S it is refused too.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import tempfile
+import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
@@ -59,7 +63,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import NcclTuneError, WriteFailed
 
 MiB = 1024 * 1024
 
@@ -315,8 +319,8 @@ def replacing(path) -> Iterator[str]:
     over `path` (symbolic links followed, so a linked file is replaced, not the link).
 
     On any failure inside the block or while renaming, the temporary file is removed and
-    `path` is left as it was: NcclTuneError naming the file for an OSError (a full disk,
-    a quota), the original exception otherwise (Ctrl-C stays Ctrl-C).
+    `path` is left as it was: WriteFailed (exit 1) naming the file for an OSError (a full
+    disk, a quota), the original exception otherwise (Ctrl-C stays Ctrl-C).
     """
     shown = str(path)
     target = os.path.realpath(os.path.expanduser(shown))
@@ -324,7 +328,7 @@ def replacing(path) -> Iterator[str]:
     try:
         fd, temp = tempfile.mkstemp(prefix=".nccl-tune-", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise NcclTuneError(f"cannot write: {exc.strerror}", path=shown) from None
+        raise WriteFailed(f"cannot write: {exc.strerror}", path=shown) from None
     os.close(fd)
     try:
         yield temp
@@ -338,7 +342,7 @@ def replacing(path) -> Iterator[str]:
         os.replace(temp, target)
     except OSError as exc:
         _unlink(temp)
-        raise NcclTuneError(f"cannot write: {exc.strerror or exc}", path=shown) from None
+        raise WriteFailed(f"cannot write: {exc.strerror or exc}", path=shown) from None
     except BaseException:
         _unlink(temp)
         raise
@@ -355,7 +359,7 @@ def _unlink(path: str) -> None:
 def write_atomic(path, text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically: readers see the old file or the new one,
     never half of one, and a failure (ENOSPC, EDQUOT, EFBIG, Ctrl-C) leaves the old file
-    intact and nothing else behind. NcclTuneError naming the file on an OSError."""
+    intact and nothing else behind. WriteFailed (exit 1) naming the file on an OSError."""
     data = text.encode("utf-8")
     with replacing(path) as temp:
         with open(temp, "wb") as handle:
@@ -405,6 +409,7 @@ class ResultsLock:
         self.created = False
         self.locked = True  # False on a file system without locks (see _NO_LOCKS_ERRNOS)
         self.key: tuple[int, int] | None = None
+        self.regular = True  # False for /dev/null: nothing to lock, sync or cut back
 
     def acquire(self) -> ResultsLock:
         """Open (creating) and lock the file; NcclTuneError when another process holds it."""
@@ -418,6 +423,9 @@ class ResultsLock:
         except OSError as exc:
             raise NcclTuneError(f"{label}: cannot open for appending ({exc.strerror})") from None
         info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # /dev/null (the one device check_output allows): discards
+            self.fd, self.locked, self.regular = fd, False, False
+            return self
         key = (info.st_dev, info.st_ino)
         if key in _HELD:
             os.close(fd)
@@ -443,8 +451,11 @@ class ResultsLock:
 
     def append(self, data: bytes) -> None:
         """Append `data` (whole lines) with one write; on failure the file is cut back to
-        where it was, so no torn line is left behind (NcclTuneError naming the file)."""
+        where it was, so no torn line is left behind (WriteFailed naming the file: exit 1)."""
         assert self.fd is not None, "append on a released ResultsLock"
+        if not self.regular:
+            _write_all(self.fd, data)
+            return
         start = os.lseek(self.fd, 0, os.SEEK_END)
         try:
             prefix = b""
@@ -455,14 +466,14 @@ class ResultsLock:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, start)
-            raise NcclTuneError(f"cannot append: {exc.strerror or exc}", path=self.path) from None
+            raise WriteFailed(f"cannot append: {exc.strerror or exc}", path=self.path) from None
 
     def release(self) -> None:
         """Unlock and close; remove the file when this lock created it and it is still empty."""
         if self.fd is None:
             return
         try:
-            if self.created and os.fstat(self.fd).st_size == 0:
+            if self.created and self.regular and os.fstat(self.fd).st_size == 0:
                 _unlink(self.path)
         finally:
             _HELD.pop(self.key, None)
@@ -536,9 +547,44 @@ def _size_words(n: int) -> str:
     return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n} bytes"
 
 
-def _open_input(path, what: str):
+# A named pipe (mkfifo) is read once a process opens it for writing; until then open()
+# blocks. An input no process writes to is refused after this long, not waited on forever.
+PIPE_WAIT_S = 5.0
+
+
+class _PipeWait(Exception):
+    """Raised by the SIGALRM handler that bounds the open of a named pipe."""
+
+
+def _expired(signum, frame):
+    raise _PipeWait
+
+
+def _open_pipe(real: str, shown: str):
+    """`open(real, 'rb')` of a named pipe, waiting at most PIPE_WAIT_S for a writer (an
+    alarm interrupts the blocked open; only the main thread can take signals, so another
+    thread opens it plainly). A pipe from `<(command)` has its writer already and opens at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return open(real, "rb")
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, PIPE_WAIT_S)
     try:
-        return open(os.path.expanduser(str(path)), "rb")
+        return open(real, "rb")
+    except _PipeWait:
+        raise NcclTuneError(
+            f"a named pipe that no process writes to (waited {PIPE_WAIT_S:g} s for a writer)", path=shown
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _open_input(path, what: str):
+    real = os.path.expanduser(str(path))
+    try:
+        if stat.S_ISFIFO(os.stat(real).st_mode):
+            return _open_pipe(real, str(path))
+        return open(real, "rb")
     except IsADirectoryError:
         raise NcclTuneError(f"is a folder, not {_a(what)}", path=str(path)) from None
     except OSError as exc:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
-from nccl_tune import fileio
+from nccl_tune import fileio, vocab
 from nccl_tune.errors import NcclTuneError
 
 SCHEMA = 1
@@ -110,6 +110,12 @@ def _effective(value) -> bool:
     )
 
 
+def _count(low: int, high: int) -> Callable[[object], bool]:
+    """An integer in [low, high]: the option vocabulary's physical bound (nccl_tune.vocab),
+    so a record holds no value an option would refuse (10**30 bytes, 10**20 ranks)."""
+    return lambda v: _is_int(v) and low <= v <= high
+
+
 # field -> (check of a non-null value, what it must be)
 FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "run_id": (lambda v: isinstance(v, str), "a string"),
@@ -118,11 +124,11 @@ FIELD_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "backend": (lambda v: isinstance(v, str), "a string"),
     "op": (lambda v: isinstance(v, str), "a string"),
     "mode": (lambda v: isinstance(v, str), "a string"),
-    "world_size": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "nnodes": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "bytes": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "world_size": (_count(1, vocab.MAX_RANKS), f"an integer from 1 to {vocab.MAX_RANKS}"),
+    "nnodes": (_count(1, vocab.MAX_RANKS), f"an integer from 1 to {vocab.MAX_RANKS}"),
+    "bytes": (_count(1, vocab.MAX_BYTES), f"an integer from 1 to {vocab.MAX_BYTES}"),
     "dtype": (lambda v: isinstance(v, str), "a string"),
-    "iters": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "iters": (_count(0, vocab.MAX_ITERS), f"an integer from 0 to {vocab.MAX_ITERS}"),
     "lat_us": (_lat, "an object of finite non-negative numbers (n an integer)"),
     "samples_us": (
         lambda v: isinstance(v, list) and all(_finite_nonneg(x) for x in v),

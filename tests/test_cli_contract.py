@@ -16,12 +16,13 @@ int or float.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import click
 import pytest
 
-from nccl_tune import vocab
+from nccl_tune import fileio, vocab
 from nccl_tune.cli import COMMANDS, cli
 from nccl_tune.errors import EXIT_CODES
 from nccl_tune.live import envcheck
@@ -235,6 +236,45 @@ def test_an_output_is_never_the_same_file_as_an_input(case, cli_runner, tmp_path
     after = _digests(tmp_path)
     assert {k: v for k, v in after.items() if k in before} == before  # inputs unchanged
     assert not (not before and shared.exists())
+
+
+# Options that take effect only beside another: the companion, so that the walk reaches the
+# option's file (what the command says without it is a usage error, not the file's).
+COMPANIONS = {
+    ("sweep", "--model"): ["--backend", "sim"],
+    ("validate", "--results"): ["--profile", "{good}"],
+    ("validate", "--model"): ["--profile", "{good}"],
+    ("validate", "--schedule"): ["--engine", "vllm", "--server-args", "--model m"],
+}
+# What a file an input names may hold, and the reason its reader must give: every input is
+# read by the input policy (nccl_tune.fileio) before anything runs, whatever its format.
+CONTENTS = {"not UTF-8": b"\xff\xfe\x89PNG\x00 binary\n", "a named pipe no process writes to": None}
+READ = [
+    (path, command, param, what)
+    for path, command in LEAVES
+    for param in _params(command)
+    if isinstance(param.type, vocab.InputFile)
+    for what in CONTENTS
+]
+
+
+@pytest.mark.parametrize("case", READ, ids=[f"{' '.join(p)} {_label(i)} {w}" for p, _, i, w in READ])
+def test_every_input_file_is_read_by_the_input_policy_before_anything_runs(case, cli_runner, tmp_path, monkeypatch):
+    path, command, param, what = case
+    monkeypatch.setattr(fileio, "PIPE_WAIT_S", 0.2)
+    bad = tmp_path / "bad.in"
+    if CONTENTS[what] is None:
+        os.mkfifo(bad)
+    else:
+        bad.write_bytes(CONTENTS[what])
+    good = tmp_path / "good.env"
+    good.write_text("NCCL_PROTO=LL\n")
+    companions = [w.format(good=good) for w in COMPANIONS.get((path[0], _label(param)), [])]
+    args = _args_for(path, command, {param.name: str(bad)}, tmp_path) + companions
+    result = cli_runner.invoke(cli, args)
+    line = _check_refused(result, param)
+    assert str(bad) in line, line
+    assert CONTENTS[what] is not None or "no process writes to" in line, line
 
 
 def test_every_parameter_says_what_it_is():

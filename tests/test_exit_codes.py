@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -384,3 +385,56 @@ def test_the_exit_code_table_and_the_interrupted_message():
         "sweep interrupted; resume with: nccl-tune sweep --resume"
     )
     assert errors.Interrupted().exit_code == 130
+
+
+# ---------------------------------------------------------------- a full disk after the run
+
+# A file-size limit makes every write past 256 bytes fail (EFBIG, as a full disk gives
+# ENOSPC), in a child process so the limit binds only the command.
+FULL_DISK_CLI = (
+    "import resource, signal, sys\n"
+    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))\n"
+    "sys.argv = ['nccl-tune', *sys.argv[1:]]\n"
+    "from nccl_tune.cli import main\n"
+    "main()\n"
+)
+# One command per kind of output (fileio.OutputKind): results appended, an export
+# replaced atomically, a plot. {r} is a results file, {d} the folder written to.
+FULL_DISK_CASES = {
+    "results (sweep --out)": (
+        "sweep --backend sim --set NCCL_PROTO=LL,default --tokens 1 --rounds 3 --out {d}/new.jsonl",
+        "new.jsonl",
+    ),
+    "export (recommend --export)": ("recommend --layers 61 --results {r} --export {d}/p.env --force", "p.env"),
+    "export (profiles convert)": ("profiles convert {p} --to conf --output {d}/c.conf", "c.conf"),
+    "plot (report --plot)": ("report {r} --plot {d}/p.png", "p.png"),
+}
+
+
+@pytest.mark.parametrize("case", list(FULL_DISK_CASES))
+def test_a_file_the_run_cannot_write_is_exit_1_naming_it_and_leaves_nothing(case, cli_runner, tmp_path):
+    """DESIGN.md section 8: 1 when a file that was asked for was not written; no partial
+    file behind; the message names the file."""
+    if "plot" in case:
+        pytest.importorskip("matplotlib")
+    results, profile = tmp_path / "r.jsonl", tmp_path / "p.in.env"
+    profile.write_text("NCCL_PROTO=LL\n")
+    made = cli_runner.invoke(
+        cli,
+        ["sweep", "--backend", "sim", "--set", "NCCL_PROTO=LL,default", "--tokens", "1", "--rounds", "5"]
+        + ["--out", str(results)],
+    )
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "out"
+    out.mkdir()
+    words, name = FULL_DISK_CASES[case]
+    args = words.format(r=results, p=profile, d=out).split()
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CLI, *args], capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("Error:")]
+    assert done.returncode == EXIT_RUN_FAILED, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(errors) == 1 and str(out / name) in errors[0], errors
+    assert os.listdir(out) == []

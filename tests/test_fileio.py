@@ -164,7 +164,7 @@ FULL_DISK = textwrap.dedent("""
             store.append_record(sys.argv[2], store.make_record(env={}, bytes=1, samples_us=[1.0] * 50))
     except NcclTuneError as exc:
         print(exc)
-        sys.exit(2)
+        sys.exit(exc.exit_code)
 """)
 
 
@@ -179,7 +179,7 @@ def test_write_atomic_on_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmp_p
         env=subprocess_env(),
         cwd=REPO_ROOT,
     )
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 1, done.stderr  # ran, but the file asked for was not written
     assert done.stdout.startswith(f"{target}: cannot write: File too large")
     assert target.read_text() == "NCCL_PROTO=LL\n"
     assert sorted(os.listdir(tmp_path)) == ["p.env"]
@@ -194,7 +194,7 @@ def test_results_append_on_a_full_disk_leaves_no_empty_file_and_no_torn_line(tmp
         env=subprocess_env(),
         cwd=REPO_ROOT,
     )
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 1, done.stderr  # ran, but the file asked for was not written
     assert "cannot append: File too large" in done.stdout
     assert not new.exists()
     old = tmp_path / "old.jsonl"
@@ -252,6 +252,18 @@ def test_appends_in_one_process_go_through_its_held_lock(tmp_path):
     assert results.read_text() == (RECORD + "\n") * 2
 
 
+def test_dev_null_takes_results_from_two_writers_at_once():
+    """What check_output accepts, the results writer writes: /dev/null discards appends
+    (no lock: there is nothing to protect, so two runs may share it; no fsync, which a
+    character device refuses with EINVAL)."""
+    assert fileio.check_output("/dev/null", kind=OutputKind.RESULTS, option="--out") == fileio.Path("/dev/null")
+    with fileio.ResultsLock("/dev/null", option="--out"), fileio.ResultsLock("/dev/null", option="--out"):
+        fileio.append_line("/dev/null", RECORD)
+        fileio.append_lines("/dev/null", [RECORD, RECORD])
+    fileio.append_line("/dev/null", RECORD)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
 def test_a_lock_that_wrote_nothing_leaves_no_file(tmp_path):
     with fileio.ResultsLock(tmp_path / "r.jsonl"):
         pass
@@ -298,6 +310,32 @@ def test_read_text_names_a_folder_and_a_missing_file(tmp_path):
         refusal(fileio.read_text, tmp_path / "x", what="profile")
         == f"{tmp_path / 'x'}: cannot read the profile: No such file or directory"
     )
+
+
+def test_a_named_pipe_is_read_once_written_and_refused_without_a_writer(tmp_path, monkeypatch):
+    """A pipe from `<(command)` (its writer already there) reads like a file; a named pipe
+    that no process opens for writing is one error naming it after PIPE_WAIT_S, not a hang."""
+    monkeypatch.setattr(fileio, "PIPE_WAIT_S", 0.3)
+    fifo = tmp_path / "p.env"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    assert refusal(fileio.read_text, fifo, what="profile") == (
+        f"{fifo}: a named pipe that no process writes to (waited 0.3 s for a writer)"
+    )
+    assert time.monotonic() - start < 3
+    writer = subprocess.Popen(["sh", "-c", 'echo NCCL_PROTO=LL > "$1"', "sh", str(fifo)])
+    try:
+        monkeypatch.setattr(fileio, "PIPE_WAIT_S", 30.0)
+        assert fileio.read_text(fifo, what="profile") == "NCCL_PROTO=LL\n"
+    finally:
+        writer.wait(timeout=30)
+    read_end, write_end = os.pipe()
+    os.write(write_end, RECORD.encode() + b"\n")
+    os.close(write_end)
+    try:
+        assert list(fileio.iter_lines(f"/dev/fd/{read_end}", what="results file")) == [(1, RECORD)]
+    finally:
+        os.close(read_end)
 
 
 @pytest.mark.parametrize(

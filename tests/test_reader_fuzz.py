@@ -1,7 +1,7 @@
 """Every file reader against hostile input (DESIGN.md section 8, the input policy).
 
 Each reader gets every input: random bytes, non-UTF-8 text, nesting 100,000 deep, a 1 MB
-single line, a 50 MB file, JSON of the wrong types. Each must end with its own error (an
+single line, a 50 MB file, JSON of the wrong types, a named pipe that no process writes to. Each must end with its own error (an
 NcclTuneError: one line naming the file) or a result, within a time bound. The bound is
 a hang detector, not a benchmark: each reader runs in a child process that is killed
 when the whole table of inputs overruns, so a quadratic regular expression or a
@@ -13,6 +13,7 @@ A new reader is one line in READERS: Python that defines `read(path)`.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -37,6 +38,9 @@ READERS = {
     "conf file": "from nccl_tune.live import sysinfo\n"
     "read = lambda p: sysinfo.conf_files({'NCCL_CONF_FILE': p}, home='/nonexistent')",
     "reference table": "from nccl_tune.model import references\nread = references.load",
+    "speculative config (validate --schedule)": "from integration import schedule_validate\n"
+    "read = schedule_validate.read_schedule",
+    "speculative config base (spec-plan)": "from nccl_tune.spec import schedule\nread = schedule.read_base",
 }
 
 MB = 1024 * 1024
@@ -68,6 +72,8 @@ SMALL_INPUTS = {
     "JSON scalar": b'"just a string"',
     "JSON NaN and overflow": b'{"schema": 1, "cell": "baseline", "bytes": 1e999, "x": NaN}\n',
     "a 5,000-digit integer": b'{"schema": 1, "cell": "baseline", "bytes": ' + b"9" * 5000 + b"}\n",
+    # a named pipe (mkfifo) that no process opens for writing: open() would block forever
+    "named pipe, no writer": None,
 }
 BIG_LINE = b"host:123:456 [0] NCCL INFO Channel 00/02 :    0   1   2   3   4   5   6   7\n"
 BIG_INPUTS = {"50 MB file": BIG_LINE * (50 * MB // len(BIG_LINE))}
@@ -76,7 +82,9 @@ BOUND_S = {"small": 5.0, "big": 60.0}
 
 DRIVER = textwrap.dedent("""
     import json, sys, time
+    from nccl_tune import fileio
     from nccl_tune.errors import NcclTuneError
+    fileio.PIPE_WAIT_S = 0.5  # the wait for a pipe's writer, shortened to fit BOUND_S
     exec(sys.argv[1])
     for name, path in json.loads(sys.argv[2]):
         print(json.dumps({"input": name, "start": True}), flush=True)
@@ -100,7 +108,10 @@ def inputs(tmp_path_factory):
     for size, table in (("small", SMALL_INPUTS), ("big", BIG_INPUTS)):
         for index, (name, data) in enumerate(table.items()):
             path = folder / f"{size}-{index}"
-            path.write_bytes(data)
+            if data is None:
+                os.mkfifo(path)
+            else:
+                path.write_bytes(data)
             made.append((name, str(path), size))
     return made
 

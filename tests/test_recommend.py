@@ -117,6 +117,28 @@ def test_never_picks_a_bad_cell(bad):
     assert bad_rows and not bad_rows[0].eligible
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"NCCL_PROTO": "$(touch /tmp/nccl-tune-pwned)"},
+        {"NCCL_PROTO": "LL;touch /tmp/nccl-tune-pwned"},
+        {"NCCL_PROTO": "LL\nLD_PRELOAD=/tmp/x.so"},
+        {"LD_PRELOAD": "/tmp/x.so"},
+        {"NCCL_NET_PLUGIN": "/tmp/evil.so"},
+    ],
+)
+def test_settings_a_profile_refuses_never_reach_an_export_even_forced(tmp_path, cli_runner, env):
+    """DESIGN.md section 8: what the profile grammar refuses, every export refuses; a
+    results file is input like any other (hand-edited, from another tool)."""
+    path = write(tmp_path, synth([({}, flat(60), {}), (env, flat(15), {})]))
+    outs = {option: tmp_path / name for option, name in (("--export", "p.env"), ("--export-conf", "p.conf"))}
+    words = [w for option, out in outs.items() for w in (option, str(out))]
+    result = run(cli_runner, "--layers", "61", "--results", path, "--force", *words)
+    assert result.exit_code == 1, result.output  # files asked for and not written
+    assert "every cell that saves time is refused" in result.output
+    assert not any(out.exists() for out in outs.values())
+
+
 def test_declared_cells_can_win_but_say_so():
     records = synth([({}, flat(60), {}), (P2P, flat(24), {})])  # no NCCL log (effective null)
     a = analyze(records)

@@ -177,8 +177,8 @@ def spec_plan(
             "draft model; the schedule only sets the step counts)"
         )
     base = usage(schedule.read_base, config_base) if config_base else None
-    env = ctx.profile_env(profile_path) if workload.layers or engine != "none" else None
-    comm, comm_note = usage(ctx.modelled_comm, workload, topology, env)
+    env = ctx.profile_env(profile_path)  # read (a bad profile refused) even when comm(n) is not modelled
+    comm, comm_note = usage(ctx.modelled_comm, workload, topology, env if workload.layers or engine != "none" else None)
     t = spec.timings
     req = PlanRequest(
         step_list,

@@ -33,7 +33,7 @@ def save(fig, path: str, dpi: int) -> str:
         with fileio.replacing(target) as temp:
             fig.savefig(temp, dpi=dpi, format=target.suffix[1:].lower())
     except NcclTuneError as exc:
-        raise NcclTuneError(f"--plot: {exc.message}", path=str(target)) from None
+        raise type(exc)(f"--plot: {exc.message}", path=str(target)) from None  # WriteFailed stays exit 1
     finally:
         plt.close(fig)
     return str(target)

@@ -315,16 +315,17 @@ def export_row(analysis: Analysis, force: bool) -> tuple[CellRow | None, str | N
         return rec, f"{analysis.source} figures, written with --force", None
     if not force:
         return None, None, ("not written: no recommendation (keep NCCL's defaults; --force writes the best cell)")
-    candidates = [
-        r
-        for r in analysis.cells
-        if r.status == "ok"
-        and r.final
-        and r.confirmed is not False
-        and r.saving is not None
-        and r.saving.saving_ms > 0
-        and not lint_problems(r.env)
+    savers = [
+        r for r in analysis.cells if r.status == "ok" and r.final and r.saving is not None and r.saving.saving_ms > 0
     ]
+    candidates = [r for r in savers if r.confirmed is not False and not lint_problems(r.env)]
+    if not candidates and savers:
+        return (
+            None,
+            None,
+            "not written: every cell that saves time is refused (its settings do not lint clean, "
+            "or NCCL's log contradicts them: see 'why not')",
+        )
     if not candidates:
         return None, None, "not written: no cell saves time, even without a significant interval"
     best = max(candidates, key=lambda r: r.saving.saving_ms)

@@ -184,7 +184,7 @@ def resolve_profile(name_or_path: str) -> Path:
     profiles, when neither exists.
     """
     candidate = Path(name_or_path)
-    if candidate.is_file():
+    if candidate.exists() and not candidate.is_dir():  # a pipe or /dev/stdin too: read_text decides
         return candidate
     wanted = name_or_path[:-4] if name_or_path.endswith(".env") else name_or_path
     for path in list_shipped():

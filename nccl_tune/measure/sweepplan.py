@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass
 
 from microbench.options import DEFAULT_ITERS, DEFAULT_WARMUP, conf_conflicts  # torch-free
+from nccl_tune import fileio
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.live import grammar
 from nccl_tune.measure.grid import Cell, group_cells
@@ -144,14 +145,14 @@ def conf_files(base: dict[str, str] | None = None, keep: tuple[str, ...] = ()) -
     paths += list(CONF_FILES[1:])
     out = []
     for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                names = [
-                    line.split("=", 1)[0].strip()
-                    for line in handle
-                    if "=" in line and not line.lstrip().startswith("#")
-                ]
-        except OSError:
+        if not os.path.exists(path):
+            continue
+        try:  # the input policy (a pipe with no writer, a folder: not read), lines as NCCL takes them
+            lines = fileio.iter_lines(path, what="NCCL conf file", strict=False, on_long=lambda number, length: None)
+            names = [
+                line.split("=", 1)[0].strip() for _, line in lines if "=" in line and not line.lstrip().startswith("#")
+            ]
+        except NcclTuneError:
             continue
         out.append((path, [n for n in names if n.startswith("NCCL_")]))
     return out

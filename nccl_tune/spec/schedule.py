@@ -22,6 +22,9 @@ import json
 import os
 from collections.abc import Callable, Sequence
 
+from nccl_tune import fileio
+from nccl_tune.errors import NcclTuneError
+
 VLLM_RULES = "vllm/v1/spec_decode/dynamic/utils.py"
 KEY = "num_speculative_tokens_per_batch_size"
 
@@ -116,25 +119,21 @@ def validate(schedule: list) -> tuple[list[tuple[int, int, int]], str]:
 
 
 def read_base(text: str) -> dict:
-    """--speculative-config-base: a JSON object, or a file holding one; ValueError naming it."""
+    """--speculative-config-base: a JSON object, or a file holding one, read by the input
+    policy (nccl_tune.fileio: UTF-8, size, depth, finite numbers). NcclTuneError naming
+    the file (or the option, for JSON given inline)."""
     option = "--speculative-config-base"
-    source = text
-    if not text.lstrip().startswith("{"):
-        try:
-            with open(text, encoding="utf-8") as handle:
-                source = handle.read()
-        except OSError as exc:
-            raise ValueError(f"{option} '{text}': neither a JSON object nor a readable file ({exc.strerror})") from None
-    try:
-        base = json.loads(source)
-    except ValueError as exc:
-        raise ValueError(f"{option} '{text}': not JSON ({exc})") from None
+    what = "speculative config"
+    inline = text.lstrip().startswith("{")
+    where = option if inline else text
+    base = fileio.parse_json(text, path=option, what=what) if inline else fileio.load_json(text, what=what)
     if not isinstance(base, dict):
-        raise ValueError(f"{option} '{text}': expected a JSON object")
+        raise NcclTuneError("expected a JSON object (the speculative config)", path=where)
     if not (base.get("method") or base.get("model")):
-        raise ValueError(
-            f"{option}: give the speculative method and draft model (e.g. "
-            '{"method": "eagle3", "model": "DRAFT"}); the schedule only sets the k\'s'
+        raise NcclTuneError(
+            "give the speculative method and draft model (e.g. "
+            '{"method": "eagle3", "model": "DRAFT"}); the schedule only sets the k\'s',
+            path=where,
         )
     return base
 
