@@ -222,3 +222,11 @@ def test_rate_ci_by_hand():
     assert stats.rate_ci([0.0, 100.0]) == (50.0, None)  # a zero rate: no log-scale interval
     assert stats.rate_ci([100.0, float("inf")])[1] is None
     assert stats.rate_ci([]) == (None, None) and stats.rate_ci([None]) == (None, None)
+
+
+@pytest.mark.parametrize("trials", [0, 0.0, -1])
+def test_wilson_ci_without_trials_is_a_value_error(trials):
+    # no trials, no proportion: 0 / 0 must be the function's own ValueError, not a
+    # ZeroDivisionError from p = successes / trials
+    with pytest.raises(ValueError, match="no trials"):
+        stats.wilson_ci(0, trials)

@@ -104,3 +104,49 @@ def test_parse_accepts_the_example_plugin_format(request):
 def test_parse_rejects_what_the_plugin_would_misread(line):
     with pytest.raises(ValueError, match="line 1"):
         tuner.parse(line + "\n")
+
+
+def test_plugin_version_warnings_start_at_the_documented_releases():
+    # docs/commands/recommend.md: the example plugin is fixed in 2.30.3 (older ones crash on
+    # the flat cost table), and NCCL core loads v5/v6 plugins from 2.28.3.
+    assert tuner.version_warnings(None, "x") == []  # an unknown version warns of nothing
+    assert tuner.version_warnings((2, 30, 3), "x") == []
+    (crash,) = tuner.version_warnings((2, 30, 2), "x")
+    assert "CRASHES" in crash and "2.30.3" in crash
+    assert len(tuner.version_warnings((2, 28, 3), "x")) == 1  # crashes, but is loaded
+    assert "loads tuner interfaces v2-v4 only" in tuner.version_warnings((2, 28, 2), "x")[1]
+
+
+def test_a_rule_note_lists_at_most_six_measured_sizes():
+    def note(n):
+        pts = [tuner.Point(1024 * (i + 1), "Ring", "LL", 1, "measured", True) for i in range(n)]
+        (rule,) = tuner.tile(pts, "allreduce", 1, 8)
+        return rule.note
+
+    assert note(6) == "measured (measured at 1024, 2048, 3072, 4096, 5120, 6144 B)"
+    assert note(7) == "measured (measured at 1024, 2048, 3072, 4096, 5120, 6144, ... B)"
+
+
+def test_comment_lines_cut_long_words_without_losing_or_padding_anything():
+    # A '#' line holds MAX_LINE_CHARS - 2 = 198 characters; a word is cut into pieces of
+    # 198 - 6 = 192 so that "#   " continuation lines have room.
+    exact = "a" * 192  # fits whole: "# " + 192 characters, no empty piece after it
+    assert tuner.render([], [exact]).splitlines()[0] == "# " + exact
+    word = "".join(chr(ord("a") + i % 26) for i in range(500))  # pieces 192 + 192 + 116
+    lines = tuner.render([], [word]).splitlines()[:3]
+    assert lines == ["# " + word[:192], "#    " + word[192:384], "#    " + word[384:]]
+
+
+@pytest.mark.parametrize("extra", [",0", ",0,1"])
+def test_parse_takes_the_plugins_optional_fields(extra):
+    # NVIDIA/nccl plugins/tuner/example/plugin.c, loadConfig: 8 required fields, then
+    # numPipeOps and regBuff (CONFIG_FIELDS_MAX = 10).
+    (rule,) = tuner.parse("allreduce,0,10,ring,ll,1,1,8" + extra + "\n")
+    assert rule == tuner.Rule("allreduce", 0, 10, "ring", "ll", 1, 1, 8)
+
+
+def test_parse_refuses_an_eleventh_field():
+    # plugin.c's tokenizer stops at CONFIG_FIELDS_MAX = 10 tokens, so an 11th field would
+    # be dropped without a word: refused here instead.
+    with pytest.raises(ValueError, match="line 1: expected 8-10"):
+        tuner.parse("allreduce,0,10,ring,ll,1,1,8,0,1,7\n")
