@@ -74,6 +74,11 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/nccl/tuner.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("@dataclass(frozen=True)", "True -> False"): (
+            "the line of Rule and of Point; frozen=False only lets a field be assigned and drops "
+            "__hash__ (eq stays): no code assigns to a Rule's or a Point's field, hashes one or "
+            "uses one as a set member or dict key (tuner_rows builds them, tile/render/parse read them)"
+        )
     },
     "nccl_tune/spec/planner.py": {
         # (line text, mutation): why no caller can tell the difference

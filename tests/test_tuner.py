@@ -150,3 +150,17 @@ def test_parse_refuses_an_eleventh_field():
     # be dropped without a word: refused here instead.
     with pytest.raises(ValueError, match="line 1: expected 8-10"):
         tuner.parse("allreduce,0,10,ring,ll,1,1,8,0,1,7\n")
+
+
+def test_the_half_way_size_is_the_floor_of_the_exact_geometric_mean():
+    # points b - 2 and b, b = 2**30: (b - 1)**2 = b(b - 2) + 1, so sqrt(b(b - 2)) is just
+    # under b - 1 and the first rule ends at b - 2 (a float sqrt rounds it up to b - 1).
+    b = 2**30
+    rules = tuner.rules_from_points([(b - 2, "Ring", "LL", 1), (b, "Ring", "Simple", 1)], 1, 8)
+    assert [(r.min_bytes, r.max_bytes) for r in rules] == [(0, b - 2), (b - 1, tuner.MAX_BYTES)]
+    # neighbours one byte apart: the first keeps its own size (isqrt(b(b - 1)) = b - 1)
+    rules = tuner.rules_from_points([(b - 1, "Ring", "LL", 1), (b, "Ring", "Simple", 1)], 1, 8)
+    assert [(r.min_bytes, r.max_bytes) for r in rules] == [(0, b - 1), (b, tuner.MAX_BYTES)]
+    # a point at 0 B counts as 1 B: 0 and 2 meet at isqrt(1 x 2) = 1, so 1 B stays with 0 B
+    rules = tuner.rules_from_points([(0, "Ring", "LL", 1), (2, "Ring", "Simple", 1)], 1, 8)
+    assert [(r.min_bytes, r.max_bytes) for r in rules] == [(0, 1), (2, tuner.MAX_BYTES)]

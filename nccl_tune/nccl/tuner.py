@@ -162,8 +162,9 @@ def tile(points: Iterable[Point], collective: str, nnodes: int, nranks: int) -> 
     pts = sorted({p.bytes: p for p in points}.values(), key=lambda p: p.bytes)
     if not pts:
         return []
-    # Half-way (geometric mean) to the next point, never past it nor below this one.
-    uppers = [max(a.bytes, min(int(math.sqrt(max(a.bytes, 1) * b.bytes)), b.bytes - 1)) for a, b in zip(pts, pts[1:])]
+    # Half-way (geometric mean, floored exactly: a float sqrt rounds up past 2**26 bytes) to
+    # the next point, never past it nor below this one.
+    uppers = [max(a.bytes, min(math.isqrt(int(max(a.bytes, 1) * b.bytes)), b.bytes - 1)) for a, b in zip(pts, pts[1:])]
     uppers.append(MAX_BYTES)
     rules: list[Rule] = []
     sizes: list[list[int]] = []
