@@ -164,3 +164,45 @@ def test_the_half_way_size_is_the_floor_of_the_exact_geometric_mean():
     # a point at 0 B counts as 1 B: 0 and 2 meet at isqrt(1 x 2) = 1, so 1 B stays with 0 B
     rules = tuner.rules_from_points([(0, "Ring", "LL", 1), (2, "Ring", "Simple", 1)], 1, 8)
     assert [(r.min_bytes, r.max_bytes) for r in rules] == [(0, 1), (2, tuner.MAX_BYTES)]
+
+
+def _padded_line(total):
+    # a rule line of `total` bytes: spaces before the channel count (the plugin trims them)
+    head, tail = "allreduce,0,1000,tree,simple,", "3,1,8"
+    return head + " " * (total - len(head) - len(tail)) + tail
+
+
+def test_parse_reads_lines_the_plugins_fgets_reads_whole():
+    # plugin.c loadConfig: fgets(line, MAX_LINE_LENGTH = 256) takes at most 255 bytes, so a
+    # 255-byte line is read whole (its newline comes next, alone, and is skipped as empty)
+    # and a 256-byte one is cut (test_tuner_plugin.py shows both on the real plugin).
+    (rule,) = tuner.parse(_padded_line(255) + "\n")
+    assert rule == tuner.Rule("allreduce", 0, 1000, "tree", "simple", 3, 1, 8)
+    with pytest.raises(ValueError, match="line 1: longer than the plugin's 256-byte line buffer"):
+        tuner.parse(_padded_line(256) + "\n")
+
+
+def test_render_allows_rule_lines_of_exactly_max_line_chars():
+    # a rule line may be MAX_LINE_CHARS = 200 bytes long, not one more
+    fixed = len("allreduce,0,,ring,ll,1,1,8")  # 26 bytes without max_bytes' digits
+    exact = tuner.Rule("allreduce", 0, int("9" * (200 - fixed)), "ring", "ll", 1, 1, 8)
+    assert len(exact.line()) == 200 and tuner.render([exact], []).splitlines()[-1] == exact.line()
+    over = tuner.Rule("allreduce", 0, int("9" * (201 - fixed)), "ring", "ll", 1, 1, 8)
+    with pytest.raises(ValueError, match="rule line too long"):
+        tuner.render([over], [])
+
+
+def test_gaps_include_the_last_size_alone():
+    # rules up to MAX_BYTES - 1 leave exactly one size, MAX_BYTES itself, to one channel
+    rules = tuner.rules_from_points([(1024, "Ring", "LL", 1)], 1, 8)
+    short = [tuner.Rule("allreduce", 0, tuner.MAX_BYTES - 1, "ring", "ll", 1, 1, 8)]
+    assert tuner.gaps(rules, "allreduce", 1, 8) == []
+    assert tuner.gaps(short, "allreduce", 1, 8) == [(tuner.MAX_BYTES, tuner.MAX_BYTES)]
+
+
+def test_comment_words_fill_a_line_to_exactly_198_characters():
+    # _wrap_comment's limit is MAX_LINE_CHARS - 2 = 198: "# " + 100 + " " + 95 = 198 fits
+    # one line; one character more moves the second word to a "#   " continuation line.
+    assert tuner.render([], ["x" * 100 + " " + "y" * 95]).splitlines()[0] == "# " + "x" * 100 + " " + "y" * 95
+    lines = tuner.render([], ["x" * 100 + " " + "y" * 96]).splitlines()[:2]
+    assert lines == ["# " + "x" * 100, "#    " + "y" * 96]

@@ -275,7 +275,7 @@ def parse(text: str) -> list[Rule]:
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw or raw.startswith("#"):
             continue
-        if len(raw.encode()) >= 255:
+        if len(raw.encode()) >= 256:  # fgets(line, 256) reads 255 bytes; the newline may stay behind
             raise ValueError(f"line {number}: longer than the plugin's 256-byte line buffer")
         fields = [f.strip() for f in raw.split(",")]
         if not 8 <= len(fields) <= 10 or any(not f for f in fields):
