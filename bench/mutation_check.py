@@ -68,6 +68,46 @@ TARGETS: dict[str, list[str]] = {
 EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     "nccl_tune/stats.py": {
         # (line text, mutation): why no caller can tell the difference
+        **{
+            (line, mutation): (
+                "the default resample count or seed of a percentile bootstrap: another count or seed "
+                "draws other resamples of the same distribution, so the interval moves by resampling "
+                "noise only; no caller depends on particular resamples (the defaults make runs "
+                "repeatable, and 2001 or seed 1 do too), and a test that pinned them would restate the code"
+            )
+            for line, mutation in (
+                (
+                    (
+                        "values: Sequence[float], statistic=np.median, confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "2000 -> 2001",
+                ),
+                (
+                    (
+                        "values: Sequence[float], statistic=np.median, confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "0 -> 1",
+                ),
+                ("n_boot: int = 2000,", "2000 -> 2001"),  # bootstrap_diff_ci
+                ("seed: int | None = 0,", "0 -> 1"),
+                (
+                    (
+                        "a: Sequence[float], b: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "2000 -> 2001",
+                ),
+                (
+                    (
+                        "a: Sequence[float], b: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "0 -> 1",
+                ),
+            )
+        }
     },
     "nccl_tune/model/costmodel.py": {
         # (line text, mutation): why no caller can tell the difference
