@@ -111,12 +111,13 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/model/costmodel.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("step_cost = 0.0", "0.0 -> 0.0"): "0.0 x 1.5 is 0.0: the mutant is the same program",
         ('max_ch = _int_env(env, "NCCL_MAX_NCHANNELS", _int_env(env, "NCCL_MAX_NRINGS", 64))', "64 -> 65"): (
             "the default cap only binds when the pool would pass it: pool = min(max(default_channels, "
             "MIN), max_ch), or MIN itself when MIN > max_ch; MIN = 65 gives 65 under either cap and "
             "MIN >= 66 gives MIN under both, so 64 and 65 differ only for a kind with default_channels "
             "> 64, and every kind (kinds.TOPOLOGIES, the only Topology objects) has 2, 4 or 16"
-        )
+        ),
     },
     "nccl_tune/nccl/tuner.py": {
         # (line text, mutation): why no caller can tell the difference

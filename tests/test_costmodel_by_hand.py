@@ -320,3 +320,48 @@ def test_p2p_level_compares_paths_in_nccls_order():
         for level in PATH_ORDER:
             want = "shm" if PATH_ORDER.index(path) > PATH_ORDER.index(level) else "pci"
             assert cm.effective_link(topo, {"NCCL_P2P_LEVEL": level}) == want, (path, level)
+
+
+def test_ring_bandwidth_per_protocol_over_nvlink():
+    # Ring allreduce, 8 ranks, 16 channels of NVLINK_BW: bus = 16 x NVLINK_BW x (tuning.cc
+    # LL .5, capped at llMaxBw 87.7 GB/s; LL128 .92; Simple 1), algorithm bandwidth = bus x
+    # 8/14; 1 MiB more costs 1048576 x 14 / (8 x bus x 1e3) us. With NVLINK_BW 20: LL's
+    # 160 GB/s is capped to 87.7, LL128 moves 294.4 and Simple 320.
+    nvlink_bw = cm.NCCL_PARAMS.bw_per_channel["nvlink"]
+    for proto, bus in (
+        ("LL", min(16 * nvlink_bw * 0.5, 87.7)),
+        ("LL128", 16 * nvlink_bw * 0.92),
+        ("Simple", 16 * nvlink_bw),
+    ):
+        t1 = cm.op_time_us("allreduce", 1 << 20, 8, "Ring", proto, "nvlink", 16)
+        t2 = cm.op_time_us("allreduce", 2 << 20, 8, "Ring", proto, "nvlink", 16)
+        assert t2 - t1 == pytest.approx(1048576 * 14 / (8 * bus * 1e3)), proto
+
+
+def test_bandwidth_calibration_multiplies_the_per_channel_bandwidth():
+    # `model fit`'s bandwidth factors: bw_scale per protocol times pair_bw_scale per
+    # (algorithm, protocol). Ring/LL over PCI, 8 ranks, 1 channel: bus = 24 x .5 = 12 GB/s;
+    # with both factors 2 it is 48 GB/s, so 1 MiB more costs 1048576 x 14 / (8 x 48e3) =
+    # 38.2293 us instead of 152.917 us.
+    fitted = cm.NCCL_PARAMS.perturbed(bw_scale={"LL": 2.0, "LL128": 1.0, "Simple": 1.0}, pair_bw_scale={"Ring/LL": 2.0})
+    for params, extra in ((cm.NCCL_PARAMS, 152.917), (fitted, 38.2293)):
+        t1 = cm.op_time_us("allreduce", 1 << 20, 8, "Ring", "LL", "pci", 1, params=params)
+        t2 = cm.op_time_us("allreduce", 2 << 20, 8, "Ring", "LL", "pci", 1, params=params)
+        assert t2 - t1 == pytest.approx(extra, abs=1e-3)
+
+
+def test_a_one_channel_pool_launches_one_channel():
+    # enqueue.cc starts from the communicator's channels: a pool of 1 (NCCL_MAX_NCHANNELS=1)
+    # launches 1 channel at any size, with all its threads for a large one (16 MiB >= 512 x 64).
+    assert cm.launch_shape(16 << 20, "Ring", "Simple", 1, 512, 8) == (1, 512)
+    assert cm.launch_shape(16 << 20, "Ring", "LL", 0, 512, 8) == (1, 512)  # never fewer than 1
+
+
+def test_auto_topology_uses_a_detected_kind_the_model_knows(monkeypatch):
+    from nccl_tune.nccl import topology as topo_mod
+
+    monkeypatch.setattr(topo_mod, "detect_kind", lambda: "nvswitch")
+    assert cm.resolve_topology("auto") == ("nvswitch", "nvswitch (detected)")
+    monkeypatch.setattr(topo_mod, "detect_kind", lambda: "infiniband-pod")
+    name, how = cm.resolve_topology("auto")
+    assert name == cm.DEFAULT_TOPOLOGY and "detected 'infiniband-pod', which the model does not know" in how
