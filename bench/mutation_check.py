@@ -68,12 +68,64 @@ TARGETS: dict[str, list[str]] = {
 EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     "nccl_tune/stats.py": {
         # (line text, mutation): why no caller can tell the difference
+        **{
+            (line, mutation): (
+                "the default resample count or seed of a percentile bootstrap: another count or seed "
+                "draws other resamples of the same distribution, so the interval moves by resampling "
+                "noise only; no caller depends on particular resamples (the defaults make runs "
+                "repeatable, and 2001 or seed 1 do too), and a test that pinned them would restate the code"
+            )
+            for line, mutation in (
+                (
+                    (
+                        "values: Sequence[float], statistic=np.median, confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "2000 -> 2001",
+                ),
+                (
+                    (
+                        "values: Sequence[float], statistic=np.median, confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "0 -> 1",
+                ),
+                ("n_boot: int = 2000,", "2000 -> 2001"),  # bootstrap_diff_ci
+                ("seed: int | None = 0,", "0 -> 1"),
+                (
+                    (
+                        "a: Sequence[float], b: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "2000 -> 2001",
+                ),
+                (
+                    (
+                        "a: Sequence[float], b: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, "
+                        "seed: int | None = 0"
+                    ),
+                    "0 -> 1",
+                ),
+            )
+        }
     },
     "nccl_tune/model/costmodel.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("step_cost = 0.0", "0.0 -> 0.0"): "0.0 x 1.5 is 0.0: the mutant is the same program",
+        ('max_ch = _int_env(env, "NCCL_MAX_NCHANNELS", _int_env(env, "NCCL_MAX_NRINGS", 64))', "64 -> 65"): (
+            "the default cap only binds when the pool would pass it: pool = min(max(default_channels, "
+            "MIN), max_ch), or MIN itself when MIN > max_ch; MIN = 65 gives 65 under either cap and "
+            "MIN >= 66 gives MIN under both, so 64 and 65 differ only for a kind with default_channels "
+            "> 64, and every kind (kinds.TOPOLOGIES, the only Topology objects) has 2, 4 or 16"
+        ),
     },
     "nccl_tune/nccl/tuner.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("@dataclass(frozen=True)", "True -> False"): (
+            "the line of Rule and of Point; frozen=False only lets a field be assigned and drops "
+            "__hash__ (eq stays): no code assigns to a Rule's or a Point's field, hashes one or "
+            "uses one as a set member or dict key (tuner_rows builds them, tile/render/parse read them)"
+        )
     },
     "nccl_tune/spec/planner.py": {
         # (line text, mutation): why no caller can tell the difference

@@ -406,10 +406,15 @@ def test_an_absurd_size_is_refused_naming_it_cut_after_30_digits(tmp_path):
         assert str(info.value) == (f"{path}: a size of {shown} bytes is more than one GPU holds (at most {1 << 38})")
 
 
-# Mutants left alive on purpose (bench/mutation_check.py): MAX_IMPORT_BYTES = 32 x 1024 x
-# 1024 moved by one in a factor. The cap is a sanity bound on a file's size, not a
-# contract value; the reader fuzz (test_reader_fuzz.py) shows a 50 MB file refused, and a
-# test that pinned the exact byte would only restate the constant.
+def test_an_output_one_byte_over_32_mib_is_refused_before_reading(tmp_path):
+    # The importer's cap is 32 MiB = 32 x 1024 x 1024 = 33554432 bytes (twice fileio's
+    # 16 MiB for other text: NCCL's INFO lines of many ranks come with the table); a file
+    # of 33554433 bytes is refused from its size alone (a sparse file: nothing is read).
+    path = tmp_path / "big.txt"
+    with open(path, "wb") as handle:
+        handle.truncate(32 * 1024 * 1024 + 1)
+    with pytest.raises(NcclTuneError, match="32 MiB: more than the 32 MiB a nccl-tests output may have"):
+        importers.import_file(str(path))
 
 
 # ---------------------------------------------------------------- forms found in public pastes

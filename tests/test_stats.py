@@ -129,10 +129,6 @@ def test_mann_whitney_and_verdict():
 # ---------------------------------------------------------------- intervals worked by hand
 #
 # t quantiles from a printed Student-t table: t(0.975, 1) = 12.706, t(0.975, 2) = 4.303.
-# Mutants left alive on purpose (bench/mutation_check.py, issue 24): the defaults
-# n_boot=2000 and seed=0 of bootstrap_ci, bootstrap_diff_ci and paired_diff_ci. Another
-# count or seed draws other resamples of the same distribution; a test that pinned them
-# could only restate the code, so those mutants are equivalent for every caller.
 
 
 def test_summarize_two_values_have_a_cv():
@@ -222,3 +218,18 @@ def test_rate_ci_by_hand():
     assert stats.rate_ci([0.0, 100.0]) == (50.0, None)  # a zero rate: no log-scale interval
     assert stats.rate_ci([100.0, float("inf")])[1] is None
     assert stats.rate_ci([]) == (None, None) and stats.rate_ci([None]) == (None, None)
+
+
+@pytest.mark.parametrize("trials", [0, 0.0, -1])
+def test_wilson_ci_without_trials_is_a_value_error(trials):
+    # no trials, no proportion: 0 / 0 must be the function's own ValueError, not a
+    # ZeroDivisionError from p = successes / trials
+    with pytest.raises(ValueError, match="no trials"):
+        stats.wilson_ci(0, trials)
+
+
+def test_wilson_ci_of_one_trial():
+    # one success in one trial, z = 1.95996: centre = (1 + z^2/2) / (1 + z^2), half =
+    # z sqrt(z^2/4) / (1 + z^2) = (z^2/2) / (1 + z^2), so lo = 1 / (1 + z^2) = 1 / 4.84146
+    # = 0.20655 and hi = 1 (one trial is enough for an interval)
+    assert stats.wilson_ci(1, 1) == (1.0, pytest.approx(0.20655, abs=5e-5), pytest.approx(1.0))

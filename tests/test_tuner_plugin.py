@@ -280,3 +280,16 @@ def test_old_nccl_versions_are_warned_about():
     assert tuner.version_warnings((2, 30, 7), "x") == []
     assert "CRASHES" in tuner.version_warnings((2, 29, 7), "x")[0]
     assert len(tuner.version_warnings((2, 27, 5), "x")) == 2
+
+
+def test_the_real_plugin_reads_a_255_byte_line_whole_and_cuts_a_256_byte_one(plugin, tmp_path):
+    # tuner.parse refuses lines from 256 bytes on because fgets(line, 256) cuts them; the
+    # real plugin applies a 255-byte rule and loses the last byte of a 256-byte one.
+    head, tail = "allreduce,0,1000,tree,simple,", "3,1,8"
+    for total, applied in ((255, True), (256, False)):
+        line = head + " " * (total - len(head) - len(tail)) + tail
+        csv = tmp_path / f"line{total}.conf"
+        csv.write_text(line + "\n")
+        (answer,) = plugin.query(csv, 8, 1, [("allreduce", 100)])
+        assert answer.applied is applied, total
+        assert (answer.algorithm, answer.protocol, answer.channels) == ("tree", "simple", 3) or not applied

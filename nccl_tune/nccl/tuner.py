@@ -162,8 +162,9 @@ def tile(points: Iterable[Point], collective: str, nnodes: int, nranks: int) -> 
     pts = sorted({p.bytes: p for p in points}.values(), key=lambda p: p.bytes)
     if not pts:
         return []
-    # Half-way (geometric mean) to the next point, never past it nor below this one.
-    uppers = [max(a.bytes, min(int(math.sqrt(max(a.bytes, 1) * b.bytes)), b.bytes - 1)) for a, b in zip(pts, pts[1:])]
+    # Half-way (geometric mean, floored exactly: a float sqrt rounds up past 2**26 bytes) to
+    # the next point, never past it nor below this one.
+    uppers = [max(a.bytes, min(math.isqrt(int(max(a.bytes, 1) * b.bytes)), b.bytes - 1)) for a, b in zip(pts, pts[1:])]
     uppers.append(MAX_BYTES)
     rules: list[Rule] = []
     sizes: list[list[int]] = []
@@ -274,7 +275,7 @@ def parse(text: str) -> list[Rule]:
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw or raw.startswith("#"):
             continue
-        if len(raw.encode()) >= 255:
+        if len(raw.encode()) >= 256:  # fgets(line, 256) reads 255 bytes; the newline may stay behind
             raise ValueError(f"line {number}: longer than the plugin's 256-byte line buffer")
         fields = [f.strip() for f in raw.split(",")]
         if not 8 <= len(fields) <= 10 or any(not f for f in fields):
