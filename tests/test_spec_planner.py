@@ -548,3 +548,118 @@ def test_candidates_from_the_inputs_intervals(cli_runner):
     assert so.split_interval("1.62\u00b10.05@5", "x") == ("1.62@5", [0.05])
     with pytest.raises(ValueError, match="--decode-ms"):
         so.scalar("11+-x", "--decode-ms")
+
+
+# ---------------------------------------------------------------- rules the planner decides
+
+
+def _req(**kwargs) -> PlanRequest:
+    base = {"steps": [1], "acceptance": so.parse_acceptance(accept_rate=0.7), "draft_ms": 0.5}
+    return PlanRequest(**{**base, **kwargs})
+
+
+def test_plain_decoding_row_and_the_draft_step_per_batch_size():
+    # decode 9 ms of its own; the verify at 1 token is 10 ms, at 4 tokens 16 ms (interp)
+    result = plan(_req(decode_ms=9.0, verify_points=[(1, 10.0), (4, 16.0)], batches=[1, 2]))
+    one, two = result.batches
+    # batch 1: plain decoding is its own decode time (9 ms, not the 10 ms verify at 1 token)
+    assert (one.plain.tau, one.plain.cycle_ms, one.plain.tok_s) == (1.0, 9.0, pytest.approx(1000 / 9.0))
+    # batch 2: a forward of 2 tokens over 2 sequences, 10 + (16 - 10) x (2 - 1) / (4 - 1) = 12 ms
+    assert (two.plain.tau, two.plain.cycle_ms) == (1.0, pytest.approx(12.0))
+    # and the draft step grows as the target's forward does: 0.5 x 12 / 10 = 0.6 ms
+    assert one.plans[1].draft_ms == pytest.approx(0.5) and two.plans[1].draft_ms == pytest.approx(0.6)
+    # no --fit asked: no note about what --fit did not fit
+    assert not any("--fit" in note for note in result.notes)
+    fit = plan(_req(decode_ms=9.0, verify_points=[(1, 10.0), (4, 16.0)], fit=True))
+    assert "--fit: nothing was fitted (give --measured-tok-s X@K at some K >= 1)" in fit.notes
+
+
+def test_moe_model_needs_both_experts_and_topk():
+    for experts, topk in ((8, None), (None, 2)):
+        with pytest.raises(PlanError, match="--moe-experts E and --moe-topk K"):
+            plan(_req(decode_ms=10.0, verify_points=[(4, 12.0)], verify_model="moe", experts=experts, topk=topk))
+
+
+def test_saturation_starts_from_the_first_measured_forward_without_a_decode_time():
+    # no plain decoding time: the saturation line's one-forward time is the curve at its
+    # first point, 10 ms at 2 tokens (the default knee 295 tokens)
+    result = plan(_req(steps=[1, 2], verify_points=[(2, 10.0), (3, 12.0)]))
+    assert "saturation: at least 10.000 ms x n / 295" in result.verify_model["description"]
+
+
+def test_flat_compute_verify_names_its_slope():
+    flat = plan(_req(decode_ms=10.0, compute_per_token_ms=0.0))
+    assert "plain decoding's compute, flat in tokens" in flat.verify_model["description"]
+    sloped = plan(_req(decode_ms=10.0, compute_per_token_ms=0.25))
+    assert "plain decoding's compute + 0.25 ms per extra token" in sloped.verify_model["description"]
+
+
+def test_batch_without_timings_is_refused_from_batch_two():
+    req = _req(decode_ms=10.0, draft_ms=None, measured=[(1, 120.0), (2, 130.0)], fit=True, batches=[1, 2])
+    with pytest.raises(PlanError, match="--batch needs verify timings"):
+        plan(req)
+
+
+def test_cycle_fit_through_two_points_meets_them_and_marks_the_rest():
+    # a line through the two implied cycle times passes through both: the plan's tok/s at
+    # k = 2 and k = 5 are the measured 93.9 and 86.7 whatever the acceptance; k = 2 and 5
+    # (the fitted range's ends) are not extrapolated, k = 1 and 6 are
+    req = PlanRequest(
+        [1, 2, 3, 4, 5, 6],
+        so.parse_acceptance(accepted_drafts=("0.95@5",)),
+        1000 / 88.8,
+        measured=[(2, 93.9), (5, 86.7)],
+        fit=True,
+    )
+    plans = {p.k: p for p in plan(req).batches[0].plans}
+    assert plans[2].tok_s == pytest.approx(93.9) and plans[5].tok_s == pytest.approx(86.7)
+    assert plans[0].tok_s == pytest.approx(88.8)
+    assert [k for k, p in sorted(plans.items()) if p.extrapolated] == [1, 6]
+
+
+def test_fitted_accept_length_is_clamped_to_one_and_k_plus_one():
+    # a flat 10 ms verify, no draft or other time: the implied accept length is tok/s x 10 / 1000
+    flat = {"decode_ms": 10.0, "verify_points": [(1, 10.0), (2, 10.0), (3, 10.0)], "draft_ms": 0.0, "fit": True}
+    none = so.parse_acceptance()
+    low = plan(_req(**flat, acceptance=none, measured=[(1, 50.0)]))  # 0.5 -> at least 1 (the bonus token)
+    assert low.fit["accept_len"] == {"1": 1.0}
+    high = plan(_req(**flat, acceptance=none, steps=[2], measured=[(2, 400.0)]))  # 4.0 -> at most k + 1 = 3
+    assert high.fit["accept_len"] == {"2": 3.0}
+
+
+def test_measure_next_is_the_best_step_count_when_the_splits_disagree_there():
+    from nccl_tune.spec.planner import _measure_next
+
+    def row(k, tok_s):
+        return sd.StepPlan(k, 1.0, None, None, 0.0, 1.0, tok_s)
+
+    plans = [row(0, 100.0), row(1, 120.0), row(2, 110.0), row(3, 100.0)]
+    # measured at k = 3; the best k >= 1 is k = 1, whose range 100..140 is wider than
+    # 2 x 5%: measure it (k = 2's range is as wide, but it is not the best)
+    ranges = {0: (100.0, 100.0), 1: (100.0, 140.0), 2: (90.0, 130.0), 3: (100.0, 100.0)}
+    assert _measure_next(plans, [1, 2, 3], ranges, 3, 0.05) == 1
+    # a narrow range at the best: the candidate farthest from the measured k
+    assert _measure_next(plans, [1, 2, 3], {**ranges, 1: (118.0, 122.0)}, 3, 0.05) == 1
+    assert _measure_next(plans, [2, 3], {**ranges, 1: (118.0, 122.0)}, 3, 0.05) == 2
+
+
+def test_intervals_are_the_two_and_a_half_percent_points_of_the_draws(monkeypatch):
+    from types import SimpleNamespace
+
+    from nccl_tune.spec import planner
+
+    def fake_plan(draws):
+        values = iter(range(draws - 1, -1, -1))  # draw i gives tok/s draws - 1 - i: 0..draws-1 in all
+
+        def one(_req):
+            return SimpleNamespace(batches=[SimpleNamespace(batch=1, plans=[SimpleNamespace(k=0, tok_s=next(values))])])
+
+        return one
+
+    req = _req(decode_ms=10.0, verify_points=[(4, 12.0)], halves={"decode_ms": 0.5})
+    # 400 draws valued 0..399: 2.5% of them (10) below the low end, 10 above the high end
+    monkeypatch.setattr(planner, "plan", fake_plan(400))
+    assert planner._intervals(req, draws=400) == {1: {0: (10, 389)}}
+    # 20 draws: 2.5% is half a draw each side, rounded to none: the lowest and the highest
+    monkeypatch.setattr(planner, "plan", fake_plan(20))
+    assert planner._intervals(req, draws=20) == {1: {0: (0, 19)}}
