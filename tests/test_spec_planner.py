@@ -663,3 +663,59 @@ def test_intervals_are_the_two_and_a_half_percent_points_of_the_draws(monkeypatc
     # 20 draws: 2.5% is half a draw each side, rounded to none: the lowest and the highest
     monkeypatch.setattr(planner, "plan", fake_plan(20))
     assert planner._intervals(req, draws=20) == {1: {0: (0, 19)}}
+
+
+def test_one_point_span_names_the_best_k_at_each_end():
+    # per position 0.8, 0.7, 0.354: tau(1) = 1.8, tau(2) = 2.5, tau(3) = 2.854; measured
+    # 150 tok/s at k = 1: a cycle of 1000 x 1.8 / 150 = 12 ms; plain decoding 10 ms
+    req = PlanRequest(
+        [1, 2, 3], so.parse_acceptance(accept_per_pos="0.8,0.7,0.354"), 10.0, measured=[(1, 150.0)], fit=True
+    )
+    span = plan(req).batches[0].span
+    # all per-step (10 + 2k ms): k = 2 gives 2500 / 14 = 178.57, k = 3 2854 / 16 = 178.38;
+    # the next split (per step 2 x 39/40 = 1.95: 10.05 + 1.95k) already favours k = 3
+    # (2854 / 15.9 = 179.50 against 2500 / 13.95 = 179.21); all fixed (12 ms): k = 3
+    assert (span["best_k_all_per_step"], span["best_k_all_fixed"]) == (2, 3)
+
+
+def test_fit_implies_the_verify_time_a_measured_tok_s_leaves():
+    # tau(2) = 2.0 at 100 tok/s: a 20 ms cycle, less 2 x 0.5 ms of drafts: a 19 ms verify of 3 tokens
+    req = _req(
+        steps=[2],
+        acceptance=so.parse_acceptance(accept_len=("2.0@2",)),
+        decode_ms=10.0,
+        verify_points=[(2, 11.0)],
+        verify_model="dense",
+        measured=[(2, 100.0)],
+        fit=True,
+    )
+    assert plan(req).fit["implied_points"] == [[3, pytest.approx(19.0)]]
+
+
+def test_interval_draws_keep_the_accept_length_within_one_and_k_plus_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from nccl_tune.spec import planner
+
+    drawn = []
+
+    def fake_plan(draw):
+        drawn.extend(p.accept_len for p in draw.acceptance.points)
+        return SimpleNamespace(batches=[])
+
+    monkeypatch.setattr(planner, "plan", fake_plan)
+    # an accept length counts the bonus token: at k = 2 it lies in [1, 3] (accept.py's
+    # AcceptancePoint check); draws of 2.9 +- 0.5 beyond 3 count as 3, of 1.2 +- 0.5 below 1 as 1
+    for text, end in (("2.9+-0.5@2", 3.0), ("1.2+-0.5@2", 1.0)):
+        drawn.clear()
+        planner._intervals(_req(steps=[2], acceptance=so.parse_acceptance(accept_len=(text,))), draws=400)
+        assert len(drawn) == 400 and all(1.0 <= a <= 3.0 for a in drawn) and end in drawn
+
+
+def test_a_loop_without_plain_decoding_is_refused():
+    from nccl_tune.spec.planner import plan_from_loop
+
+    runs = _loop_runs()
+    del runs[0]
+    with pytest.raises(PlanError, match=r"plain decoding \(k = 0\) was not measured"):
+        plan_from_loop(runs)
