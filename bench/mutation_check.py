@@ -142,6 +142,12 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
             "return value if value is None or not half else max(floor, value + rng.uniform(-half, half))",
             "Add -> Sub",
         ): "uniform(-half, half) is symmetric about 0, so value - U is uniform on the same interval as value + U: the draws have the same distribution, and the intervals are a statistic of it (which seeded draw falls where is no contract)",
+        ("return None, True", "True -> False"): (
+            "unreachable: _plain runs after _plan_batch kept some k >= 0 whose batch x (k + 1) tokens the "
+            "curve can use; only an interp curve refuses a token count, and with plain decoding's time given "
+            "its first point is 1 token (plain decoding's, or --verify-ms's flat value), so batch <= "
+            "batch x (k + 1) lies within its points too and curve.usable(batch) is never False here"
+        ),
     },
     "nccl_tune/spec/cycle.py": {
         # (line text, mutation): why no caller can tell the difference

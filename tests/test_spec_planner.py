@@ -455,6 +455,8 @@ def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
 
     runs = _loop_runs()
     loop = plan_from_loop(runs).to_dict()
+    # plain decoding's time (2.0 ms) is the verify curve's 1-token point, then the k + 1 verifies
+    assert loop["verify_model"]["points"] == [[1, 2.0], [2, 2.2], [3, 2.4], [4, 2.7]]
     cli = spec_plan(
         cli_runner,
         "--decode-ms",
@@ -585,6 +587,8 @@ def test_saturation_starts_from_the_first_measured_forward_without_a_decode_time
     # first point, 10 ms at 2 tokens (the default knee 295 tokens)
     result = plan(_req(steps=[1, 2], verify_points=[(2, 10.0), (3, 12.0)]))
     assert "saturation: at least 10.000 ms x n / 295" in result.verify_model["description"]
+    # and plain decoding is not priced (not left out): the plan ranks k >= 1 only
+    assert result.batches[0].plain is None and result.batches[0].left_out == []
 
 
 def test_flat_compute_verify_names_its_slope():
@@ -592,6 +596,8 @@ def test_flat_compute_verify_names_its_slope():
     assert "plain decoding's compute, flat in tokens" in flat.verify_model["description"]
     sloped = plan(_req(decode_ms=10.0, compute_per_token_ms=0.25))
     assert "plain decoding's compute + 0.25 ms per extra token" in sloped.verify_model["description"]
+    # a stated model for every token count: no row is extrapolated
+    assert not any(p.extrapolated for r in (flat, sloped) for p in r.batches[0].plans)
 
 
 def test_batch_without_timings_is_refused_from_batch_two():
@@ -633,14 +639,21 @@ def test_measure_next_is_the_best_step_count_when_the_splits_disagree_there():
     def row(k, tok_s):
         return sd.StepPlan(k, 1.0, None, None, 0.0, 1.0, tok_s)
 
-    plans = [row(0, 100.0), row(1, 120.0), row(2, 110.0), row(3, 100.0)]
+    one_best = [row(0, 100.0), row(1, 120.0), row(2, 110.0), row(3, 100.0)]
+    two_best = [row(0, 100.0), row(1, 110.0), row(2, 120.0), row(3, 100.0)]
+    wide = {0: (100.0, 100.0), 1: (100.0, 140.0), 2: (90.0, 130.0), 3: (100.0, 100.0)}
     # measured at k = 3; the best k >= 1 is k = 1, whose range 100..140 is wider than
-    # 2 x 5%: measure it (k = 2's range is as wide, but it is not the best)
-    ranges = {0: (100.0, 100.0), 1: (100.0, 140.0), 2: (90.0, 130.0), 3: (100.0, 100.0)}
-    assert _measure_next(plans, [1, 2, 3], ranges, 3, 0.05) == 1
-    # a narrow range at the best: the candidate farthest from the measured k
-    assert _measure_next(plans, [1, 2, 3], {**ranges, 1: (118.0, 122.0)}, 3, 0.05) == 1
-    assert _measure_next(plans, [2, 3], {**ranges, 1: (118.0, 122.0)}, 3, 0.05) == 2
+    # 2 x 5% (140 > 110): measure it (k = 2's range is as wide, but it is not the best)
+    assert _measure_next(one_best, [1, 2, 3], wide, 3, 0.05) == 1
+    # measured at k = 1, the best is k = 2 with a wide range: measure k = 2 (not k = 3, the farthest)
+    assert _measure_next(two_best, [1, 2, 3], wide, 1, 0.05) == 2
+    # a narrow range at the best (118..122 < 1.1 x 118): the candidate farthest from the measured k
+    assert _measure_next(two_best, [1, 2, 3], {**wide, 2: (118.0, 122.0)}, 1, 0.05) == 3
+    # the best is the measured k itself: the other candidate farthest from it
+    assert _measure_next(one_best, [1, 2, 3], wide, 1, 0.05) == 3
+    assert _measure_next(one_best, [2, 3], {**wide, 1: (118.0, 122.0)}, 3, 0.05) == 2
+    # only the measured k (and plain decoding) among the candidates: nothing to measure next
+    assert _measure_next(one_best, [0, 3], wide, 3, 0.05) is None
 
 
 def test_intervals_are_the_two_and_a_half_percent_points_of_the_draws(monkeypatch):
@@ -719,3 +732,25 @@ def test_a_loop_without_plain_decoding_is_refused():
     del runs[0]
     with pytest.raises(PlanError, match=r"plain decoding \(k = 0\) was not measured"):
         plan_from_loop(runs)
+
+
+def test_interval_draws_of_times_stay_positive(monkeypatch):
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from nccl_tune.spec import planner
+
+    drawn = []
+
+    def fake_plan(draw):
+        drawn.append((draw.decode_ms, draw.verify_points[0][1], draw.decode_points[0][1], draw.draft_ms, draw.other_ms))
+        return SimpleNamespace(batches=[])
+
+    monkeypatch.setattr(planner, "plan", fake_plan)
+    # every time drawn around 0.5 +- 1: a forward's time (decode, verify, decode at a batch
+    # size) is kept at 1e-6 ms at least, a draft step's and the other time at 0
+    halves = {"decode_ms": 1.0, "draft_ms": 1.0, "other_ms": 1.0, "verify": {3: 1.0}, "decode_points": {2: 1.0}}
+    req = _req(decode_ms=0.5, verify_points=[(3, 0.5)], decode_points=[(2, 0.5)], draft_ms=0.5, other_ms=0.5)
+    planner._intervals(replace(req, halves=halves), draws=400)
+    lows = [min(column) for column in zip(*drawn)]
+    assert lows == [1e-6, 1e-6, 1e-6, 0.0, 0.0]

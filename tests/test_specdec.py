@@ -160,6 +160,12 @@ def test_candidates_from_intervals_reach_the_best_low_end_inclusively():
     # k = 0 tops out at 99.9 and k = 3 at 75, below it
     intervals = {0: (60.0, 99.9), 1: (100.0, 100.0), 2: (90.0, 100.0), 3: (65.0, 75.0)}
     assert sd.candidate_steps(plans, intervals=intervals) == [1, 2]
+    # the floor is the best's low end (90), not its high end (110): k = 2 reaching 95 is a candidate
+    wide = {**intervals, 1: (90.0, 110.0), 2: (85.0, 95.0)}
+    assert sd.candidate_steps(plans, intervals=wide) == [0, 1, 2]
+    # without intervals, the stated relative error (5% by default, docs/commands/spec-plan.md):
+    # the floor is 100 x 0.95 = 95: k = 2 at 95.5 is a candidate, k = 3 at 94 is not
+    assert sd.candidate_steps([row(1, 100.0), row(2, 95.5), row(3, 94.0)]) == [1, 2]
 
 
 def test_decision_in_words_and_as_json():
