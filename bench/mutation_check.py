@@ -133,15 +133,19 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
         (
             "if batch > 1:  # BATCH_NOTE: the draft step grows with the batch as the target's forward does",
             "Gt -> GtE",
-        ): "at batch 1 the draft step is scaled by curve.at(1, 1) / curve.at(1, 1) = 1 (at(1, 1) > 0: the saturation term is always set, t1 > 0): the same draft time to within one rounding of its last bit",
-        (
-            "extended = sv.measured_curve(list(curve.points), True, curve.sources)",
-            "True -> False",
-        ): "only extended.base reaches saturation.fit, and VerifyCurve.base interpolates and extrapolates linearly whatever linear_beyond says (the flag gates usable() and extrapolated() only): the same base either way",
-        (
-            "return value if value is None or not half else max(floor, value + rng.uniform(-half, half))",
-            "Add -> Sub",
-        ): "uniform(-half, half) is symmetric about 0, so value - U is uniform on the same interval as value + U: the draws have the same distribution, and the intervals are a statistic of it (which seeded draw falls where is no contract)",
+        ): (
+            "at batch 1 the draft step is scaled by curve.at(1, 1) / curve.at(1, 1) = 1 (at(1, 1) > 0: the saturation"
+            " term is always set, t1 > 0): the same draft time to within one rounding of its last bit"
+        ),
+        ("extended = sv.measured_curve(list(curve.points), True, curve.sources)", "True -> False"): (
+            "only extended.base reaches saturation.fit, and VerifyCurve.base interpolates and extrapolates linearly "
+            "whatever linear_beyond says (the flag gates usable() and extrapolated() only): the same base either way"
+        ),
+        ("return value if value is None or not half else max(floor, value + rng.uniform(-half, half))", "Add -> Sub"): (
+            "uniform(-half, half) is symmetric about 0, so value - U is uniform on the same interval as value + U: "
+            "the draws have the same distribution, and the intervals are a statistic of it (which seeded draw falls "
+            "where is no contract)"
+        ),
         ("return None, True", "True -> False"): (
             "unreachable: _plain runs after _plan_batch kept some k >= 0 whose batch x (k + 1) tokens the "
             "curve can use; only an interp curve refuses a token count, and with plain decoding's time given "
