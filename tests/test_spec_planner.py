@@ -596,6 +596,12 @@ def test_flat_compute_verify_names_its_slope():
     assert "plain decoding's compute, flat in tokens" in flat.verify_model["description"]
     sloped = plan(_req(decode_ms=10.0, compute_per_token_ms=0.25))
     assert "plain decoding's compute + 0.25 ms per extra token" in sloped.verify_model["description"]
+    # k = 1 verifies 2 tokens: 10 + 0.25 x (2 - 1) = 10.25 ms (1 token: plain decoding's 10 ms)
+    assert sloped.batches[0].plans[1].verify_ms == pytest.approx(10.25)
+    # with comm(n) = 1 + 0.5 n ms apart: compute 10 - 1.5 = 8.5 ms, so 2 tokens take
+    # 8.5 + 0.25 + comm(2) = 8.5 + 0.25 + 2.0 = 10.75 ms
+    comm = plan(_req(decode_ms=10.0, compute_per_token_ms=0.25, comm=lambda n: 1.0 + 0.5 * n))
+    assert comm.batches[0].plans[1].verify_ms == pytest.approx(10.75)
     # a stated model for every token count: no row is extrapolated
     assert not any(p.extrapolated for r in (flat, sloped) for p in r.batches[0].plans)
 
@@ -647,6 +653,8 @@ def test_measure_next_is_the_best_step_count_when_the_splits_disagree_there():
     assert _measure_next(one_best, [1, 2, 3], wide, 3, 0.05) == 1
     # measured at k = 1, the best is k = 2 with a wide range: measure k = 2 (not k = 3, the farthest)
     assert _measure_next(two_best, [1, 2, 3], wide, 1, 0.05) == 2
+    # a range of exactly twice the stated error (100..150 at 25%) is not more than it: the farthest
+    assert _measure_next(two_best, [1, 2, 3], {**wide, 2: (100.0, 150.0)}, 1, 0.25) == 3
     # a narrow range at the best (118..122 < 1.1 x 118): the candidate farthest from the measured k
     assert _measure_next(two_best, [1, 2, 3], {**wide, 2: (118.0, 122.0)}, 1, 0.05) == 3
     # the best is the measured k itself: the other candidate farthest from it
@@ -670,9 +678,10 @@ def test_intervals_are_the_two_and_a_half_percent_points_of_the_draws(monkeypatc
         return one
 
     req = _req(decode_ms=10.0, verify_points=[(4, 12.0)], halves={"decode_ms": 0.5})
-    # 400 draws valued 0..399: 2.5% of them (10) below the low end, 10 above the high end
+    # 400 draws by default (the JSON's "uncertainty" says "95% of 400 draws"), valued
+    # 0..399: 2.5% of them (10) below the low end, 10 above the high end
     monkeypatch.setattr(planner, "plan", fake_plan(400))
-    assert planner._intervals(req, draws=400) == {1: {0: (10, 389)}}
+    assert planner._intervals(req) == {1: {0: (10, 389)}}
     # 20 draws: 2.5% is half a draw each side, rounded to none: the lowest and the highest
     monkeypatch.setattr(planner, "plan", fake_plan(20))
     assert planner._intervals(req, draws=20) == {1: {0: (0, 19)}}
@@ -684,14 +693,19 @@ def test_one_point_span_names_the_best_k_at_each_end():
     req = PlanRequest(
         [1, 2, 3], so.parse_acceptance(accept_per_pos="0.8,0.7,0.354"), 10.0, measured=[(1, 150.0)], fit=True
     )
-    span = plan(req).batches[0].span
+    result = plan(req)
+    span = result.batches[0].span
     # all per-step (10 + 2k ms): k = 2 gives 2500 / 14 = 178.57, k = 3 2854 / 16 = 178.38;
     # the next split (per step 2 x 39/40 = 1.95: 10.05 + 1.95k) already favours k = 3
     # (2854 / 15.9 = 179.50 against 2500 / 13.95 = 179.21); all fixed (12 ms): k = 3
     assert (span["best_k_all_per_step"], span["best_k_all_fixed"]) == (2, 3)
+    # the plan and the fit shown are the middle split: per step (2 + 0) / 2 = 1 ms, fixed 12 - 1 = 11 ms
+    assert (result.fit["cycle_ms_per_step"], result.fit["cycle_ms_fixed"]) == (pytest.approx(1.0), pytest.approx(11.0))
 
 
 def test_fit_implies_the_verify_time_a_measured_tok_s_leaves():
+    from dataclasses import replace
+
     # tau(2) = 2.0 at 100 tok/s: a 20 ms cycle, less 2 x 0.5 ms of drafts: a 19 ms verify of 3 tokens
     req = _req(
         steps=[2],
@@ -703,6 +717,11 @@ def test_fit_implies_the_verify_time_a_measured_tok_s_leaves():
         fit=True,
     )
     assert plan(req).fit["implied_points"] == [[3, pytest.approx(19.0)]]
+    # a small model: 2000 tok/s leave 1000 x 2 / 2000 - 2 x 0.05 = 0.9 ms for the verify, a time;
+    # 40000 tok/s would leave 0.05 - 0.1 < 0: no verify time, nothing fitted
+    small = {"decode_ms": 0.4, "verify_points": [(2, 0.45)], "draft_ms": 0.05}
+    assert plan(replace(req, **small, measured=[(2, 2000.0)])).fit["implied_points"] == [[3, pytest.approx(0.9)]]
+    assert plan(replace(req, **small, measured=[(2, 40000.0)])).fit is None
 
 
 def test_interval_draws_keep_the_accept_length_within_one_and_k_plus_one(monkeypatch):
@@ -754,3 +773,21 @@ def test_interval_draws_of_times_stay_positive(monkeypatch):
     planner._intervals(replace(req, halves=halves), draws=400)
     lows = [min(column) for column in zip(*drawn)]
     assert lows == [1e-6, 1e-6, 1e-6, 0.0, 0.0]
+
+
+def test_plain_decoding_from_a_measured_tok_s_at_zero_steps():
+    # --measured-tok-s 100@0 is plain decoding at 1000 / 100 = 10 ms per token
+    req = _req(verify_points=[(2, 12.0)], measured=[(0, 100.0)])
+    result = plan(req)
+    assert result.verify_model["plain_decoding"] == "10 ms per token from --measured-tok-s 100@0"
+    assert result.batches[0].plain.cycle_ms == pytest.approx(10.0)
+
+
+def test_per_sequence_cost_from_plain_decoding_at_batch_sizes():
+    # the 1-sequence curve: 10 ms at 1 token, 17 ms at 8 (1 ms per token); plain decoding at
+    # batch 4 takes 16 ms against the curve's 13 ms at 4 tokens: 3 ms over 3 more sequences
+    req = _req(decode_ms=10.0, verify_points=[(8, 17.0)], decode_points=[(4, 16.0)], batches=[1, 4])
+    result = plan(req)
+    assert result.verify_model["per_sequence_ms"] == pytest.approx(1.0)
+    assert "from plain decoding's times at batch 1 (10 ms), 4 (16 ms)" in result.verify_model["saturation"]
+    assert result.batches[1].plain.cycle_ms == 16.0
