@@ -129,9 +129,90 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/spec/planner.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("other_ms: float = 0.0", "0.0 -> 0.0"): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "return StepPlan(k, acc.tau(k), None, None, 0.0, c, 1000.0 * acc.tau(k) / c, extrapolated)",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "def jitter(value, half, floor=0.0):",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "comm = req.comm or (lambda n: 0.0)",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "return StepPlan(0, 1.0, 0.0, ms, 0.0, ms, 1000.0 / ms, extrapolated), False",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "return self.curve.at(tokens, self.batch) - (self.saving(tokens) if self.saving else 0.0)",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "plain = StepPlan(0, 1.0, None, None, 0.0, decode, 1000.0 / decode) if decode else None",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "replace(p, accept_len=min(max(jitter(p.accept_len, p.half), 1.0), p.k + 1.0), half=0.0)",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            'other = sum(r.get("other_ms") or 0.0 for r in spec.values()) / len(spec)',
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            'verify = [(t, jitter(m, h.get("verify", {}).get(t, 0.0), 1e-6)) for t, m in req.verify_points]',
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            'batch_times = [(b, jitter(m, h.get("decode_points", {}).get(b, 0.0), 1e-6)) for b, m in req.decode_points]',
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            'decode_ms=jitter(req.decode_ms, h.get("decode_ms", 0.0), 1e-6),',
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            'draft_ms=jitter(req.draft_ms, h.get("draft_ms", 0.0)),',
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            'other_ms=jitter(req.other_ms, h.get("other_ms", 0.0)),',
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        (
+            "if batch > 1:  # BATCH_NOTE: the draft step grows with the batch as the target's forward does",
+            "Gt -> GtE",
+        ): (
+            "at batch 1 the draft step is scaled by curve.at(1, 1) / curve.at(1, 1) = 1 (at(1, 1) > 0: the saturation"
+            " term is always set, t1 > 0): the same draft time to within one rounding of its last bit"
+        ),
+        ("extended = sv.measured_curve(list(curve.points), True, curve.sources)", "True -> False"): (
+            "only extended.base reaches saturation.fit, and VerifyCurve.base interpolates and extrapolates linearly "
+            "whatever linear_beyond says (the flag gates usable() and extrapolated() only): the same base either way"
+        ),
+        ("return value if value is None or not half else max(floor, value + rng.uniform(-half, half))", "Add -> Sub"): (
+            "uniform(-half, half) is symmetric about 0, so value - U is uniform on the same interval as value + U: "
+            "the draws have the same distribution, and the intervals are a statistic of it (which seeded draw falls "
+            "where is no contract)"
+        ),
+        ("return None, True", "True -> False"): (
+            "unreachable: _plain runs after _plan_batch kept some k >= 0 whose batch x (k + 1) tokens the "
+            "curve can use; only an interp curve refuses a token count, and with plain decoding's time given "
+            "its first point is 1 token (plain decoding's, or --verify-ms's flat value), so batch <= "
+            "batch x (k + 1) lies within its points too and curve.usable(batch) is never False here"
+        ),
     },
     "nccl_tune/spec/cycle.py": {
         # (line text, mutation): why no caller can tell the difference
+        (
+            "def cycle_ms(k: int, draft_step_ms: float, verify_ms: float, other_ms: float = 0.0) -> float:",
+            "0.0 -> 0.0",
+        ): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        ("other_ms: float = 0.0,", "0.0 -> 0.0"): "0.0 x 1.5 = 0.0: the mutated program is the same program",
+        ("0.0,", "0.0 -> 0.0"): "0.0 x 1.5 = 0.0: the mutated program is the same program",
     },
     "nccl_tune/decide/recommendation.py": {
         # (line text, mutation): why no caller can tell the difference

@@ -455,6 +455,8 @@ def test_validate_spec_plan_and_the_bench_share_the_planner(cli_runner):
 
     runs = _loop_runs()
     loop = plan_from_loop(runs).to_dict()
+    # plain decoding's time (2.0 ms) is the verify curve's 1-token point, then the k + 1 verifies
+    assert loop["verify_model"]["points"] == [[1, 2.0], [2, 2.2], [3, 2.4], [4, 2.7]]
     cli = spec_plan(
         cli_runner,
         "--decode-ms",
@@ -548,3 +550,244 @@ def test_candidates_from_the_inputs_intervals(cli_runner):
     assert so.split_interval("1.62\u00b10.05@5", "x") == ("1.62@5", [0.05])
     with pytest.raises(ValueError, match="--decode-ms"):
         so.scalar("11+-x", "--decode-ms")
+
+
+# ---------------------------------------------------------------- rules the planner decides
+
+
+def _req(**kwargs) -> PlanRequest:
+    base = {"steps": [1], "acceptance": so.parse_acceptance(accept_rate=0.7), "draft_ms": 0.5}
+    return PlanRequest(**{**base, **kwargs})
+
+
+def test_plain_decoding_row_and_the_draft_step_per_batch_size():
+    # decode 9 ms of its own; the verify at 1 token is 10 ms, at 4 tokens 16 ms (interp)
+    result = plan(_req(decode_ms=9.0, verify_points=[(1, 10.0), (4, 16.0)], batches=[1, 2]))
+    one, two = result.batches
+    # batch 1: plain decoding is its own decode time (9 ms, not the 10 ms verify at 1 token)
+    assert (one.plain.tau, one.plain.cycle_ms, one.plain.tok_s) == (1.0, 9.0, pytest.approx(1000 / 9.0))
+    # batch 2: a forward of 2 tokens over 2 sequences, 10 + (16 - 10) x (2 - 1) / (4 - 1) = 12 ms
+    assert (two.plain.tau, two.plain.cycle_ms) == (1.0, pytest.approx(12.0))
+    # and the draft step grows as the target's forward does: 0.5 x 12 / 10 = 0.6 ms
+    assert one.plans[1].draft_ms == pytest.approx(0.5) and two.plans[1].draft_ms == pytest.approx(0.6)
+    # no --fit asked: no note about what --fit did not fit
+    assert not any("--fit" in note for note in result.notes)
+    fit = plan(_req(decode_ms=9.0, verify_points=[(1, 10.0), (4, 16.0)], fit=True))
+    assert "--fit: nothing was fitted (give --measured-tok-s X@K at some K >= 1)" in fit.notes
+
+
+def test_moe_model_needs_both_experts_and_topk():
+    for experts, topk in ((8, None), (None, 2)):
+        with pytest.raises(PlanError, match="--moe-experts E and --moe-topk K"):
+            plan(_req(decode_ms=10.0, verify_points=[(4, 12.0)], verify_model="moe", experts=experts, topk=topk))
+
+
+def test_saturation_starts_from_the_first_measured_forward_without_a_decode_time():
+    # no plain decoding time: the saturation line's one-forward time is the curve at its
+    # first point, 10 ms at 2 tokens (the default knee 295 tokens)
+    result = plan(_req(steps=[1, 2], verify_points=[(2, 10.0), (3, 12.0)]))
+    assert "saturation: at least 10.000 ms x n / 295" in result.verify_model["description"]
+    # and plain decoding is not priced (not left out): the plan ranks k >= 1 only
+    assert result.batches[0].plain is None and result.batches[0].left_out == []
+
+
+def test_flat_compute_verify_names_its_slope():
+    flat = plan(_req(decode_ms=10.0, compute_per_token_ms=0.0))
+    assert "plain decoding's compute, flat in tokens" in flat.verify_model["description"]
+    sloped = plan(_req(decode_ms=10.0, compute_per_token_ms=0.25))
+    assert "plain decoding's compute + 0.25 ms per extra token" in sloped.verify_model["description"]
+    # k = 1 verifies 2 tokens: 10 + 0.25 x (2 - 1) = 10.25 ms (1 token: plain decoding's 10 ms)
+    assert sloped.batches[0].plans[1].verify_ms == pytest.approx(10.25)
+    # with comm(n) = 1 + 0.5 n ms apart: compute 10 - 1.5 = 8.5 ms, so 2 tokens take
+    # 8.5 + 0.25 + comm(2) = 8.5 + 0.25 + 2.0 = 10.75 ms
+    comm = plan(_req(decode_ms=10.0, compute_per_token_ms=0.25, comm=lambda n: 1.0 + 0.5 * n))
+    assert comm.batches[0].plans[1].verify_ms == pytest.approx(10.75)
+    # a stated model for every token count: no row is extrapolated
+    assert not any(p.extrapolated for r in (flat, sloped) for p in r.batches[0].plans)
+
+
+def test_batch_without_timings_is_refused_from_batch_two():
+    req = _req(decode_ms=10.0, draft_ms=None, measured=[(1, 120.0), (2, 130.0)], fit=True, batches=[1, 2])
+    with pytest.raises(PlanError, match="--batch needs verify timings"):
+        plan(req)
+
+
+def test_cycle_fit_through_two_points_meets_them_and_marks_the_rest():
+    # a line through the two implied cycle times passes through both: the plan's tok/s at
+    # k = 2 and k = 5 are the measured 93.9 and 86.7 whatever the acceptance; k = 2 and 5
+    # (the fitted range's ends) are not extrapolated, k = 1 and 6 are
+    req = PlanRequest(
+        [1, 2, 3, 4, 5, 6],
+        so.parse_acceptance(accepted_drafts=("0.95@5",)),
+        1000 / 88.8,
+        measured=[(2, 93.9), (5, 86.7)],
+        fit=True,
+    )
+    plans = {p.k: p for p in plan(req).batches[0].plans}
+    assert plans[2].tok_s == pytest.approx(93.9) and plans[5].tok_s == pytest.approx(86.7)
+    assert plans[0].tok_s == pytest.approx(88.8)
+    assert [k for k, p in sorted(plans.items()) if p.extrapolated] == [1, 6]
+
+
+def test_fitted_accept_length_is_clamped_to_one_and_k_plus_one():
+    # a flat 10 ms verify, no draft or other time: the implied accept length is tok/s x 10 / 1000
+    flat = {"decode_ms": 10.0, "verify_points": [(1, 10.0), (2, 10.0), (3, 10.0)], "draft_ms": 0.0, "fit": True}
+    none = so.parse_acceptance()
+    low = plan(_req(**flat, acceptance=none, measured=[(1, 50.0)]))  # 0.5 -> at least 1 (the bonus token)
+    assert low.fit["accept_len"] == {"1": 1.0}
+    high = plan(_req(**flat, acceptance=none, steps=[2], measured=[(2, 400.0)]))  # 4.0 -> at most k + 1 = 3
+    assert high.fit["accept_len"] == {"2": 3.0}
+
+
+def test_measure_next_is_the_best_step_count_when_the_splits_disagree_there():
+    from nccl_tune.spec.planner import _measure_next
+
+    def row(k, tok_s):
+        return sd.StepPlan(k, 1.0, None, None, 0.0, 1.0, tok_s)
+
+    one_best = [row(0, 100.0), row(1, 120.0), row(2, 110.0), row(3, 100.0)]
+    two_best = [row(0, 100.0), row(1, 110.0), row(2, 120.0), row(3, 100.0)]
+    wide = {0: (100.0, 100.0), 1: (100.0, 140.0), 2: (90.0, 130.0), 3: (100.0, 100.0)}
+    # measured at k = 3; the best k >= 1 is k = 1, whose range 100..140 is wider than
+    # 2 x 5% (140 > 110): measure it (k = 2's range is as wide, but it is not the best)
+    assert _measure_next(one_best, [1, 2, 3], wide, 3, 0.05) == 1
+    # measured at k = 1, the best is k = 2 with a wide range: measure k = 2 (not k = 3, the farthest)
+    assert _measure_next(two_best, [1, 2, 3], wide, 1, 0.05) == 2
+    # a range of exactly twice the stated error (100..150 at 25%) is not more than it: the farthest
+    assert _measure_next(two_best, [1, 2, 3], {**wide, 2: (100.0, 150.0)}, 1, 0.25) == 3
+    # a narrow range at the best (118..122 < 1.1 x 118): the candidate farthest from the measured k
+    assert _measure_next(two_best, [1, 2, 3], {**wide, 2: (118.0, 122.0)}, 1, 0.05) == 3
+    # the best is the measured k itself: the other candidate farthest from it
+    assert _measure_next(one_best, [1, 2, 3], wide, 1, 0.05) == 3
+    assert _measure_next(one_best, [2, 3], {**wide, 1: (118.0, 122.0)}, 3, 0.05) == 2
+    # only the measured k (and plain decoding) among the candidates: nothing to measure next
+    assert _measure_next(one_best, [0, 3], wide, 3, 0.05) is None
+
+
+def test_intervals_are_the_two_and_a_half_percent_points_of_the_draws(monkeypatch):
+    from types import SimpleNamespace
+
+    from nccl_tune.spec import planner
+
+    def fake_plan(draws):
+        values = iter(range(draws - 1, -1, -1))  # draw i gives tok/s draws - 1 - i: 0..draws-1 in all
+
+        def one(_req):
+            return SimpleNamespace(batches=[SimpleNamespace(batch=1, plans=[SimpleNamespace(k=0, tok_s=next(values))])])
+
+        return one
+
+    req = _req(decode_ms=10.0, verify_points=[(4, 12.0)], halves={"decode_ms": 0.5})
+    # 400 draws by default (the JSON's "uncertainty" says "95% of 400 draws"), valued
+    # 0..399: 2.5% of them (10) below the low end, 10 above the high end
+    monkeypatch.setattr(planner, "plan", fake_plan(400))
+    assert planner._intervals(req) == {1: {0: (10, 389)}}
+    # 20 draws: 2.5% is half a draw each side, rounded to none: the lowest and the highest
+    monkeypatch.setattr(planner, "plan", fake_plan(20))
+    assert planner._intervals(req, draws=20) == {1: {0: (0, 19)}}
+
+
+def test_one_point_span_names_the_best_k_at_each_end():
+    # per position 0.8, 0.7, 0.354: tau(1) = 1.8, tau(2) = 2.5, tau(3) = 2.854; measured
+    # 150 tok/s at k = 1: a cycle of 1000 x 1.8 / 150 = 12 ms; plain decoding 10 ms
+    req = PlanRequest(
+        [1, 2, 3], so.parse_acceptance(accept_per_pos="0.8,0.7,0.354"), 10.0, measured=[(1, 150.0)], fit=True
+    )
+    result = plan(req)
+    span = result.batches[0].span
+    # all per-step (10 + 2k ms): k = 2 gives 2500 / 14 = 178.57, k = 3 2854 / 16 = 178.38;
+    # the next split (per step 2 x 39/40 = 1.95: 10.05 + 1.95k) already favours k = 3
+    # (2854 / 15.9 = 179.50 against 2500 / 13.95 = 179.21); all fixed (12 ms): k = 3
+    assert (span["best_k_all_per_step"], span["best_k_all_fixed"]) == (2, 3)
+    # the plan and the fit shown are the middle split: per step (2 + 0) / 2 = 1 ms, fixed 12 - 1 = 11 ms
+    assert (result.fit["cycle_ms_per_step"], result.fit["cycle_ms_fixed"]) == (pytest.approx(1.0), pytest.approx(11.0))
+
+
+def test_fit_implies_the_verify_time_a_measured_tok_s_leaves():
+    from dataclasses import replace
+
+    # tau(2) = 2.0 at 100 tok/s: a 20 ms cycle, less 2 x 0.5 ms of drafts: a 19 ms verify of 3 tokens
+    req = _req(
+        steps=[2],
+        acceptance=so.parse_acceptance(accept_len=("2.0@2",)),
+        decode_ms=10.0,
+        verify_points=[(2, 11.0)],
+        verify_model="dense",
+        measured=[(2, 100.0)],
+        fit=True,
+    )
+    assert plan(req).fit["implied_points"] == [[3, pytest.approx(19.0)]]
+    # a small model: 2000 tok/s leave 1000 x 2 / 2000 - 2 x 0.05 = 0.9 ms for the verify, a time;
+    # 40000 tok/s would leave 0.05 - 0.1 < 0: no verify time, nothing fitted
+    small = {"decode_ms": 0.4, "verify_points": [(2, 0.45)], "draft_ms": 0.05}
+    assert plan(replace(req, **small, measured=[(2, 2000.0)])).fit["implied_points"] == [[3, pytest.approx(0.9)]]
+    assert plan(replace(req, **small, measured=[(2, 40000.0)])).fit is None
+
+
+def test_interval_draws_keep_the_accept_length_within_one_and_k_plus_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from nccl_tune.spec import planner
+
+    drawn = []
+
+    def fake_plan(draw):
+        drawn.extend(p.accept_len for p in draw.acceptance.points)
+        return SimpleNamespace(batches=[])
+
+    monkeypatch.setattr(planner, "plan", fake_plan)
+    # an accept length counts the bonus token: at k = 2 it lies in [1, 3] (accept.py's
+    # AcceptancePoint check); draws of 2.9 +- 0.5 beyond 3 count as 3, of 1.2 +- 0.5 below 1 as 1
+    for text, end in (("2.9+-0.5@2", 3.0), ("1.2+-0.5@2", 1.0)):
+        drawn.clear()
+        planner._intervals(_req(steps=[2], acceptance=so.parse_acceptance(accept_len=(text,))), draws=400)
+        assert len(drawn) == 400 and all(1.0 <= a <= 3.0 for a in drawn) and end in drawn
+
+
+def test_a_loop_without_plain_decoding_is_refused():
+    from nccl_tune.spec.planner import plan_from_loop
+
+    runs = _loop_runs()
+    del runs[0]
+    with pytest.raises(PlanError, match=r"plain decoding \(k = 0\) was not measured"):
+        plan_from_loop(runs)
+
+
+def test_interval_draws_of_times_stay_positive(monkeypatch):
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from nccl_tune.spec import planner
+
+    drawn = []
+
+    def fake_plan(draw):
+        drawn.append((draw.decode_ms, draw.verify_points[0][1], draw.decode_points[0][1], draw.draft_ms, draw.other_ms))
+        return SimpleNamespace(batches=[])
+
+    monkeypatch.setattr(planner, "plan", fake_plan)
+    # every time drawn around 0.5 +- 1: a forward's time (decode, verify, decode at a batch
+    # size) is kept at 1e-6 ms at least, a draft step's and the other time at 0
+    halves = {"decode_ms": 1.0, "draft_ms": 1.0, "other_ms": 1.0, "verify": {3: 1.0}, "decode_points": {2: 1.0}}
+    req = _req(decode_ms=0.5, verify_points=[(3, 0.5)], decode_points=[(2, 0.5)], draft_ms=0.5, other_ms=0.5)
+    planner._intervals(replace(req, halves=halves), draws=400)
+    lows = [min(column) for column in zip(*drawn)]
+    assert lows == [1e-6, 1e-6, 1e-6, 0.0, 0.0]
+
+
+def test_plain_decoding_from_a_measured_tok_s_at_zero_steps():
+    # --measured-tok-s 100@0 is plain decoding at 1000 / 100 = 10 ms per token
+    req = _req(verify_points=[(2, 12.0)], measured=[(0, 100.0)])
+    result = plan(req)
+    assert result.verify_model["plain_decoding"] == "10 ms per token from --measured-tok-s 100@0"
+    assert result.batches[0].plain.cycle_ms == pytest.approx(10.0)
+
+
+def test_per_sequence_cost_from_plain_decoding_at_batch_sizes():
+    # the 1-sequence curve: 10 ms at 1 token, 17 ms at 8 (1 ms per token); plain decoding at
+    # batch 4 takes 16 ms against the curve's 13 ms at 4 tokens: 3 ms over 3 more sequences
+    req = _req(decode_ms=10.0, verify_points=[(8, 17.0)], decode_points=[(4, 16.0)], batches=[1, 4])
+    result = plan(req)
+    assert result.verify_model["per_sequence_ms"] == pytest.approx(1.0)
+    assert "from plain decoding's times at batch 1 (10 ms), 4 (16 ms)" in result.verify_model["saturation"]
+    assert result.batches[1].plain.cycle_ms == 16.0

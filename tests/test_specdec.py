@@ -119,11 +119,6 @@ def test_plan_row_arithmetic():
     assert not two.extrapolated and verify.extrapolated(5)
 
 
-# Mutants of nccl_tune/spec/cycle.py left alive on purpose (bench/mutation_check.py): the
-# float defaults 0.0 (other_ms, the k = 0 row's draft and other time) "mutate" to
-# 0.0 x 1.5 = 0.0, the same program.
-
-
 def test_plan_rows_by_hand_and_their_edges():
     # k = 2 with a 1.5 ms draft step: draft 2 x 1.5 = 3.0 ms, cycle 3.0 + 12.0 = 15.0 ms
     two = sd.plan_steps([2], lambda k: 2.0, 1.5, lambda n: 12.0)[0]
@@ -153,6 +148,48 @@ def test_candidates_include_one_step_and_the_exact_floor():
     plans = [row(0, 40.0), row(1, 100.0), row(2, 50.0), row(3, 49.0)]
     assert sd.candidate_steps(plans, rel_error=0.5) == [1, 2]
     assert sd.best_step(plans).k == 1
+    # tok/s equal to 9 decimals (3e-10 apart: rounding noise of two arithmetic paths) tie: fewer steps
+    assert sd.best_step([row(1, 100.0), row(2, 100.0 + 3e-10)]).k == 1
+
+
+def test_candidates_from_intervals_reach_the_best_low_end_inclusively():
+    def row(k, tok_s):
+        return sd.StepPlan(k, 1.0, 0.0, 1.0, 0.0, 1.0, tok_s)
+
+    plans = [row(0, 80.0), row(1, 100.0), row(2, 95.0), row(3, 70.0)]
+    # the best (k = 1) was exact in every draw: its interval is one point, 100..100, and
+    # it is its own candidate; k = 2's high end 100 reaches that floor exactly (a tie);
+    # k = 0 tops out at 99.9 and k = 3 at 75, below it
+    intervals = {0: (60.0, 99.9), 1: (100.0, 100.0), 2: (90.0, 100.0), 3: (65.0, 75.0)}
+    assert sd.candidate_steps(plans, intervals=intervals) == [1, 2]
+    # the floor is the best's low end (90), not its high end (110): k = 2 reaching 95 is a candidate
+    wide = {**intervals, 1: (90.0, 110.0), 2: (85.0, 95.0)}
+    assert sd.candidate_steps(plans, intervals=wide) == [0, 1, 2]
+    # without intervals, the stated relative error (5% by default, docs/commands/spec-plan.md):
+    # the floor is 100 x 0.95 = 95: k = 2 at 95.5 is a candidate, k = 3 at 94 is not
+    assert sd.candidate_steps([row(1, 100.0), row(2, 95.5), row(3, 94.0)]) == [1, 2]
+
+
+def test_decision_in_words_and_as_json():
+    def row(k, tok_s):
+        return sd.StepPlan(k, 1.0, 0.0, 1.0, 0.0, 1.0, tok_s)
+
+    # k = 2 beats plain decoding: speculate, 150 / 100 = 1.50x
+    spec = sd.decision([row(0, 100.0), row(1, 120.0), row(2, 150.0)])
+    assert (spec["speculate"], spec["best_k"], spec["break_even_decode_ms"]) == (True, 2, None)
+    assert spec["words"] == "speculate with k = 2 draft steps: 150.0 tok/s, 1.50x plain decoding"
+    # plain decoding is fastest: do not speculate, and the best k >= 1 gives 90 / 100 = 0.90x
+    plain = sd.decision([row(0, 100.0), row(1, 90.0), row(2, 80.0)])
+    assert (plain["speculate"], plain["best_k"], plain["break_even_decode_ms"]) == (False, 0, None)
+    assert (
+        plain["words"]
+        == "do not speculate: plain decoding is fastest (100.0 tok/s; the best speculative k = 1 gives 0.90x)"
+    )
+    # plain decoding not priced: k = 2 at 125 tok/s wins only if plain takes over 1000 / 125 = 8 ms
+    unknown = sd.decision([row(1, 100.0), row(2, 125.0)])
+    assert (unknown["speculate"], unknown["best_k"]) == (None, 2)
+    assert unknown["break_even_decode_ms"] == pytest.approx(8.0)
+    assert "plain decoding takes more than 8.000 ms per token (below 125.0 tok/s)" in unknown["words"]
 
 
 def test_parsers_reject_bad_text():

@@ -636,7 +636,7 @@ def _intervals(req: PlanRequest, draws: int = 400, seed: int = 0) -> dict[int, d
         out[batch] = {}
         for k, values in by_k.items():
             values.sort()
-            lo = values[int(0.025 * (len(values) - 1))]
+            lo = values[int(round(0.025 * (len(values) - 1)))]
             hi = values[int(round(0.975 * (len(values) - 1)))]
             out[batch][k] = (lo, hi)
     return out
