@@ -54,6 +54,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_recommend.py",
         "tests/test_recommend_honest.py",
         "tests/test_intervals_and_decisions.py",
+        "tests/test_recommend_rules.py",
     ],
     "nccl_tune/measure/importers.py": ["tests/test_importers.py"],
     "nccl_tune/errors.py": ["tests/test_exit_codes.py", "tests/test_cli_errors.py"],
@@ -83,6 +84,12 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/decide/recommendation.py": {
         # (line text, mutation): why no caller can tell the difference
+        (
+            "self.baseline.records, row.records, nbytes, self.collectives, extrapolate, self.cell_confidence or 0.95",
+            "0.95 -> 1.4249999999999998",
+        ): "unreachable fallback: an Analysis holds records only when analyze_records built it, and that "
+        "always sets cell_confidence = 1 - (1 - confidence) / family >= confidence >= 0.5 (recommend's "
+        "--confidence is Finite(0.5, max=0.999)), so `or` never reaches 0.95; modelled rows take the other branch"
     },
     "nccl_tune/measure/importers.py": {
         # (line text, mutation): why no caller can tell the difference
