@@ -99,6 +99,12 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/live/lint.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("@functools.lru_cache(maxsize=1)", "1 -> 2"): "installed_names takes no arguments, so its cache only "
+        "ever holds the one entry of the empty call: with room for 1 or 2 the first call's KnownNames is kept "
+        "and returned to every later call, and cache_clear() empties either; no code reads cache_info()",
+        ("guess = difflib.get_close_matches(key, sorted(pool), n=1, cutoff=0.75)", "1 -> 2"): "only guess[0] "
+        "is read: get_close_matches returns heapq.nlargest(n, (score, name) pairs) best first, and nlargest is "
+        "sorted(..., reverse=True)[:n], so the first of 2 is the 1 best: the same did-you-mean name",
     },
     "nccl_tune/live/grammar.py": {
         # (line text, mutation): why no caller can tell the difference
