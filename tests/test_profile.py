@@ -269,3 +269,16 @@ def test_line_count_cap_and_messages_name_a_variable_once():
     assert str(info.value) == (
         "exec: NCCL_DEBUG_FILE: a value of 2000 characters (at most 1023, the longest NCCL reads from a conf file)"
     )
+
+
+def test_the_allow_list_cannot_be_widened_in_place():
+    import dataclasses
+
+    grammar = profile.grammar
+    entry = grammar.allowed_entry("VLLM_ALLREDUCE_USE_FLASHINFER")
+    assert entry is not None and entry.values is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.values = ".*"  # a caller may not loosen the values an engine switch takes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.pattern = "*"
+    assert grammar.allowed_entry("VLLM_ALLREDUCE_USE_FLASHINFER") == entry and hash(entry) == hash(entry)
