@@ -51,12 +51,29 @@ def test_modelled_savings_within_two_percent_tie_and_go_to_fewer_variables(monke
     # the table's saving at the size, for modelled rows the curves' difference in ms
     assert a.saving_ms_at(a.recommended, 14336) == pytest.approx(1.98)  # 200 x 9.9 / 1000
 
-    _stand_in_model(monkeypatch, {"": 50.0, ll_ring: 40.0, ll: 41.0})
+    _stand_in_model(monkeypatch, {"": 50.0, ll_ring: 40.0, ll: 40.25})
     a = recommendation.analyze_model(
         topology_name="pcie-shm", nranks=8, nbytes=14336, collectives=200, candidates=(LL_RING, LL)
     )
-    # 2.0 against 1.8 (200 x 9 / 1000): 0.2 > 0.04, no tie, the larger saving wins
+    # 2.0 against 1.95 (200 x 9.75 / 1000): 0.05 > 0.04 (2.5%, over 2%), no tie, the larger saving wins
     assert a.recommended.env == LL_RING
+
+
+def test_modelled_verdicts_need_one_percent_of_the_baselines_comm_time(monkeypatch):
+    near, slower, faster = {"NCCL_PROTO": "Simple"}, {"NCCL_ALGO": "Tree"}, LL
+    label = recommendation.cell_label
+    # defaults 50 us x 200 / 1000 = 10 ms; 1% of it is 0.1 ms
+    _stand_in_model(monkeypatch, {"": 50.0, label(near): 50.2, label(slower): 51.0, label(faster): 49.0})
+    a = recommendation.analyze_model(
+        topology_name="pcie-shm", nranks=8, nbytes=14336, collectives=200, candidates=(near, slower, faster)
+    )
+    by_env = {label(r.env): r for r in a.cells}
+    # 200 x -0.2 / 1000 = -0.04 ms: within 0.1 ms, no difference
+    assert by_env[label(near)].verdict == "no difference (modelled)"
+    assert by_env[label(near)].reason == "no modelled saving"
+    # 200 x -1 / 1000 = -0.2 ms < -0.1 ms: slower; 200 x 1 / 1000 = 0.2 ms > 0.1 ms: faster
+    assert (by_env[label(slower)].verdict, by_env[label(slower)].reason) == ("slower (modelled)", "slower")
+    assert by_env[label(faster)].verdict == "faster (modelled)" and a.recommended.env == faster
 
 
 def test_a_fit_that_did_not_calibrate_the_pair_compares_the_uncalibrated_model(monkeypatch):
@@ -76,6 +93,8 @@ def test_measured_ties_without_shared_rounds_use_the_interval_reaching_the_best(
     best = _row({**P2P, "NCCL_NTHREADS": "512"}, 2.0, (1.5, 2.5))
     reaches = _row(P2P, 1.8, (1.2, 2.1))  # its upper end 2.1 >= the best's 2.0: tied
     assert recommendation.pick([best, reaches]) is reaches
+    touches = _row(P2P, 1.8, (1.2, 2.0))  # its upper end is the best's 2.0: it reaches it, tied
+    assert recommendation.pick([best, touches]) is touches
     short = _row(P2P, 1.8, (1.2, 1.9))  # 1.9 < 2.0: not tied
     no_interval = _row(LL, 1.99)  # no interval: never tied
     assert recommendation.pick([best, short]) is best
