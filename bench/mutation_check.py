@@ -89,7 +89,14 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
             "0.95 -> 1.4249999999999998",
         ): "unreachable fallback: an Analysis holds records only when analyze_records built it, and that "
         "always sets cell_confidence = 1 - (1 - confidence) / family >= confidence >= 0.5 (recommend's "
-        "--confidence is Finite(0.5, max=0.999)), so `or` never reaches 0.95; modelled rows take the other branch"
+        "--confidence is Finite(0.5, max=0.999)), so `or` never reaches 0.95; modelled rows take the other branch",
+        ("confidence: float = 0.95  # the family-wise level asked for", "0.95 -> 1.4249999999999998"): "a default "
+        "no reader sees: analyze_records passes its confidence, so only analyze_model's Analysis keeps it, and its "
+        "one reader, family_words (tuner_rows), returns '' without it when family_size is 1 and cell_confidence "
+        "None, as a modelled Analysis always has; to_dict does not write it",
+        ("return str(values.most_common(1)[0][0]) if values else None", "1 -> 2"): "only the first is read: "
+        "Counter.most_common(n) is heapq.nlargest(n, items, key=count), which equals sorted(..., reverse=True)[:n] "
+        "(ties in insertion order), so the first of 2 is the 1 most common",
     },
     "nccl_tune/measure/importers.py": {
         # (line text, mutation): why no caller can tell the difference

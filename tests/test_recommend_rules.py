@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_recommend import P2P, analyze, flat, synth
+from test_recommend import P2P, analyze, confirmed, flat, synth
 
 from nccl_tune import stats
 from nccl_tune.decide import recommendation
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.model import costmodel
 from nccl_tune.model.per_token import LatencyCurve, SavingEstimate
+from nccl_tune.vocab import Provenance
 
 LL_RING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
 LL = {"NCCL_PROTO": "LL"}
@@ -138,3 +139,41 @@ def test_a_rows_repr_leaves_out_its_curve_and_records():
     row = recommendation.CellRow(cell="c", env={}, curve=LatencyCurve.from_points([(256, 1.0), (512, 2.0)]))
     row.records = [{"p50_us": 1.0}]
     assert "curve=" not in repr(row) and "records=" not in repr(row) and "cell='c'" in repr(row)
+
+
+def test_the_row_shows_what_nccl_reported_at_the_decode_size_else_at_the_first_size():
+    def by_size(nbytes):
+        return confirmed("Tree") if nbytes == 14336 else confirmed("Ring")
+
+    a = analyze(synth([({}, flat(60), {}), (P2P, flat(24), by_size)]))
+    assert a.cells[0].effective["algo"] == "Tree"  # measured at 14336 B: that size's report
+    # 10000 B lies between the measured 8192 and 14336 B: no report there, the first one (8192 B) stands
+    a = analyze(synth([({}, flat(60), {}), (P2P, flat(24), by_size)]), nbytes=10000)
+    assert a.cells[0].effective is not None and a.cells[0].effective["algo"] == "Ring"
+
+
+def test_a_stopped_search_without_a_pruned_baseline_names_the_cells_alone():
+    records = synth([(P2P, flat(24), {})])
+    for r in records:
+        r["final"] = False
+    with pytest.raises(NcclTuneError) as info:
+        analyze(records)
+    message = str(info.value)
+    assert "never reached its final rung" in message and "best pruned cells at 14336 B: NCCL_P2P_LEVEL=SYS (" in message
+    assert "against the baseline" not in message
+
+
+def test_results_holding_one_baseline_record_keep_the_defaults():
+    a = analyze(synth([({}, flat(60), {})], rounds=1, sizes=(14336,)))
+    assert a.cells == [] and a.recommended is None and a.provenance is Provenance.NCCL
+
+
+def test_the_gpus_named_are_those_of_most_records():
+    records = synth([({}, flat(60), {}), (P2P, flat(24), {})])  # 5 rounds x 2 cells x 4 sizes = 40 records
+    for r in records[:15]:
+        r["gpus"] = "NVIDIA H100"  # written as one string
+    # 25 records list 8 x 'NVIDIA RTX PRO 6000', 15 say 'NVIDIA H100': 25 > 15
+    assert analyze(records).gpus == "8x NVIDIA RTX PRO 6000"
+    for r in records[15:22]:
+        r["gpus"] = "NVIDIA H100"
+    assert analyze(records).gpus == "NVIDIA H100"  # 22 > 18
