@@ -332,3 +332,17 @@ def test_lint_env_and_unknown_names_consult_the_given_library_else_the_installed
     found = lint.unknown_names(["NCCL_ALGO", "NCCL_ALGOO", "NCCL_ALGOO"], "grid", known=NONE)
     assert [(f.path, f.variable) for f in found] == [("grid", "NCCL_ALGOO")]
     assert found[0].message.endswith("did you mean NCCL_ALGO?")
+
+
+def test_findings_and_the_consulted_library_are_values_no_caller_can_change():
+    import dataclasses
+
+    finding = lint.Finding("t.env", 1, "NCCL_NTHREADS", ERROR, "invalid value: 7")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        finding.severity = WARNING  # an error stays an error (lint's exit code follows it)
+    assert finding == lint.Finding("t.env", 1, "NCCL_NTHREADS", ERROR, "invalid value: 7")
+    assert len({finding, lint.Finding("t.env", 1, "NCCL_NTHREADS", ERROR, "invalid value: 7")}) == 1
+    # installed_names() hands every caller the one cached KnownNames: none may alter it
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FAKE.names = None
+    assert hash(FAKE) == hash(KnownNames(FAKE.names, "2.32.3", "/fake/libnccl.so"))
