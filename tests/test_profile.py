@@ -301,3 +301,15 @@ def test_file_line_and_name_caps_at_their_edges():
     assert parse_profile("NCCL_" + "A" * 123 + "=1\n").env == {"NCCL_" + "A" * 123: "1"}
     with pytest.raises(NcclTuneError, match=r"a name of 129 characters \(at most 128\)"):
         parse_profile("NCCL_" + "A" * 124 + "=1\n")
+
+
+def test_the_writer_refuses_a_bad_name_or_a_bad_value_and_an_overlong_comment():
+    grammar = profile.grammar
+    assert grammar.render_assignment("NCCL_PROTO", "LL") == "NCCL_PROTO=LL"
+    with pytest.raises(NcclTuneError, match="cannot write LD_PRELOAD: LD_PRELOAD is not an NCCL variable"):
+        grammar.render_assignment("LD_PRELOAD", "x.so")  # a value the grammar takes, a name it does not
+    with pytest.raises(NcclTuneError, match="cannot write NCCL_PROTO: value 'LL;x' holds"):
+        grammar.render_assignment("NCCL_PROTO", "LL;x")  # a name it takes, a value it does not
+    # '# ' and 4093 characters is 4095 bytes, one over MAX_LINE_BYTES (4094)
+    with pytest.raises(NcclTuneError, match=r"a comment line of 4095 bytes \(at most 4094\)"):
+        grammar.render_comment("x" * 4093)
