@@ -54,6 +54,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_recommend.py",
         "tests/test_recommend_honest.py",
         "tests/test_intervals_and_decisions.py",
+        "tests/test_recommend_rules.py",
     ],
     "nccl_tune/measure/importers.py": ["tests/test_importers.py"],
     "nccl_tune/errors.py": ["tests/test_exit_codes.py", "tests/test_cli_errors.py"],
@@ -216,6 +217,19 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/decide/recommendation.py": {
         # (line text, mutation): why no caller can tell the difference
+        (
+            "self.baseline.records, row.records, nbytes, self.collectives, extrapolate, self.cell_confidence or 0.95",
+            "0.95 -> 1.4249999999999998",
+        ): "unreachable fallback: an Analysis holds records only when analyze_records built it, and that "
+        "always sets cell_confidence = 1 - (1 - confidence) / family >= confidence >= 0.5 (recommend's "
+        "--confidence is Finite(0.5, max=0.999)), so `or` never reaches 0.95; modelled rows take the other branch",
+        ("confidence: float = 0.95  # the family-wise level asked for", "0.95 -> 1.4249999999999998"): "a default "
+        "no reader sees: analyze_records passes its confidence, so only analyze_model's Analysis keeps it, and its "
+        "one reader, family_words (tuner_rows), returns '' without it when family_size is 1 and cell_confidence "
+        "None, as a modelled Analysis always has; to_dict does not write it",
+        ("return str(values.most_common(1)[0][0]) if values else None", "1 -> 2"): "only the first is read: "
+        "Counter.most_common(n) is heapq.nlargest(n, items, key=count), which equals sorted(..., reverse=True)[:n] "
+        "(ties in insertion order), so the first of 2 is the 1 most common",
     },
     "nccl_tune/measure/importers.py": {
         # (line text, mutation): why no caller can tell the difference
@@ -225,9 +239,20 @@ EXPLAINED: dict[str, dict[tuple[str, str], str]] = {
     },
     "nccl_tune/live/lint.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("@functools.lru_cache(maxsize=1)", "1 -> 2"): "installed_names takes no arguments, so its cache only "
+        "ever holds the one entry of the empty call: with room for 1 or 2 the first call's KnownNames is kept "
+        "and returned to every later call, and cache_clear() empties either; no code reads cache_info()",
+        ("guess = difflib.get_close_matches(key, sorted(pool), n=1, cutoff=0.75)", "1 -> 2"): "only guess[0] "
+        "is read: get_close_matches returns heapq.nlargest(n, (score, name) pairs) best first, and nlargest is "
+        "sorted(..., reverse=True)[:n], so the first of 2 is the 1 best: the same did-you-mean name",
     },
     "nccl_tune/live/grammar.py": {
         # (line text, mutation): why no caller can tell the difference
+        ("cut = text if len(text) <= limit else text[:limit]", "LtE -> Lt"): "differs only at len(text) == "
+        "limit, where the mutant cuts text[:limit], the whole string, and CPython returns the same str object "
+        "for a full slice: `cut is text` still holds, so the same repr with no '...' suffix",
+        ("if ord(ch) < 32 or ord(ch) == 127:", "Lt -> LtE"): "differs only for ord(ch) == 32, the blank, which "
+        "_WHY holds: _char_problem returns its sentence on the line above before this test is reached",
     },
 }
 

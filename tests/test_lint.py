@@ -277,3 +277,72 @@ def test_cli_unreadable_and_usage_exit_2(tmp_path, cli_runner):
     assert result.exit_code == 2 and "missing.env" in result.output
     assert cli_runner.invoke(cli, ["lint"]).exit_code == 2
     assert cli_runner.invoke(cli, ["lint", "--bogus", "x.env"]).exit_code == 2
+
+
+# ------------------------------------------------------------------ the pieces
+
+
+def test_a_finding_names_its_variable_once():
+    assert str(lint.Finding("t.env", 3, None, ERROR, "expected NAME=VALUE")) == "t.env:3: error: expected NAME=VALUE"
+    named = lint.Finding("t.env", None, "NCCL_NTHREADS", ERROR, "invalid value: 7")
+    assert str(named) == "t.env: error: NCCL_NTHREADS: invalid value: 7"
+    # a message that starts with the name is not prefixed with it again
+    opening = lint.Finding("t.env", 2, "NCCL_PROTO", WARNING, "NCCL_PROTO is set twice")
+    assert str(opening) == "t.env:2: warning: NCCL_PROTO is set twice"
+
+
+def test_has_errors_only_for_an_error():
+    warning = lint.Finding("t.env", 1, "NCCL_PROTO", WARNING, "w")
+    error = lint.Finding("t.env", 2, "NCCL_ALGO", ERROR, "e")
+    assert lint.has_errors([]) is False and lint.has_errors([warning]) is False
+    assert lint.has_errors([warning, error]) is True and lint.has_errors([error]) is True
+
+
+@pytest.fixture
+def fresh_installed_names():
+    lint.installed_names.cache_clear()
+    yield
+    lint.installed_names.cache_clear()
+
+
+def test_installed_names_without_and_with_a_library(monkeypatch, fresh_installed_names):
+    from types import SimpleNamespace
+
+    from nccl_tune.nccl import ncclinfo
+
+    monkeypatch.setattr(ncclinfo, "default_library", lambda: None)
+    assert lint.installed_names() == NONE
+    lint.installed_names.cache_clear()
+    lib = SimpleNamespace(path="/opt/libnccl.so.2", version="2.27.3")
+    monkeypatch.setattr(ncclinfo, "default_library", lambda: lib)
+    scanned = {"/opt/libnccl.so.2": frozenset({"NCCL_ZZ_SCANNED"})}  # the names the library's bytes hold
+    monkeypatch.setattr(ncclinfo, "variable_names", scanned.__getitem__)
+    assert lint.installed_names() == KnownNames(frozenset({"NCCL_ZZ_SCANNED"}), "2.27.3", "/opt/libnccl.so.2")
+
+
+def test_lint_env_and_unknown_names_consult_the_given_library_else_the_installed_one(monkeypatch):
+    only_here = KnownNames(frozenset({"NCCL_ZZ_LOCAL"}), "2.27.3", "/here/libnccl.so")
+    monkeypatch.setattr(lint, "installed_names", lambda: only_here)
+    # given: NONE knows neither name; by default the (stand-in) installed library knows one
+    assert [f.variable for f in lint.lint_env({"NCCL_ZZ_LOCAL": "1"}, known=NONE)] == ["NCCL_ZZ_LOCAL"]
+    assert lint.lint_env({"NCCL_ZZ_LOCAL": "1"}) == []
+    assert [f.variable for f in lint.unknown_names(["NCCL_ZZ_LOCAL"], known=NONE)] == ["NCCL_ZZ_LOCAL"]
+    assert lint.unknown_names(["NCCL_ZZ_LOCAL"]) == []
+    # known names give no finding; one finding per unknown name, with its did-you-mean
+    found = lint.unknown_names(["NCCL_ALGO", "NCCL_ALGOO", "NCCL_ALGOO"], "grid", known=NONE)
+    assert [(f.path, f.variable) for f in found] == [("grid", "NCCL_ALGOO")]
+    assert found[0].message.endswith("did you mean NCCL_ALGO?")
+
+
+def test_findings_and_the_consulted_library_are_values_no_caller_can_change():
+    import dataclasses
+
+    finding = lint.Finding("t.env", 1, "NCCL_NTHREADS", ERROR, "invalid value: 7")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        finding.severity = WARNING  # an error stays an error (lint's exit code follows it)
+    assert finding == lint.Finding("t.env", 1, "NCCL_NTHREADS", ERROR, "invalid value: 7")
+    assert len({finding, lint.Finding("t.env", 1, "NCCL_NTHREADS", ERROR, "invalid value: 7")}) == 1
+    # installed_names() hands every caller the one cached KnownNames: none may alter it
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FAKE.names = None
+    assert hash(FAKE) == hash(KnownNames(FAKE.names, "2.32.3", "/fake/libnccl.so"))

@@ -269,3 +269,47 @@ def test_line_count_cap_and_messages_name_a_variable_once():
     assert str(info.value) == (
         "exec: NCCL_DEBUG_FILE: a value of 2000 characters (at most 1023, the longest NCCL reads from a conf file)"
     )
+
+
+def test_the_allow_list_cannot_be_widened_in_place():
+    import dataclasses
+
+    grammar = profile.grammar
+    entry = grammar.allowed_entry("VLLM_ALLREDUCE_USE_FLASHINFER")
+    assert entry is not None and entry.values is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.values = ".*"  # a caller may not loosen the values an engine switch takes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.pattern = "*"
+    assert grammar.allowed_entry("VLLM_ALLREDUCE_USE_FLASHINFER") == entry and hash(entry) == hash(entry)
+
+
+def test_file_line_and_name_caps_at_their_edges():
+    # 4096 comment lines of 64 bytes ('#', 62 characters, '\n') = 262144 bytes = 256 KiB: accepted
+    assert parse_profile(("#" + "x" * 62 + "\n") * 4096).env == {}
+    with pytest.raises(NcclTuneError, match=r"larger than 256 KiB: not a profile"):
+        parse_profile(("#" + "x" * 62 + "\n") * 4095 + "#" + "x" * 63 + "\n")  # 262145 bytes
+    # the cap is on bytes: 'é' is 2 bytes in UTF-8, so 64-byte lines of 33 characters
+    assert parse_profile(("#" + "\u00e9" * 31 + "\n") * 4096).env == {}  # 262144 bytes, 135168 characters
+    with pytest.raises(NcclTuneError, match="larger than 256 KiB"):
+        parse_profile(("#" + "\u00e9" * 31 + "\n") * 4095 + "#" + "\u00e9" * 31 + "x\n")  # 262145 bytes
+    # a last line ending in '\n' starts no further line: "\n" x 4096 is 4096 lines
+    assert parse_profile("\n" * 4096).env == {}
+    with pytest.raises(NcclTuneError, match="4097 lines"):
+        parse_profile("\n" * 4097)
+    # names: at most 128 characters ('NCCL_' and 123 more is 128)
+    assert parse_profile("NCCL_" + "A" * 123 + "=1\n").env == {"NCCL_" + "A" * 123: "1"}
+    with pytest.raises(NcclTuneError, match=r"a name of 129 characters \(at most 128\)"):
+        parse_profile("NCCL_" + "A" * 124 + "=1\n")
+
+
+def test_the_writer_refuses_a_bad_name_or_a_bad_value_and_an_overlong_comment():
+    grammar = profile.grammar
+    assert grammar.render_assignment("NCCL_PROTO", "LL") == "NCCL_PROTO=LL"
+    with pytest.raises(NcclTuneError, match="cannot write LD_PRELOAD: LD_PRELOAD is not an NCCL variable"):
+        grammar.render_assignment("LD_PRELOAD", "x.so")  # a value the grammar takes, a name it does not
+    with pytest.raises(NcclTuneError, match="cannot write NCCL_PROTO: value 'LL;x' holds"):
+        grammar.render_assignment("NCCL_PROTO", "LL;x")  # a name it takes, a value it does not
+    # '# ' and 4093 characters is 4095 bytes, one over MAX_LINE_BYTES (4094)
+    with pytest.raises(NcclTuneError, match=r"a comment line of 4095 bytes \(at most 4094\)"):
+        grammar.render_comment("x" * 4093)
