@@ -177,3 +177,84 @@ def test_the_gpus_named_are_those_of_most_records():
     for r in records[15:22]:
         r["gpus"] = "NVIDIA H100"
     assert analyze(records).gpus == "NVIDIA H100"  # 22 > 18
+
+
+def test_modelled_savings_exactly_two_percent_apart_tie():
+    # TIE_FRACTION 0.02 x 50 ms = 1.0 ms exactly, and 50 - 49 = 1.0: on the boundary, a tie,
+    # so the one-variable cell wins
+    two, one = _row(LL_RING, 50.0), _row(LL, 49.0)
+    assert recommendation.pick([two, one], modelled=True) is one
+    assert recommendation.pick([two, _row(LL, 48.9)], modelled=True) is two  # 1.1 > 1.0: no tie
+
+
+def test_records_of_two_backends_keep_the_preferred_one_and_say_so():
+    nccl = synth([({}, flat(60), {}), (P2P, flat(24), {})])
+    gloo = synth([({}, flat(600), {}), (P2P, flat(590), {})], backend="gloo")
+    a = analyze(nccl + gloo)
+    assert a.backend == "nccl"
+    assert "using backend nccl; records of gloo left out" in a.notes
+    assert not any("left out" in n for n in analyze(nccl).notes)  # one backend: nothing to say
+
+
+def test_a_modelled_saving_rests_on_no_measured_rounds(monkeypatch):
+    _stand_in_model(monkeypatch, {"": 50.0, recommendation.cell_label(LL): 40.0})
+    a = recommendation.analyze_model(
+        topology_name="pcie-shm", nranks=8, nbytes=14336, collectives=100, candidates=(LL,)
+    )
+    (row,) = a.cells
+    # 100 x (50 - 40) us / 1000 = 1.0 ms, from the model: no interval, no basis, 0 rounds
+    assert (row.saving.saving_ms, row.saving.ci_ms, row.saving.basis, row.saving.n_rounds) == (1.0, None, None, 0)
+
+
+def test_force_does_not_export_a_cell_that_saves_nothing():
+    # identical cells, no noise: the one cell's saving is exactly 0 ms, which saves nothing
+    a = analyze(synth([({}, flat(60), {}), (P2P, flat(60), {})], noise=0.0, drift_sd=0.0))
+    (row,) = a.cells
+    assert row.saving.saving_ms == 0.0
+    best, _, why = recommendation.export_row(a, force=True)
+    assert best is None and why == "not written: no cell saves time, even without a significant interval"
+
+
+def test_a_fit_that_calibrated_the_pair_compares_its_own_figures(monkeypatch):
+    def latency_us(nbytes, nranks, topology_name, env=None, op="allreduce", params=None, mode=None):
+        if params is not None:  # the fit: 60 us at the defaults, 45 us with LL
+            return 45.0 if env else 60.0
+        return 40.0 if env else 50.0  # uncalibrated: 50 and 40 us
+
+    monkeypatch.setattr(costmodel, "latency_us", latency_us)
+    monkeypatch.setattr(costmodel, "is_calibrated", lambda params, algo, proto: True)
+    a = recommendation.analyze_model(
+        topology_name="pcie-shm", nranks=8, nbytes=14336, collectives=64, candidates=(LL,), params=costmodel.NCCL_PARAMS
+    )
+    (row,) = a.cells
+    assert row.calibrated is True
+    assert row.saving.saving_ms == pytest.approx(0.96)  # the fit's: 64 x (60 - 45) us / 1000, not 64 x 10 / 1000
+
+
+def test_a_cell_nccl_confirmed_in_every_record_is_confirmed():
+    a = analyze(synth([({}, flat(60), {}), (P2P, flat(24), confirmed())]))
+    assert a.cells[0].confirmed is True  # every record's effective says confirmed: True
+    a = analyze(synth([({}, flat(60), {}), (P2P, flat(24), {})]))
+    assert a.cells[0].confirmed is None  # no record says either way
+
+
+def test_a_fit_that_calibrated_only_one_side_compares_the_uncalibrated_model(monkeypatch):
+    def latency_us(nbytes, nranks, topology_name, env=None, op="allreduce", params=None, mode=None):
+        if params is not None:
+            return 45.0 if env else 60.0
+        return 40.0 if env else 50.0
+
+    asked = []
+
+    def is_calibrated(params, algo, proto):  # the baseline is priced first: not calibrated; the cell is
+        asked.append((algo, proto))
+        return len(asked) > 1
+
+    monkeypatch.setattr(costmodel, "latency_us", latency_us)
+    monkeypatch.setattr(costmodel, "is_calibrated", is_calibrated)
+    a = recommendation.analyze_model(
+        topology_name="pcie-shm", nranks=8, nbytes=14336, collectives=64, candidates=(LL,), params=costmodel.NCCL_PARAMS
+    )
+    (row,) = a.cells
+    assert row.calibrated is True and len(asked) == 2
+    assert row.saving.saving_ms == pytest.approx(0.64)  # like with like: 64 x (50 - 40) us / 1000, not the fit's 0.96
