@@ -102,9 +102,12 @@ def prepare(params: dict, steps: list[int], profile, arch: str | None, workload)
         topology = calibrate.load(model_file).topology  # checked before anything runs
     model_args = split_args(params["model_args"], "--model-args")
     check_model_args(model_args)
-    nproc = params["nproc"] or ((gpu_count() or 2) if engine == "builtin" else (_tp_size(server_args, engine) or 1))
     if engine == "builtin":
-        check_loop_args(model_args, nproc, steps, cuda=gpu_count() > 0)
+        gpus = gpu_count()  # imports torch: asked once
+        nproc = params["nproc"] or gpus or 2
+        check_loop_args(model_args, nproc, steps, cuda=gpus > 0)
+    else:
+        nproc = params["nproc"] or _tp_size(server_args, engine) or 1
     resolved, topology_note = resolve_topology(topology)
     opts = Options(
         profile_env=dict(profile.env),

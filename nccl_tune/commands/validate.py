@@ -195,11 +195,8 @@ def validate(
     profile = load_profile(str(resolve_profile(profile_path)))
     if not profile.env:
         raise NcclTuneError("the profile sets no variables: nothing to compare", path=profile_path)
-    try:
-        arch = engine_option.resolve_arch(arch, engine)
-        opts, topology_note = checks.prepare(ctx.params, steps, profile, arch, workload)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    arch = engine_option.resolve_arch(arch, engine)
+    opts, topology_note = usage(checks.prepare, ctx.params, steps, profile, arch, workload)
     total = 2 * len(steps)
     with (
         fileio.ResultsLock(opts.out, option="--out"),

